@@ -1,0 +1,53 @@
+"""The one place fleet mints ids.
+
+Ids are UUIDv7 in their canonical text form, so lexicographic order is time order. The daemon mints
+them inside its write transaction through one :class:`IdMinter`, which guarantees that every id is
+strictly greater than the one before it, even when the clock steps back or two ids fall in the same
+millisecond. "Deliver blips with id > cursor" is correct because of that guarantee.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import uuid6
+
+
+def _bump(value: str) -> str:
+    """The smallest UUIDv7 text strictly greater than ``value``: its 74 random bits plus one."""
+    n = uuid.UUID(value).int
+    ts = n >> 80
+    rand = (((n >> 64) & 0xFFF) << 62) | (n & ((1 << 62) - 1))
+    rand += 1
+    if rand >> 74:  # the random bits overflowed: carry into the millisecond timestamp
+        ts, rand = ts + 1, 0
+    out = (ts << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=out))
+
+
+class IdMinter:
+    """Mints strictly increasing UUIDv7 text ids. Thread-safe."""
+
+    def __init__(self, last: str | None = None) -> None:
+        self._last = last or ""
+        self._lock = threading.Lock()
+
+    def observe(self, existing: str | None) -> None:
+        """Make sure later ids exceed ``existing`` (called with the store's largest id at start)."""
+        with self._lock:
+            if existing and existing > self._last:
+                self._last = existing
+
+    def mint(self) -> str:
+        with self._lock:
+            candidate = str(uuid6.uuid7())
+            if candidate <= self._last:
+                candidate = _bump(self._last)
+            self._last = candidate
+            return candidate
+
+
+def is_id_like(text: str) -> bool:
+    """True when ``text`` could be an id or an id prefix (hex digits and dashes, 4 or more)."""
+    return len(text) >= 4 and all(c in "0123456789abcdef-" for c in text.lower())

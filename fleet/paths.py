@@ -1,0 +1,111 @@
+"""The one place fleet computes where things live on disk.
+
+``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store and the operator token),
+``state/`` (the daemon endpoint file, channel cursors, routing logs), ``config/`` (user layouts) and
+``logs/``. Without it the platform's user directories are used. ``fleet paths`` prints them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+APP = "fleet"
+
+
+@dataclass(frozen=True)
+class Paths:
+    data: Path
+    state: Path
+    config: Path
+    logs: Path
+
+    @property
+    def db(self) -> Path:
+        return self.data / "fleet.sqlite3"
+
+    @property
+    def operator_token(self) -> Path:
+        return self.data / "operator.token"
+
+    @property
+    def endpoint(self) -> Path:
+        """Written by a running daemon: its url and pid. Removed on shutdown."""
+        return self.state / "daemon.json"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.state / "daemon.lock"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.logs / "daemon.log"
+
+    @property
+    def tokens(self) -> Path:
+        """Participant token files minted for spawned sessions (each 0600)."""
+        return self.state / "tokens"
+
+    @property
+    def channels(self) -> Path:
+        """Channel cursor state files and their locks."""
+        return self.state / "channels"
+
+    @property
+    def layouts(self) -> Path:
+        return self.config / "layouts"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "data": str(self.data),
+            "state": str(self.state),
+            "config": str(self.config),
+            "logs": str(self.logs),
+            "db": str(self.db),
+            "operator_token": str(self.operator_token),
+            "endpoint": str(self.endpoint),
+            "daemon_log": str(self.daemon_log),
+            "tokens": str(self.tokens),
+            "channels": str(self.channels),
+            "layouts": str(self.layouts),
+        }
+
+
+def get_paths() -> Paths:
+    """The paths in force now (reads ``FLEET_HOME`` at every call, so tests can repoint it)."""
+    home = os.environ.get("FLEET_HOME")
+    if home:
+        root = Path(home).expanduser().resolve()
+        return Paths(root / "data", root / "state", root / "config", root / "logs")
+    return Paths(
+        Path(platformdirs.user_data_dir(APP)),
+        Path(platformdirs.user_state_dir(APP)),
+        Path(platformdirs.user_config_dir(APP)),
+        Path(platformdirs.user_log_dir(APP)),
+    )
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) readable by the owner only."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Atomically write ``text`` to ``path`` with mode 0600 (never world-readable, even briefly)."""
+    ensure_private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
