@@ -1,0 +1,65 @@
+"""Shared fixtures: every test gets its own FLEET_HOME, HOME and SHELL; real daemons on 127.0.0.1:0."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from fleet.paths import Paths, get_paths
+
+T = TypeVar("T")
+
+
+def retry_until(fn: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
+    """Call ``fn`` until it returns a truthy value (returned) or ``timeout`` passes (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    last: T = fn()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}: last={last!r}")
+        time.sleep(interval)
+        last = fn()
+    return last
+
+
+@pytest.fixture(autouse=True)
+def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
+    """Point FLEET_HOME, HOME and SHELL at temp places; clear variables that would reach a real fleet."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "fleet"))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SHELL", "/bin/sh")
+    for var in ("FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "FLEET_TMUX_SOCKET", "TMUX", "TMUX_PANE"):
+        monkeypatch.delenv(var, raising=False)
+    return get_paths()
+
+
+@pytest.fixture
+def daemon(fleet_env: Paths) -> Iterator[object]:
+    """A real daemon serving real HTTP on 127.0.0.1:0 in a thread, over a real SQLite file."""
+    from fleet.daemon import Daemon
+
+    d = Daemon(fleet_env, listen="127.0.0.1:0")
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def operator(daemon: object) -> object:
+    """A client holding the operator token of ``daemon``."""
+    from fleet.client import Client
+
+    return Client(daemon.url, daemon.operator_token)  # type: ignore[attr-defined]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
