@@ -1,0 +1,301 @@
+"""The delivery core: which blips a participant is handed, and where it stands in each wavelet.
+
+A plain library with no I/O besides its state file, shared by every transport (the channel's MCP
+notifications, ``fleet watch --hook``, the attention layer). The rules (DESIGN §3):
+
+* **A cursor per wavelet** (never one global cursor): a blip is handled when its id is greater than
+  its wavelet's cursor. Ids are strictly increasing UUIDv7 text, so string order is commit order.
+* **Echo suppression is stateless:** a blip authored by the participant itself is stepped over.
+* **A failed push keeps the cursor:** :meth:`Delivery.process` stops at the first push that fails,
+  and only blips before it are committed; the rest are handed out again next time.
+* **The cap:** at most ``cap`` pushes per wavelet (``cap <= 0`` means no cap). The first blip past
+  it produces one exhaustion notice instead of itself; every blip after that is stepped over
+  silently (it stays readable with ``wavelet_read``). A blip authored by the operator in that
+  wavelet resets the wavelet's count, and is itself delivered.
+* **State** lives in one JSON file per (daemon, wave, participant) under the state dir, replaced
+  atomically, with ``<file>.lock`` beside it. Whoever delivers holds that lock (``fcntl.flock``),
+  so two transports never deliver the same blips twice. A restarted holder resumes from the file:
+  no replay, no gap. A file that cannot be read raises :class:`CorruptState` and is never
+  overwritten, so a corrupt file stops delivery instead of skipping blips.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleet.errors import FleetError
+from fleet.models import OPERATOR, Blip
+from fleet.paths import ensure_private_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAP = 40
+"""Pushes per wavelet before the exhaustion notice (DESIGN §3); configurable per channel."""
+
+
+class CorruptState(FleetError):
+    """The delivery state file exists but cannot be used. Delivery stops; nothing is skipped."""
+
+    exit_code = 1
+    kind = "corrupt_state"
+
+
+class DeliveryState(BaseModel):
+    """The state file's content. Field names are the file format; ``version`` guards changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    daemon: str
+    wave: str
+    participant: str
+    cursors: dict[str, str] = Field(default_factory=dict)
+    """wavelet id -> id of the last blip handled there (delivered, noticed or stepped over)."""
+    delivered: dict[str, int] = Field(default_factory=dict)
+    """wavelet id -> pushes since the cap was last reset there."""
+    exhausted: dict[str, str] = Field(default_factory=dict)
+    """wavelet id -> id of the blip that produced the exhaustion notice (at most one per reset)."""
+    updated_at: float = 0.0
+
+
+# ---------------------------------------------------------------- decisions
+
+
+class Action(enum.StrEnum):
+    DELIVER = "deliver"
+    """Push the blip."""
+    NOTICE = "notice"
+    """Push one exhaustion notice in place of the blip."""
+    ECHO = "echo"
+    """The participant's own blip: step over it."""
+    CAPPED = "capped"
+    """Past the cap and already noticed: step over it."""
+    STALE = "stale"
+    """At or behind the cursor (already handled): ignore it, change nothing."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    blip: Blip
+    reset: bool
+    """The blip is the operator's: the wavelet's cap count starts over."""
+    count: int
+    """Pushes in the wavelet after this decision is committed."""
+
+    @property
+    def pushes(self) -> bool:
+        return self.action in (Action.DELIVER, Action.NOTICE)
+
+
+def exhaustion_notice(wavelet: str, cap: int) -> str:
+    """The text of the one notice sent when ``wavelet`` reaches its cap."""
+    return (
+        f"Delivery cap reached in {wavelet}: {cap} blips were pushed to you there since the operator "
+        f"last posted in it. Further blips there are not pushed; they stay readable with wavelet_read. "
+        f"Delivery resumes when the operator posts in {wavelet}. Do not post to ask for more."
+    )
+
+
+class Delivery:
+    """Applies the rules to blips for one participant over one :class:`DeliveryState`.
+
+    :meth:`decide` is pure; :meth:`commit` applies a decision. Callers decide, push, and commit only
+    a push that succeeded, in the order the blips came (oldest first per wavelet).
+    """
+
+    def __init__(self, participant: str, state: DeliveryState, cap: int = DEFAULT_CAP) -> None:
+        self.participant = participant
+        self.state = state
+        self.cap = cap
+        self.dirty = False
+        """True when the state changed since the last :meth:`mark_saved`."""
+
+    @property
+    def cursors(self) -> dict[str, str]:
+        """A copy of the per-wavelet cursors (what a feed request sends)."""
+        return dict(self.state.cursors)
+
+    def decide(self, blip: Blip) -> Decision:
+        wavelet = blip.wavelet_id
+        cursor = self.state.cursors.get(wavelet, "")
+        reset = blip.author == OPERATOR
+        count = 0 if reset else self.state.delivered.get(wavelet, 0)
+        if blip.id <= cursor:
+            return Decision(Action.STALE, blip, False, self.state.delivered.get(wavelet, 0))
+        if blip.author == self.participant:
+            return Decision(Action.ECHO, blip, reset, count)
+        if self.cap <= 0 or count < self.cap:
+            return Decision(Action.DELIVER, blip, reset, count + 1)
+        if wavelet not in self.state.exhausted:
+            return Decision(Action.NOTICE, blip, reset, count)
+        return Decision(Action.CAPPED, blip, reset, count)
+
+    def commit(self, decision: Decision) -> None:
+        if decision.action is Action.STALE:
+            return
+        state = self.state
+        wavelet = decision.blip.wavelet_id
+        if decision.reset:
+            state.exhausted.pop(wavelet, None)
+        if decision.count:
+            state.delivered[wavelet] = decision.count
+        else:
+            state.delivered.pop(wavelet, None)
+        if decision.action is Action.NOTICE:
+            state.exhausted[wavelet] = decision.blip.id
+        state.cursors[wavelet] = decision.blip.id
+        self.dirty = True
+
+    def process(self, blips: Iterable[Blip], push: Callable[[Decision], bool]) -> tuple[int, bool]:
+        """Decide, push and commit ``blips`` in order. ``push`` is called for DELIVER and NOTICE.
+
+        Stops at the first push returning False, leaving that blip and those after it uncommitted.
+        Returns (pushes made, whether every blip was handled).
+        """
+        pushed = 0
+        for blip in blips:
+            decision = self.decide(blip)
+            if decision.pushes:
+                if not push(decision):
+                    return pushed, False
+                pushed += 1
+            self.commit(decision)
+        return pushed, True
+
+    def retain(self, wavelet_ids: Iterable[str]) -> None:
+        """Forget wavelets the participant is no longer on, so a later rejoin starts at its join."""
+        keep = set(wavelet_ids)
+        for table in (self.state.cursors, self.state.delivered, self.state.exhausted):
+            for wavelet in [w for w in table if w not in keep]:
+                del table[wavelet]
+                self.dirty = True
+
+    def mark_saved(self) -> None:
+        self.dirty = False
+
+
+# ---------------------------------------------------------------- the state file
+
+
+def daemon_key(url: str) -> str:
+    """A stable, file-name-safe key for a daemon URL (scheme, host and port; path ignored)."""
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "local").lower()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{host}_{port}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def state_path(directory: Path, daemon: str, wave: str, participant: str) -> Path:
+    """Where the state of (daemon, wave, participant) lives: one file, deterministic, readable name."""
+    ident = f"{daemon_key(daemon)}|{wave}|{participant}"
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{daemon_key(daemon)}-{digest}.json"
+    return directory / name
+
+
+class StateFile:
+    """The state file of one (daemon, wave, participant) and the lock beside it.
+
+    :meth:`acquire` takes the lock without waiting; the holder is the one deliverer. :meth:`load`
+    and :meth:`save` may be called by the holder only.
+    """
+
+    def __init__(self, directory: Path, daemon: str, wave: str, participant: str) -> None:
+        self.daemon = daemon
+        self.wave = wave
+        self.participant = participant
+        self.path = state_path(directory, daemon, wave, participant)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock_file: IO[bytes] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock_file is not None
+
+    def acquire(self) -> bool:
+        """Take the lock if free (True), or return False at once when another process holds it."""
+        if self._lock_file is not None:
+            return True
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        f = os.fdopen(fd, "r+b")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            return False
+        self._lock_file = f
+        return True
+
+    def release(self) -> None:
+        if self._lock_file is not None:
+            try:
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+            finally:
+                self._lock_file.close()
+                self._lock_file = None
+
+    def fresh(self) -> DeliveryState:
+        return DeliveryState(daemon=self.daemon, wave=self.wave, participant=self.participant)
+
+    def load(self) -> DeliveryState:
+        """The saved state, or a fresh one when there is no file. Raises :class:`CorruptState`."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return self.fresh()
+        except OSError as exc:
+            raise self._corrupt(f"cannot read it: {exc}") from exc
+        try:
+            state = DeliveryState.model_validate_json(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the file"
+            raise self._corrupt(f"{where}: {first['msg']}") from exc
+        if (state.wave, state.participant) != (self.wave, self.participant):
+            raise self._corrupt(
+                f"it belongs to {state.participant} in wave {state.wave}, "
+                f"not {self.participant} in {self.wave}"
+            )
+        return state
+
+    def save(self, state: DeliveryState) -> None:
+        """Replace the file atomically (write a temp file, fsync, rename); mode 0600."""
+        state.updated_at = time.time()
+        data = json.dumps(state.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+        ensure_private_dir(self.path.parent)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _corrupt(self, reason: str) -> CorruptState:
+        return CorruptState(
+            f"the delivery state file {self.path} is unusable ({reason}). Delivery is stopped so that "
+            f"no blip is skipped. To replay from your joins (capped), move it aside: "
+            f"mv '{self.path}' '{self.path}.bad'; or restore a good copy. Then restart the channel."
+        )

@@ -1,0 +1,296 @@
+"""The delivery core against plain blip lists: cursors, echo, cap, failed pushes, the state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.delivery import (
+    Action,
+    CorruptState,
+    Decision,
+    Delivery,
+    DeliveryState,
+    StateFile,
+    exhaustion_notice,
+    state_path,
+)
+from fleet.ids import IdMinter
+from fleet.models import Blip
+
+DAEMON = "http://127.0.0.1:8086"
+
+
+class Stream:
+    """Mints blips with strictly increasing ids, like the daemon."""
+
+    def __init__(self) -> None:
+        self.ids = IdMinter()
+
+    def blip(self, wavelet: str, author: str, text: str = "", kind: str = "message") -> Blip:
+        return Blip.model_validate(
+            {
+                "id": self.ids.mint(),
+                "wavelet_id": wavelet,
+                "wave_id": "wave-1",
+                "author": author,
+                "kind": kind,
+                "text": text or f"{author} says hi",
+                "created_at": "2026-01-01T00:00:00Z",
+            }
+        )
+
+
+def fresh(participant: str = "alice") -> DeliveryState:
+    return DeliveryState(daemon=DAEMON, wave="w", participant=participant)
+
+
+def run(core: Delivery, blips: list[Blip], fail_at: int | None = None) -> list[Decision]:
+    """Process ``blips``; the push numbered ``fail_at`` (0-based) fails. Returns the pushes made."""
+    pushed: list[Decision] = []
+
+    def push(d: Decision) -> bool:
+        if fail_at is not None and len(pushed) == fail_at:
+            return False
+        pushed.append(d)
+        return True
+
+    core.process(blips, push)
+    return pushed
+
+
+def test_delivers_others_and_steps_over_own_blips() -> None:
+    s = Stream()
+    blips = [s.blip("a", "bob"), s.blip("a", "alice"), s.blip("a", "carol")]
+    core = Delivery("alice", fresh())
+    pushed = run(core, blips)
+    assert [d.blip.author for d in pushed] == ["bob", "carol"]
+    assert all(d.action is Action.DELIVER for d in pushed)
+    assert core.cursors == {"a": blips[-1].id}
+    # the echo alone still moves the cursor
+    own = s.blip("a", "alice")
+    assert run(core, [own]) == []
+    assert core.cursors == {"a": own.id}
+
+
+def test_cursor_per_wavelet_never_steps_over_a_quiet_wavelet() -> None:
+    s = Stream()
+    quiet = s.blip("quiet", "bob", "old but unseen")
+    busy = [s.blip("busy", "bob") for _ in range(3)]
+    core = Delivery("alice", fresh())
+    run(core, busy)
+    # a feed hands out the quiet wavelet's blip later; its id is older than the busy cursor
+    assert [d.blip.id for d in run(core, [quiet])] == [quiet.id]
+    assert core.cursors == {"busy": busy[-1].id, "quiet": quiet.id}
+
+
+def test_failed_push_keeps_the_cursor_and_retries() -> None:
+    s = Stream()
+    blips = [s.blip("a", "bob", f"m{i}") for i in range(4)]
+    core = Delivery("alice", fresh())
+    first = run(core, blips, fail_at=2)
+    assert [d.blip.text for d in first] == ["m0", "m1"]
+    assert core.cursors == {"a": blips[1].id}
+    # the same batch again (a feed from the kept cursor would send only the rest; either works)
+    second = run(core, blips)
+    assert [d.blip.text for d in second] == ["m2", "m3"]
+    assert core.cursors == {"a": blips[3].id}
+
+
+def test_cap_one_notice_then_silent_advance_then_operator_resets() -> None:
+    s = Stream()
+    core = Delivery("alice", fresh(), cap=3)
+    flood = [s.blip("a", "bob", f"m{i}") for i in range(6)]
+    pushed = run(core, flood)
+    assert [d.action for d in pushed] == [Action.DELIVER] * 3 + [Action.NOTICE]
+    assert pushed[3].blip.text == "m3"  # the notice stands in for the first blip past the cap
+    assert core.cursors == {"a": flood[-1].id}  # m4, m5 stepped over silently
+    assert core.state.exhausted == {"a": flood[3].id}
+
+    # still capped: nothing more, not even a second notice
+    assert run(core, [s.blip("a", "bob")]) == []
+    # another wavelet has its own count
+    assert [d.action for d in run(core, [s.blip("b", "bob")])] == [Action.DELIVER]
+
+    op = s.blip("a", "operator", "carry on")
+    after = [s.blip("a", "bob", f"n{i}") for i in range(4)]
+    pushed = run(core, [op, *after])
+    assert [(d.action, d.blip.text) for d in pushed] == [
+        (Action.DELIVER, "carry on"),
+        (Action.DELIVER, "n0"),
+        (Action.DELIVER, "n1"),
+        (Action.NOTICE, "n2"),
+    ]
+
+
+def test_operator_own_blips_reset_the_cap_without_echo() -> None:
+    s = Stream()
+    core = Delivery("operator", fresh("operator"), cap=1)
+    assert [d.action for d in run(core, [s.blip("a", "bob"), s.blip("a", "bob")])] == [
+        Action.DELIVER,
+        Action.NOTICE,
+    ]
+    assert run(core, [s.blip("a", "operator")]) == []  # echo, but the count starts over
+    assert [d.action for d in run(core, [s.blip("a", "bob")])] == [Action.DELIVER]
+
+
+def test_cap_zero_means_unlimited() -> None:
+    s = Stream()
+    core = Delivery("alice", fresh(), cap=0)
+    assert len(run(core, [s.blip("a", "bob") for _ in range(100)])) == 100
+
+
+def test_stale_blips_change_nothing() -> None:
+    s = Stream()
+    blips = [s.blip("a", "bob") for _ in range(2)]
+    core = Delivery("alice", fresh(), cap=5)
+    run(core, blips)
+    core.mark_saved()
+    assert run(core, blips) == []
+    assert not core.dirty
+    assert core.state.delivered == {"a": 2}
+
+
+def test_retain_forgets_left_wavelets() -> None:
+    s = Stream()
+    core = Delivery("alice", fresh(), cap=1)
+    run(core, [s.blip("a", "bob"), s.blip("a", "bob"), s.blip("b", "bob")])
+    core.retain(["b"])
+    assert set(core.cursors) == {"b"}
+    assert "a" not in core.state.delivered and "a" not in core.state.exhausted
+
+
+def test_notice_names_the_wavelet_and_the_way_out() -> None:
+    text = exhaustion_notice("w/main", 40)
+    assert "w/main" in text and "40" in text and "wavelet_read" in text and "operator" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["alice", "bob", "carol"])),
+        max_size=40,
+    ),
+    st.lists(st.integers(min_value=0, max_value=5), max_size=8),
+)
+def test_every_blip_of_others_is_pushed_exactly_once_despite_failures(
+    spec: list[tuple[str, str]], failures: list[int]
+) -> None:
+    """Uncapped: whatever pushes fail and however often it restarts from the saved state, each blip
+    of another author is pushed exactly once and in per-wavelet order; own blips never."""
+    s = Stream()
+    blips = [s.blip(w, a) for w, a in spec]
+    saved = fresh().model_dump_json()
+    delivered: list[str] = []
+    for fail_at in [*failures, None]:
+        core = Delivery("alice", DeliveryState.model_validate_json(saved), cap=0)
+        # a feed sends only blips after each cursor; the rest are what this "restart" sees
+        todo = [b for b in blips if b.id > core.cursors.get(b.wavelet_id, "")]
+        delivered += [d.blip.id for d in run(core, todo, fail_at=fail_at)]
+        saved = core.state.model_dump_json()
+    assert delivered == [b.id for b in blips if b.author != "alice"]
+
+
+# ---------------------------------------------------------------- the state file
+
+
+def test_state_file_roundtrip_atomic_private(tmp_path: Path) -> None:
+    s = Stream()
+    sf = StateFile(tmp_path / "channels", DAEMON, "w", "alice")
+    assert sf.acquire()
+    core = Delivery("alice", sf.load(), cap=2)
+    run(core, [s.blip("a", "bob"), s.blip("a", "bob"), s.blip("a", "bob")])
+    sf.save(core.state)
+    assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600
+    assert [p.name for p in sf.path.parent.iterdir() if p.name.endswith(".tmp")] == []
+    loaded = sf.load()
+    assert loaded.cursors == core.state.cursors
+    assert loaded.delivered == {"a": 2}
+    assert loaded.exhausted == core.state.exhausted
+    assert json.loads(sf.path.read_text())["participant"] == "alice"
+
+
+def test_restart_resumes_with_no_replay_and_no_gap(tmp_path: Path) -> None:
+    s = Stream()
+    blips = [s.blip("a", "bob", f"m{i}") for i in range(6)]
+    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    assert sf.acquire()
+    core = Delivery("alice", sf.load())
+    assert [d.blip.text for d in run(core, blips[:4], fail_at=3)] == ["m0", "m1", "m2"]
+    sf.save(core.state)
+    sf.release()
+
+    again = StateFile(tmp_path, DAEMON, "w", "alice")
+    assert again.acquire()
+    core = Delivery("alice", again.load())
+    assert [d.blip.text for d in run(core, blips)] == ["m3", "m4", "m5"]
+
+
+def test_lock_has_one_holder_at_a_time(tmp_path: Path) -> None:
+    first = StateFile(tmp_path, DAEMON, "w", "alice")
+    second = StateFile(tmp_path, DAEMON, "w", "alice")
+    other = StateFile(tmp_path, DAEMON, "w", "bob")
+    assert first.acquire()
+    assert not second.acquire()
+    assert other.acquire()
+    assert first.lock_path.exists() and first.lock_path.parent == first.path.parent
+    # another process sees the lock too
+    probe = (
+        "import fcntl, sys; f = open(sys.argv[1], 'rb');\n"
+        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(7)"
+    )
+    assert subprocess.run([sys.executable, "-c", probe, str(first.lock_path)]).returncode == 7
+    first.release()
+    assert second.acquire()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"",
+        b'{"version": 1, "daemon": "x", "wave": "w", "participant": "alice", "cursors": [1]}',
+        b'{"version": 9, "daemon": "x", "wave": "w", "participant": "alice"}',
+        b'{"version": 1, "daemon": "x", "wave": "w", "participant": "mallory"}',
+    ],
+    ids=["garbage", "empty", "bad-cursors", "future-version", "someone-else"],
+)
+def test_corrupt_state_is_reported_and_never_overwritten(tmp_path: Path, content: bytes) -> None:
+    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    sf.path.parent.mkdir(parents=True, exist_ok=True)
+    sf.path.write_bytes(content)
+    with pytest.raises(CorruptState) as err:
+        sf.load()
+    message = str(err.value)
+    assert str(sf.path) in message and "mv " in message and "no blip is skipped" in message
+    assert sf.path.read_bytes() == content
+
+
+def test_unreadable_state_is_corrupt_not_fresh(tmp_path: Path) -> None:
+    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    sf.path.parent.mkdir(parents=True, exist_ok=True)
+    sf.path.mkdir()  # a directory where the file should be: reading fails with an OSError
+    with pytest.raises(CorruptState):
+        sf.load()
+
+
+def test_state_path_is_per_daemon_wave_participant(tmp_path: Path) -> None:
+    base = state_path(tmp_path, DAEMON, "w", "alice")
+    assert base == state_path(tmp_path, DAEMON + "/", "w", "alice")
+    others = {
+        state_path(tmp_path, "http://127.0.0.1:9999", "w", "alice"),
+        state_path(tmp_path, DAEMON, "w2", "alice"),
+        state_path(tmp_path, DAEMON, "w", "bob"),
+        state_path(tmp_path, "https://fleet.example:8086", "w", "alice"),
+    }
+    assert base not in others and len(others) == 4
+    assert base.parent == tmp_path and base.name.startswith("alice@w@127.0.0.1_8086")
+    assert os.sep not in base.name
