@@ -1,0 +1,310 @@
+"""The store on a real SQLite file: schema, event log replay, the data model's rules."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fleet import errors
+from fleet.store import (
+    MATERIALISED,
+    OPERATOR_PRINCIPAL,
+    Principal,
+    Store,
+    connect,
+    dump_tables,
+    migrate,
+    replay,
+)
+
+OP = OPERATOR_PRINCIPAL
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "fleet.sqlite3")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def participant(store: Store, wave: str, name: str) -> Principal:
+    return Principal(name, store.get_wave(OP, wave).id)
+
+
+def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "x.sqlite3")
+    assert migrate(conn) == ["0001_initial"]
+    assert migrate(conn) == []  # recorded: never applied twice
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert set(MATERIALISED) | {"events", "migrations"} <= tables
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(blips)")}
+    assert cols == {
+        "id",
+        "wavelet_id",
+        "wave_id",
+        "author",
+        "kind",
+        "text",
+        "replaces",
+        "source_wavelet_id",
+        "source_blip_id",
+        "created_at",
+        "superseded_by",
+    }
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    conn.close()
+
+
+def test_creating_a_wave_creates_main_with_its_roster_and_a_system_blip(store: Store) -> None:
+    wave = store.create_wave(OP, "demo", ["alice", "bob"])
+    assert [w.name for w in wave.wavelets] == ["main"]
+    main = wave.wavelets[0]
+    assert main.parent_id is None and main.id == wave.root_id
+    assert [m.name for m in main.roster] == ["alice", "bob"]
+    (blip,) = store.read(OP, "demo/main")
+    assert blip.kind == "system" and "alice, bob" in blip.text
+    with pytest.raises(errors.Conflict):
+        store.create_wave(OP, "demo")
+
+
+def test_a_fork_copies_chosen_members_and_its_context_stops_at_the_fork_point(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob", "carol"])
+    before = store.post(OP, "demo/main", "the plan", as_="alice")
+    alice = participant(store, "demo", "alice")
+    design = store.fork(alice, "demo/main", "design", ["bob"])
+    assert [m.name for m in design.roster] == ["alice", "bob"]  # the forker joins its own fork
+    assert design.fork_blip_id is not None
+    store.post(OP, "demo/main", "after the fork", as_="carol")
+    store.post(alice, "demo/design", "in the fork")
+    deeper = store.fork(alice, "demo/design", "deeper", [])
+    store.post(alice, "demo/deeper", "deepest")
+
+    ctx = store.context(alice, "demo/deeper")
+    texts = [b.text for b in ctx.blips]
+    assert "the plan" in texts and "in the fork" in texts and "deepest" in texts
+    assert "after the fork" not in texts  # the parent after the fork point is not this fork's context
+    assert [w.name for w in ctx.path] == ["main", "design", "deeper"]
+    assert texts.index("the plan") < texts.index("in the fork") < texts.index("deepest")
+    # the public fork announced itself in the parent, pointing at the child
+    announce = [b for b in store.read(OP, "demo/main") if b.kind == "system" and "forked design" in b.text]
+    assert announce and announce[0].source_wavelet_id == design.id
+    assert before.id <= (design.fork_blip_id or "")
+
+
+def test_private_wavelets_are_invisible_to_non_members(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob", "carol"])
+    alice, carol = participant(store, "demo", "alice"), participant(store, "demo", "carol")
+    secret = store.fork(alice, "demo/main", "secret", ["bob"], private=True)
+    store.post(alice, "demo/secret", "hush")
+    # a private fork does not announce itself where outsiders read
+    assert not [b for b in store.read(carol, "demo/main") if "secret" in b.text]
+    assert "secret" not in [w.name for w in store.get_wave(carol, "demo").wavelets]
+    for call in (
+        lambda: store.read(carol, "demo/secret"),
+        lambda: store.read(carol, secret.id),
+        lambda: store.post(carol, "demo/secret", "let me in"),
+        lambda: store.context(carol, "demo/secret"),
+    ):
+        with pytest.raises(errors.NotFound) as e:
+            call()
+        assert "secret" in str(e.value) or secret.id in str(e.value)
+    with pytest.raises(errors.NotFound) as hidden:
+        store.read(carol, "demo/secret")
+    with pytest.raises(errors.NotFound) as absent:
+        store.read(carol, "demo/nonexistent")
+    assert str(hidden.value).replace("secret", "X") == str(absent.value).replace("nonexistent", "X")
+    # a feed never carries it to a non-member
+    feed = store.feed(carol, "demo", "carol", {})
+    assert all(b.wavelet_id != secret.id for b in feed.blips)
+    assert "hush" in [b.text for b in store.read(OP, "demo/secret")]
+
+
+def test_roster_changes_write_system_blips_and_gate_delivery(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice"])
+    alice = participant(store, "demo", "alice")
+    store.post(alice, "demo/main", "before dave")
+    store.invite(alice, "demo/main", "dave")
+    dave = participant(store, "demo", "dave")
+    feed = store.feed(dave, "demo", "dave", {})
+    assert [b.text for b in feed.blips] == ["alice invited dave"]  # joins after 'before dave'
+    store.leave(dave, "demo/main", "dave")
+    assert store.feed(dave, "demo", "dave", {}).wavelets == []
+    store.post(alice, "demo/main", "after dave left")
+    assert store.feed(dave, "demo", "dave", {}).blips == []
+    texts = [b.text for b in store.read(OP, "demo/main") if b.kind == "system"]
+    assert texts[-2:] == ["alice invited dave", "dave left"]
+    with pytest.raises(errors.Forbidden):
+        store.post(dave, "demo/main", "I left but I talk")
+    with pytest.raises(errors.Forbidden):
+        store.leave(dave, "demo/main", "alice")
+
+
+def test_replace_keeps_history_and_only_the_author_or_operator_may(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob"])
+    alice, bob = participant(store, "demo", "alice"), participant(store, "demo", "bob")
+    v1 = store.post(alice, "demo/main", "v1")
+    with pytest.raises(errors.Forbidden):
+        store.replace(bob, v1.id, "bob's version")
+    v2 = store.replace(alice, v1.id, "v2")
+    assert v2.replaces == v1.id and v2.id > v1.id
+    v3 = store.replace(OP, v2.id, "v3")
+    with pytest.raises(errors.Conflict):
+        store.replace(alice, v1.id, "stale")
+    assert [b.text for b in store.history(bob, v2.id)] == ["v1", "v2", "v3"]
+    shown = [b.text for b in store.read(bob, "demo/main") if b.kind == "message"]
+    assert shown == ["v3"]
+    assert v3.id in [b.id for b in store.read(bob, "demo/main", history=True)]
+    system = store.read(OP, "demo/main")[0]
+    with pytest.raises(errors.Forbidden):
+        store.replace(OP, system.id, "rewrite provenance")
+
+
+def test_surface_posts_into_the_parent_with_a_reference(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob"])
+    alice = participant(store, "demo", "alice")
+    sub = store.fork(alice, "demo/main", "sub", ["bob"], private=True)
+    conclusion = store.post(alice, "demo/sub", "we agree on X")
+    s = store.surface(alice, "demo/sub", "conclusion: X", source_blip_id=conclusion.id)
+    assert s.kind == "surface" and s.source_wavelet_id == sub.id and s.source_blip_id == conclusion.id
+    assert s.wavelet_id == store.resolve(OP, "demo/main").id
+    with pytest.raises(errors.UsageError):
+        store.surface(alice, "demo/main", "no parent")
+
+
+def test_bad_input_is_rejected_and_changes_nothing(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice"])
+    small = Store(store.path, max_blip_bytes=10)
+    before = store.dump()
+    for call in (
+        lambda: store.create_wave(OP, "Bad Name"),
+        lambda: store.create_wave(OP, "ok", ["Not-Valid"]),
+        lambda: store.create_wave(OP, "ok", ["system"]),
+        lambda: store.post(OP, "demo/main", "   "),
+        lambda: small.post(OP, "demo/main", "x" * 11),
+        lambda: store.post(OP, "demo/nope", "hi"),
+        lambda: store.post(OP, "demo/main", "hi", as_="Bad"),
+        lambda: store.fork(OP, "demo/main", "a/b"),
+        lambda: store.invite(OP, "demo/main", ""),
+        lambda: store.leave(OP, "demo/main", "nobody"),
+        lambda: store.replace(OP, "ffff", "x"),
+    ):
+        with pytest.raises(errors.FleetError):
+            call()
+    assert store.dump() == before
+    small.close()
+
+
+def test_ids_strictly_increase_in_commit_order_under_concurrent_writers(store: Store) -> None:
+    store.create_wave(OP, "demo", [f"p{i}" for i in range(8)])
+
+    def work(i: int) -> None:
+        who = participant(store, "demo", f"p{i}")
+        for n in range(50):
+            store.post(who, "demo/main", f"{i}-{n}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    conn = sqlite3.connect(store.path)
+    by_commit = [
+        r[0]
+        for r in conn.execute(
+            "SELECT json_extract(payload, '$.blip.id') FROM events WHERE type = 'blip.posted' ORDER BY seq"
+        )
+    ]
+    conn.close()
+    assert len(by_commit) == 400 and by_commit == sorted(by_commit) and len(set(by_commit)) == 400
+
+
+def test_a_reopened_store_mints_ids_above_everything_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Store(tmp_path / "db")
+    s.create_wave(OP, "demo", ["alice"])
+    last = s.post(OP, "demo/main", "one").id
+    s.close()
+    # the clock now reads far in the past (a restored VM, a skewed host): ids must still increase
+    import uuid
+
+    monkeypatch.setattr("fleet.ids.uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
+    s2 = Store(tmp_path / "db")
+    a = s2.post(OP, "demo/main", "two").id
+    b = s2.post(OP, "demo/main", "three").id
+    assert last < a < b
+    s2.close()
+
+
+def _exercise(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob"])
+    alice = participant(store, "demo", "alice")
+    store.post(alice, "demo/main", "hello")
+    f = store.fork(alice, "demo/main", "f", ["bob"], private=True)
+    b = store.post(alice, "demo/f", "inside")
+    store.replace(alice, b.id, "inside, edited")
+    store.surface(alice, "demo/f", "done", source_blip_id=b.id)
+    store.invite(OP, f.id, "carol")
+    store.leave(OP, f.id, "bob")
+    t = store.mint_token(OP, "demo", "carol", "secret-1")
+    store.mint_token(OP, "demo", "dave", "secret-2")
+    store.revoke_tokens(OP, token_id=t.id)
+
+
+def test_replaying_the_event_log_rebuilds_the_same_state(store: Store, tmp_path: Path) -> None:
+    _exercise(store)
+    replay(store.path, tmp_path / "rebuilt.sqlite3")
+    rebuilt = connect(tmp_path / "rebuilt.sqlite3")
+    assert dump_tables(rebuilt) == store.dump()
+    assert sum(len(v) for v in store.dump().values()) > 10
+    rebuilt.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["post", "fork", "invite", "leave", "replace", "surface"]),
+            st.sampled_from(["alice", "bob", "carol"]),
+            st.integers(0, 5),
+        ),
+        max_size=30,
+    )
+)
+def test_replay_equals_live_state_for_any_history(
+    tmp_path_factory: pytest.TempPathFactory, ops: list
+) -> None:  # type: ignore[type-arg]
+    d = tmp_path_factory.mktemp("replay")
+    s = Store(d / "db")
+    s.create_wave(OP, "w", ["alice", "bob"])
+    for i, (op, who, n) in enumerate(ops):
+        wavelets = s.get_wave(OP, "w").wavelets
+        target = wavelets[n % len(wavelets)]
+        try:
+            if op == "post":
+                s.post(OP, target.id, f"m{i}", as_=who)
+            elif op == "fork":
+                s.fork(OP, target.id, f"f{i}", [who], private=bool(n % 2), as_=who)
+            elif op == "invite":
+                s.invite(OP, target.id, who)
+            elif op == "leave":
+                s.leave(OP, target.id, who)
+            elif op == "replace":
+                msgs = [b for b in s.read(OP, target.id) if b.kind == "message"]
+                if msgs:
+                    s.replace(OP, msgs[-1].id, f"r{i}")
+            elif op == "surface":
+                s.surface(OP, target.id, f"s{i}", as_=who)
+        except errors.FleetError:
+            pass
+    replay(d / "db", d / "rebuilt")
+    rebuilt = connect(d / "rebuilt")
+    assert dump_tables(rebuilt) == s.dump()
+    rebuilt.close()
+    s.close()
