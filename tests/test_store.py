@@ -82,7 +82,7 @@ def test_a_fork_copies_chosen_members_and_its_context_stops_at_the_fork_point(st
     assert design.fork_blip_id is not None
     store.post(OP, "demo/main", "after the fork", as_="carol")
     store.post(alice, "demo/design", "in the fork")
-    deeper = store.fork(alice, "demo/design", "deeper", [])
+    store.fork(alice, "demo/design", "deeper", [])
     store.post(alice, "demo/deeper", "deepest")
 
     ctx = store.context(alice, "demo/deeper")
