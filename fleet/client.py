@@ -1,0 +1,764 @@
+"""The typed client of the store daemon, and the rule that finds (or starts) the daemon.
+
+:class:`Client` speaks the HTTP API of ``docs/http-api.md`` over stdlib ``http.client``. Every
+payload in and out is a model from :mod:`fleet.models`; every error the daemon reports comes back as
+the same :mod:`fleet.errors` class the daemon raised. What callers may rely on:
+
+- **One keep-alive connection per thread**, ``TCP_NODELAY`` on, each request written to the socket
+  in a single ``send`` (headers and body together: writing them separately stalls on delayed ACKs).
+  A connection the server closed while idle is noticed before reuse and replaced transparently.
+- **Retries only where they are safe.** A connection that cannot be established (refused, reset,
+  timed out) or a request that could not be written is retried with exponential backoff (0.05 s,
+  doubling, ``retries`` times: about 1.5 s in all by default), then :class:`~fleet.errors.DaemonUnreachable`
+  is raised naming the URL. A request that was written but got no answer is retried only if it is a
+  read, or once if it went out on a reused keep-alive connection (the server closed it as idle);
+  a write that may have been applied is never sent twice.
+- **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``.
+
+:func:`connect` is the discovery rule of DESIGN §2: ``FLEET_DAEMON`` (+ ``FLEET_TOKEN`` or
+``FLEET_TOKEN_FILE``) wins; otherwise the local daemon named by the endpoint file, if its pid is alive
+and it answers; otherwise one is started in the background (under a file lock, so concurrent clients
+start one daemon between them) and a one-line notice naming its log goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import http.client
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+from pydantic import BaseModel, ValidationError
+
+import fleet
+from fleet import errors
+from fleet.models import (
+    Blip,
+    BlipPage,
+    Context,
+    Endpoint,
+    ErrorBody,
+    Feed,
+    FeedRequest,
+    Health,
+    Lenient,
+    MintedToken,
+    MintRequest,
+    NewBlip,
+    NewFork,
+    NewSurface,
+    NewWave,
+    PresenceReport,
+    PresenceRow,
+    RevokeRequest,
+    RosterChange,
+    TokenInfo,
+    Wave,
+    Wavelet,
+    Whoami,
+)
+from fleet.paths import Paths, ensure_private_dir, get_paths
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+USER_AGENT = f"fleet/{fleet.__version__}"
+AUTOSTART_DEADLINE = 10.0
+"""Seconds an autostarted daemon has to write its endpoint file and answer ``/v1/health``."""
+
+
+# ---------------------------------------------------------------- response envelopes
+
+
+class _Waves(Lenient):
+    waves: list[Wave]
+
+
+class _Blips(Lenient):
+    blips: list[Blip]
+
+
+class _Presence(Lenient):
+    presence: list[PresenceRow]
+
+
+class _Tokens(Lenient):
+    tokens: list[TokenInfo]
+
+
+class _Revoked(Lenient):
+    revoked: list[TokenInfo]
+
+
+class _Ok(Lenient):
+    ok: bool = True
+
+
+class _ErrorEnvelope(Lenient):
+    error: ErrorBody
+
+
+class DaemonStatus(Lenient):
+    """What ``fleet daemon status`` reports (and prints with ``--json``)."""
+
+    running: bool
+    url: str | None = None
+    pid: int | None = None
+    version: str | None = None
+    started_at: float | None = None
+    remote: bool = False
+    """True when the daemon is the one ``FLEET_DAEMON`` names rather than the local one."""
+    endpoint_file: str | None = None
+    log: str | None = None
+
+
+# ---------------------------------------------------------------- the connection
+
+
+class _NoAnswer(Exception):
+    """The request was written but the connection ended before a status line arrived."""
+
+
+class _Connection(http.client.HTTPConnection):
+    """An HTTPConnection that writes each request in one ``send`` and connects with its own timeout."""
+
+    def __init__(self, host: str, port: int | None, connect_timeout: float) -> None:
+        super().__init__(host, port, timeout=connect_timeout)
+        self._connect_timeout = connect_timeout
+        self._corked: list[bytes] | None = None
+        self.served = 0
+        """Requests answered on the current socket: >0 means it is a reused keep-alive socket."""
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.host, self.port), self._connect_timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.served = 0
+
+    def send(self, data: object) -> None:
+        if self._corked is not None and isinstance(data, bytes | bytearray | memoryview):
+            self._corked.append(bytes(data))
+            return
+        super().send(data)  # type: ignore[arg-type]
+
+    def send_request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> None:
+        """Write the request with one ``sendall`` (http.client alone writes head and body apart)."""
+        self._corked = []
+        try:
+            self.putrequest(method, target, skip_accept_encoding=True)
+            for name, value in headers.items():
+                self.putheader(name, value)
+            self.endheaders(body)
+            message = b"".join(self._corked)
+        finally:
+            self._corked = None
+        assert self.sock is not None
+        self.sock.sendall(message)
+
+    def is_stale(self) -> bool:
+        """True if the idle socket is readable: the server closed it (EOF) or sent something unasked."""
+        if self.sock is None:
+            return False
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+
+
+def _unreachable(url: str, reason: str) -> errors.DaemonUnreachable:
+    return errors.DaemonUnreachable(
+        f"cannot reach the fleet daemon at {url} ({reason}); "
+        "start it with `fleet daemon start`, or check FLEET_DAEMON"
+    )
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+class Client:
+    """A typed client of one daemon. Thread-safe: each thread gets its own keep-alive connection.
+
+    ``timeout`` bounds connecting and waiting for an answer (long-polls add their ``wait``);
+    ``retries`` bounds reconnection attempts, spaced ``backoff`` seconds apart and doubling.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30,
+        retries: int = 5,
+        backoff: float = 0.05,
+        connect_timeout: float = 3.0,
+    ) -> None:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme != "http" or not parts.hostname:
+            raise errors.UsageError(
+                f"daemon URL {base_url!r} is not an http://HOST:PORT address (check FLEET_DAEMON)"
+            )
+        self.base_url = f"http://{parts.netloc}{parts.path.rstrip('/')}"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._token = token.strip()
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.connect_timeout = min(connect_timeout, timeout)
+        self._local = threading.local()
+        self._all: list[_Connection] = []
+        self._all_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every thread's connection. The client stays usable: the next call reconnects."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local.__dict__.clear()
+
+    # ------------------------------------------------------------ transport
+
+    def _conn(self) -> _Connection:
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = _Connection(self._host, self._port, self.connect_timeout)
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        *,
+        read_timeout: float,
+        idempotent: bool,
+        retries: int | None = None,
+    ) -> tuple[int, bytes]:
+        """Send one request and return (status, body), reconnecting and retrying where safe."""
+        retries = self.retries if retries is None else retries
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+            "Content-Length": str(len(body or b"")),
+        }
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        target = self._prefix + path
+        delay, attempt, stale_retry_used = self.backoff, 0, False
+
+        def backoff_or_raise(reason: str) -> None:
+            nonlocal delay, attempt
+            if attempt >= retries:
+                raise _unreachable(self.base_url, reason)
+            attempt += 1
+            log.debug("daemon %s: %s; retry %d in %.2fs", self.base_url, reason, attempt, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+        while True:
+            conn = self._conn()
+            if conn.sock is not None and conn.is_stale():
+                conn.close()
+            reused = conn.sock is not None and conn.served > 0
+            try:
+                if conn.sock is None:
+                    conn.connect()
+            except OSError as exc:
+                conn.close()
+                backoff_or_raise(_reason(exc))
+                continue
+            assert conn.sock is not None
+            conn.sock.settimeout(read_timeout)
+            try:
+                conn.send_request(method, target, headers, body)
+            except OSError as exc:
+                # An incompletely written request cannot have been acted on: safe to send again.
+                conn.close()
+                if reused and not stale_retry_used:
+                    stale_retry_used = True
+                    continue
+                backoff_or_raise(_reason(exc))
+                continue
+            try:
+                try:
+                    response = conn.getresponse()
+                except (http.client.RemoteDisconnected, ConnectionResetError) as exc:
+                    raise _NoAnswer(_reason(exc)) from exc
+                data = response.read()
+            except TimeoutError:
+                conn.close()
+                raise _unreachable(self.base_url, f"no answer within {read_timeout:g}s") from None
+            except _NoAnswer as exc:
+                conn.close()
+                if reused and not stale_retry_used:
+                    stale_retry_used = True  # the server dropped an idle keep-alive socket
+                    continue
+                if idempotent:
+                    backoff_or_raise(str(exc))
+                    continue
+                raise _unreachable(
+                    self.base_url, f"{exc} before answering; the {method} may or may not have been applied"
+                ) from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if idempotent:
+                    backoff_or_raise(_reason(exc))
+                    continue
+                raise _unreachable(
+                    self.base_url,
+                    f"{_reason(exc)} while reading the answer; the {method} may have been applied",
+                ) from None
+            conn.served += 1
+            return response.status, data
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        model: type[M],
+        body: BaseModel | None = None,
+        *,
+        wait: float = 0.0,
+        idempotent: bool | None = None,
+        retries: int | None = None,
+    ) -> M:
+        payload = None
+        if body is not None:
+            payload = body.model_dump_json(by_alias=True, exclude_none=True).encode()
+        status, data = self._exchange(
+            method,
+            path,
+            payload,
+            read_timeout=self.timeout + max(wait, 0.0),
+            idempotent=method == "GET" if idempotent is None else idempotent,
+            retries=retries,
+        )
+        if status >= 400:
+            raise self._error(status, data)
+        try:
+            return model.model_validate_json(data)
+        except ValidationError as exc:
+            raise errors.FleetError(
+                f"the daemon at {self.base_url} answered {method} {path} with an unexpected body "
+                f"({exc.error_count()} problems; first: {exc.errors()[0]['msg']}); "
+                "is it a different fleet version?"
+            ) from None
+
+    def _error(self, status: int, data: bytes) -> errors.FleetError:
+        try:
+            body = _ErrorEnvelope.model_validate_json(data).error
+        except ValidationError:
+            snippet = data[:200].decode("utf-8", "replace").strip()
+            return errors.FleetError(f"the daemon at {self.base_url} answered HTTP {status}: {snippet}")
+        return errors.from_kind(body.kind, body.message)
+
+    # ------------------------------------------------------------ the API (docs/http-api.md)
+
+    def health(self) -> Health:
+        return self._call("GET", "/v1/health", Health)
+
+    def whoami(self) -> Whoami:
+        return self._call("GET", "/v1/whoami", Whoami)
+
+    def create_wave(self, name: str, with_: Sequence[str] = ()) -> Wave:
+        """Create a wave and its root wavelet ``main`` with ``with_`` on its roster (operator only)."""
+        return self._call(
+            "POST", "/v1/waves", Wave, NewWave.model_validate({"name": name, "with": list(with_)})
+        )
+
+    def list_waves(self) -> list[Wave]:
+        """Every wave the caller can see, without their wavelets."""
+        return self._call("GET", "/v1/waves", _Waves).waves
+
+    def get_wave(self, wave: str) -> Wave:
+        """A wave (by name or id) with the wavelets the caller can see, rosters included."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}", Wave)
+
+    def resolve(self, ref: str, wave: str | None = None) -> Wavelet:
+        """The wavelet ``ref`` names: ``WAVE/WAVELET``, a wavelet name inside ``wave``, or an id/prefix."""
+        query = {"ref": ref} | ({"wave": wave} if wave else {})
+        return self._call("GET", f"/v1/resolve?{urlencode(query)}", Wavelet)
+
+    def get_wavelet(self, wavelet_id: str) -> Wavelet:
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}", Wavelet)
+
+    def fork(
+        self,
+        wavelet_id: str,
+        name: str,
+        with_: Sequence[str] = (),
+        private: bool = False,
+        as_: str | None = None,
+    ) -> Wavelet:
+        """Fork a child wavelet whose roster is ``with_``; the parent and child get provenance blips."""
+        req = NewFork.model_validate({"name": name, "with": list(with_), "private": private, "as": as_})
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/fork", Wavelet, req)
+
+    def invite(self, wavelet_id: str, name: str, as_: str | None = None) -> Wavelet:
+        req = RosterChange.model_validate({"name": name, "as": as_})
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/invite", Wavelet, req)
+
+    def leave(self, wavelet_id: str, name: str, as_: str | None = None) -> Wavelet:
+        req = RosterChange.model_validate({"name": name, "as": as_})
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/leave", Wavelet, req)
+
+    def post(self, wavelet_id: str, text: str, as_: str | None = None) -> Blip:
+        req = NewBlip.model_validate({"text": text, "as": as_})
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/blips", Blip, req)
+
+    def surface(
+        self, wavelet_id: str, text: str, source_blip_id: str | None = None, as_: str | None = None
+    ) -> Blip:
+        """Post a ``surface`` blip into the parent of ``wavelet_id``, referencing it as the source."""
+        req = NewSurface.model_validate({"text": text, "source_blip_id": source_blip_id, "as": as_})
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/surface", Blip, req)
+
+    def replace(self, blip_id: str, text: str, as_: str | None = None) -> Blip:
+        """Append a new version of ``blip_id`` (the new blip has ``replaces`` set and a new id)."""
+        req = NewBlip.model_validate({"text": text, "as": as_})
+        return self._call("POST", f"/v1/blips/{_q(blip_id)}/replace", Blip, req)
+
+    def read(
+        self,
+        wavelet_id: str,
+        after: str | None = None,
+        wait: float = 0,
+        limit: int = 500,
+        history: bool = False,
+    ) -> BlipPage:
+        """Blips with id > ``after`` in id order; with ``wait`` > 0, block until one exists or it lapses.
+
+        At the deadline the page is empty and ``cursor == after``. Pass ``cursor`` back as ``after``.
+        """
+        query: dict[str, str] = {"limit": str(limit), "history": "1" if history else "0"}
+        if after:
+            query["after"] = after
+        if wait > 0:
+            query["wait"] = f"{wait:g}"
+        path = f"/v1/wavelets/{_q(wavelet_id)}/blips?{urlencode(query)}"
+        return self._call("GET", path, BlipPage, wait=wait)
+
+    def context(self, wavelet_id: str) -> Context:
+        """What a participant sees reading this wavelet: ancestors up to each fork point, then it."""
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/context", Context)
+
+    def get_blip(self, blip_id: str) -> Blip:
+        return self._call("GET", f"/v1/blips/{_q(blip_id)}", Blip)
+
+    def history(self, blip_id: str) -> list[Blip]:
+        """Every version of a blip, oldest first."""
+        return self._call("GET", f"/v1/blips/{_q(blip_id)}/history", _Blips).blips
+
+    def feed(
+        self, wave: str, participant: str, cursors: dict[str, str], wait: float = 0, limit: int = 200
+    ) -> Feed:
+        """One long-poll across every wavelet on ``participant``'s roster in ``wave`` (safe to retry)."""
+        req = FeedRequest(participant=participant, cursors=cursors, wait=wait, limit=limit)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/feed", Feed, req, wait=wait, idempotent=True)
+
+    def report_presence(self, wave: str, report: PresenceReport) -> None:
+        self._call("POST", f"/v1/waves/{_q(wave)}/presence", _Ok, report)
+
+    def presence(self, wave: str) -> list[PresenceRow]:
+        return self._call("GET", f"/v1/waves/{_q(wave)}/presence", _Presence).presence
+
+    def mint_token(self, wave: str, participant: str) -> MintedToken:
+        """A new token for (wave, participant). The secret is in the answer only (operator only)."""
+        req = MintRequest(wave=wave, participant=participant)
+        return self._call("POST", "/v1/tokens", MintedToken, req)
+
+    def list_tokens(self, wave: str | None = None) -> list[TokenInfo]:
+        query = f"?{urlencode({'wave': wave})}" if wave else ""
+        return self._call("GET", f"/v1/tokens{query}", _Tokens).tokens
+
+    def revoke_token(
+        self, token_id: str | None = None, wave: str | None = None, participant: str | None = None
+    ) -> list[TokenInfo]:
+        """Revoke one token by id, or every token of (wave, participant). Returns what was revoked."""
+        req = RevokeRequest(token_id=token_id, wave=wave, participant=participant)
+        return self._call("POST", "/v1/tokens/revoke", _Revoked, req).revoked
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionResetError | http.client.RemoteDisconnected):
+        return "connection closed by the server"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host: {exc.strerror}"
+    return str(exc) or type(exc).__name__
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
+    """A client for the daemon this environment means (DESIGN §2).
+
+    1. ``FLEET_DAEMON`` set: that URL, with ``FLEET_TOKEN`` (or the file ``FLEET_TOKEN_FILE`` names).
+    2. Otherwise the local daemon of the endpoint file, if its pid is alive and ``/v1/health`` answers
+       with that pid, with ``FLEET_TOKEN`` if set, else the operator token from the data dir.
+    3. Otherwise, with ``autostart``, a daemon started in the background (one line on stderr says
+       where it listens and where its log is); without it, :class:`~fleet.errors.DaemonUnreachable`.
+    """
+    paths = paths or get_paths()
+    token = _env_token()
+    url = os.environ.get("FLEET_DAEMON", "").strip()
+    if url:
+        if token is None:
+            endpoint = read_endpoint(paths)
+            if endpoint is None or endpoint.url.rstrip("/") != url.rstrip("/"):
+                raise errors.UsageError(
+                    f"FLEET_DAEMON is set to {url} but FLEET_TOKEN is not: set FLEET_TOKEN to a token "
+                    "from `fleet token mint` (or FLEET_TOKEN_FILE to a file holding one)"
+                )
+            token = _operator_token(paths)
+        return Client(url, token)
+    endpoint = live_endpoint(paths)
+    if endpoint is None:
+        if not autostart:
+            raise errors.DaemonUnreachable(
+                f"no local fleet daemon is running (endpoint file {paths.endpoint}); "
+                "start it with `fleet daemon start`, or set FLEET_DAEMON"
+            )
+        endpoint, _ = start_local_daemon(paths, announce=True)
+    return Client(endpoint.url, token if token is not None else _operator_token(paths))
+
+
+def _env_token() -> str | None:
+    token = os.environ.get("FLEET_TOKEN", "").strip()
+    if token:
+        return token
+    token_file = os.environ.get("FLEET_TOKEN_FILE", "").strip()
+    if token_file:
+        try:
+            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise errors.UsageError(f"cannot read FLEET_TOKEN_FILE {token_file}: {exc.strerror}") from None
+        if not token:
+            raise errors.UsageError(f"FLEET_TOKEN_FILE {token_file} is empty")
+        return token
+    return None
+
+
+def _operator_token(paths: Paths) -> str:
+    try:
+        token = paths.operator_token.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise errors.Unauthorized(
+            f"cannot read the operator token {paths.operator_token} ({exc.strerror}); "
+            "it is created when the daemon first starts: check FLEET_HOME"
+        ) from None
+    return token
+
+
+def read_endpoint(paths: Paths) -> Endpoint | None:
+    """The endpoint file's contents, or None if it is missing or unreadable (it may be stale)."""
+    try:
+        return Endpoint.model_validate_json(paths.endpoint.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` exists and is not a zombie (a dead daemon nobody reaped yet)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _answers(endpoint: Endpoint) -> bool:
+    """True if ``/v1/health`` at the endpoint answers with the endpoint's own pid."""
+    try:
+        with Client(endpoint.url, "", timeout=2.0, retries=0) as probe:
+            return probe.health().pid == endpoint.pid
+    except errors.FleetError:
+        return False
+
+
+def live_endpoint(paths: Paths) -> Endpoint | None:
+    """The local daemon's endpoint if its process is alive and answering, else None."""
+    endpoint = read_endpoint(paths)
+    if endpoint is None or not pid_alive(endpoint.pid) or not _answers(endpoint):
+        return None
+    return endpoint
+
+
+@contextlib.contextmanager
+def _autostart_lock(paths: Paths, deadline: float) -> Iterator[None]:
+    ensure_private_dir(paths.state)
+    with open(paths.state / "autostart.lock", "a+b") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise errors.DaemonUnreachable(
+                        f"another fleet command is still starting the daemon (lock {lock.name}); "
+                        "retry, or start it with `fleet daemon start`"
+                    ) from None
+                time.sleep(0.02)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _daemon_env(paths: Paths) -> dict[str, str]:
+    """The environment for a background daemon: the same fleet package, the same FLEET_HOME."""
+    env = dict(os.environ)
+    package_root = str(Path(fleet.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    root = paths.data.parent
+    if (paths.state, paths.config, paths.logs) == (root / "state", root / "config", root / "logs"):
+        env["FLEET_HOME"] = str(root)
+    return env
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:]) or "(empty log)"
+
+
+def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoint, bool]:
+    """Start the local daemon in the background unless one runs; returns (endpoint, started).
+
+    The daemon runs in its own session (it outlives this process), its output appended to
+    ``paths.daemon_log``. With ``announce``, a started daemon is reported on stderr in one line.
+    Raises :class:`~fleet.errors.DaemonUnreachable`, with the log's last lines, if it dies or does not
+    answer within :data:`AUTOSTART_DEADLINE` seconds.
+    """
+    deadline = time.monotonic() + AUTOSTART_DEADLINE
+    with _autostart_lock(paths, deadline):
+        endpoint = live_endpoint(paths)
+        if endpoint is not None:
+            return endpoint, False
+        ensure_private_dir(paths.logs)
+        cmd = [sys.executable, "-m", "fleet", "daemon", "run", "--listen", "127.0.0.1:0"]
+        with open(paths.daemon_log, "ab") as logfile:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=logfile,
+                start_new_session=True,
+                env=_daemon_env(paths),
+            )
+        log.info("started daemon pid %s", proc.pid)
+        while True:
+            endpoint = read_endpoint(paths)
+            if endpoint is not None and endpoint.pid == proc.pid and _answers(endpoint):
+                break
+            if proc.poll() is not None:
+                raise errors.DaemonUnreachable(
+                    f"the fleet daemon exited at start (status {proc.returncode}); "
+                    f"the end of its log {paths.daemon_log}:\n{_log_tail(paths.daemon_log)}"
+                )
+            if time.monotonic() > deadline:
+                proc.terminate()
+                raise errors.DaemonUnreachable(
+                    f"the fleet daemon did not answer within {AUTOSTART_DEADLINE:g}s; "
+                    f"the end of its log {paths.daemon_log}:\n{_log_tail(paths.daemon_log)}"
+                )
+            time.sleep(0.02)
+    if announce:
+        # The one line DESIGN §2 promises the user; stderr, so stdout stays data (and protocol).
+        sys.stderr.write(f"fleet: started the local daemon at {endpoint.url} (log: {paths.daemon_log})\n")
+    return endpoint, True
+
+
+def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
+    """SIGTERM the local daemon and wait until its process is gone; returns what was stopped.
+
+    None means no local daemon was running (a stale endpoint file is left for the next daemon to
+    replace). Raises :class:`~fleet.errors.FleetError` if the process outlives ``timeout`` seconds.
+    """
+    endpoint = read_endpoint(paths)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    if not _answers(endpoint) and not _looks_like_fleet(endpoint.pid):
+        log.warning("pid %s in %s is not a fleet daemon; not signalling it", endpoint.pid, paths.endpoint)
+        return None
+    try:
+        os.kill(endpoint.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return endpoint
+    deadline = time.monotonic() + timeout
+    while pid_alive(endpoint.pid):
+        if time.monotonic() > deadline:
+            raise errors.FleetError(
+                f"the fleet daemon (pid {endpoint.pid}) did not stop within {timeout:g}s of SIGTERM; "
+                f"see {paths.daemon_log}, or `kill -9 {endpoint.pid}`"
+            )
+        time.sleep(0.02)
+    return endpoint
+
+
+def _looks_like_fleet(pid: int) -> bool:
+    try:
+        return b"fleet" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def local_status(paths: Paths) -> DaemonStatus:
+    """Whether the local daemon runs and answers, where, and since when."""
+    endpoint = live_endpoint(paths)
+    status = DaemonStatus(running=False, endpoint_file=str(paths.endpoint), log=str(paths.daemon_log))
+    if endpoint is not None:
+        status.running, status.url, status.pid = True, endpoint.url, endpoint.pid
+        status.version, status.started_at = endpoint.version, endpoint.started_at
+    return status
+
+
+def remote_status(url: str) -> DaemonStatus:
+    """Whether the daemon at ``url`` (``FLEET_DAEMON``) answers ``/v1/health``."""
+    try:
+        with Client(url, "", timeout=5.0, retries=0) as probe:
+            health = probe.health()
+    except errors.DaemonUnreachable:
+        return DaemonStatus(running=False, url=url, remote=True)
+    return DaemonStatus(running=True, url=url, pid=health.pid, version=health.version, remote=True)
