@@ -1,0 +1,101 @@
+"""The ``fleet`` command line: typer sub-apps per noun, and the one place errors become exit codes.
+
+Each command parses its arguments, calls :mod:`fleet.client`, and hands the result to
+:mod:`fleet.cli.render`. :func:`main` is the error boundary (DESIGN §7): a :class:`~fleet.errors.FleetError`
+prints ``fleet: error: <message>`` and exits with its code; usage errors exit 2; Ctrl-C exits 130;
+anything unexpected prints one line (``FLEET_DEBUG=1`` shows the traceback) and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+import fleet
+from fleet import errors
+from fleet.cli import blips, daemon, render, tokens, wave, wavelet
+from fleet.cli.common import JsonOpt
+from fleet.paths import get_paths
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(
+    name="fleet",
+    help="Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        render.out(f"fleet {fleet.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
+
+
+app.add_typer(daemon.app, name="daemon")
+app.add_typer(wave.app, name="wave")
+app.command()(wave.tree)
+wavelet.register(app)
+blips.register(app)
+app.add_typer(tokens.app, name="token")
+app.command()(tokens.whoami)
+
+
+@app.command("paths")
+def paths_(as_json: JsonOpt = False) -> None:
+    """Show where fleet keeps its files (FLEET_HOME moves them all)."""
+    paths = get_paths().as_dict()
+    if as_json:
+        render.dump(paths)
+    else:
+        render.pairs(list(paths.items()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit with the code DESIGN §7 assigns to what happened. Never returns."""
+    debug = bool(os.environ.get("FLEET_DEBUG"))
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
+    )
+    try:
+        code = app(args=argv, prog_name="fleet", standalone_mode=False)
+    except errors.FleetError as exc:
+        render.error(exc.message)
+        code = exc.exit_code
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            render.error(exc.format_message())
+        code = exc.exit_code
+    except (KeyboardInterrupt, typer.Abort):
+        code = 130
+    except BrokenPipeError:
+        # The reader went away (`fleet read --follow | head`): stop quietly, and keep Python from
+        # complaining again when it flushes stdout at exit.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        code = 1
+    except Exception as exc:
+        if debug:
+            raise
+        render.error(f"unexpected {type(exc).__name__}: {exc} (run with FLEET_DEBUG=1 for a traceback)")
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

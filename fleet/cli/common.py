@@ -1,0 +1,59 @@
+"""What the commands share: the one client per process, reference resolution and common options."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from fleet import errors
+from fleet.client import Client, connect
+from fleet.models import Wavelet
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON: the wire model, full ids.")]
+AsOpt = Annotated[
+    str | None,
+    typer.Option("--as", metavar="NAME", help="Act as this participant (operator token only)."),
+]
+WaveOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--wave",
+        envvar="FLEET_WAVE",
+        metavar="WAVE",
+        help="The wave a bare wavelet name belongs to.",
+    ),
+]
+WAVELET_HELP = "WAVE/WAVELET, a wavelet name in the current wave (--wave / FLEET_WAVE), or an id prefix."
+
+_client: Client | None = None
+
+
+def client() -> Client:
+    """The client for this process: found or started on first use (see :func:`fleet.client.connect`)."""
+    global _client
+    if _client is None:
+        _client = connect()
+    return _client
+
+
+def wavelet(ref: str, wave: str | None) -> Wavelet:
+    """The wavelet a user typed: ``WAVE/WAVELET``, a name in ``wave``, or an id / unique id prefix."""
+    return client().resolve(ref, wave=wave)
+
+
+def text_arg(text: str) -> str:
+    """A TEXT argument; ``-`` reads stdin (one trailing newline dropped, as ``echo`` adds it)."""
+    if text != "-":
+        return text
+    if sys.stdin is None or sys.stdin.isatty():
+        raise errors.UsageError("TEXT is `-` but stdin is a terminal: pipe the text in, or give it inline")
+    data = sys.stdin.read()
+    return data[:-1] if data.endswith("\n") else data
+
+
+def names(values: list[str] | None) -> list[str]:
+    """Participant names from ``--with a,b`` (repeatable), blanks dropped, order kept, no duplicates."""
+    found = [n.strip() for v in values or [] for n in v.split(",")]
+    return list(dict.fromkeys(n for n in found if n))

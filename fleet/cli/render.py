@@ -1,0 +1,168 @@
+"""Everything the CLI prints, in one place: human lines by default, the wire models with ``--json``.
+
+What scripts may rely on: ``--json`` prints exactly ``model_dump(mode="json", by_alias=True)`` of the
+models in :mod:`fleet.models` (a JSON array for lists, one object per line for streams). Human output
+is for people: ids are shortened to a prefix the daemon accepts, times are local ``HH:MM:SS``.
+Data goes to stdout; notices and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+import typer
+from pydantic import BaseModel
+
+from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
+
+SHORT = 13
+"""Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
+
+
+def out(line: str = "") -> None:
+    """One line of data on stdout, flushed (so ``--follow`` output reaches a pipe at once)."""
+    typer.echo(line)
+
+
+def note(line: str) -> None:
+    """A notice for the person at the terminal, on stderr."""
+    typer.echo(f"fleet: {line}", err=True)
+
+
+def error(message: str) -> None:
+    typer.echo(f"fleet: error: {message}", err=True)
+
+
+def dump(item: BaseModel | Sequence[BaseModel] | Mapping[str, str], *, compact: bool = False) -> None:
+    """Print a model (or a list of models, as a JSON array) exactly as its wire shape."""
+    data: object
+    if isinstance(item, BaseModel):
+        data = item.model_dump(mode="json", by_alias=True)
+    elif isinstance(item, Mapping):
+        data = dict(item)
+    else:
+        data = [m.model_dump(mode="json", by_alias=True) for m in item]
+    out(json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2))
+
+
+def short(id_: str, ids: Iterable[str] = ()) -> str:
+    """The shortest prefix of ``id_`` (at least :data:`SHORT` characters) no other of ``ids`` shares."""
+    n = SHORT
+    for other in ids:
+        if other == id_:
+            continue
+        while n < len(id_) and other.startswith(id_[:n]):
+            n += 1
+    return id_[:n]
+
+
+def clock(ts: str) -> str:
+    """An ISO timestamp as local ``HH:MM:SS`` (the raw text if it is not ISO)."""
+    try:
+        return datetime.fromisoformat(ts).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return ts
+
+
+def when(ts: str) -> str:
+    """An ISO timestamp as local ``YYYY-MM-DD HH:MM`` (the raw text if it is not ISO)."""
+    try:
+        return datetime.fromisoformat(ts).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return ts
+
+
+def roster(members: Sequence[Member]) -> str:
+    return ", ".join(m.name for m in members) or "nobody"
+
+
+# ---------------------------------------------------------------- blips
+
+
+def blip_line(blip: Blip, *, with_id: bool = False, among: Iterable[str] = ()) -> str:
+    """``[HH:MM:SS] author: text`` — system blips as ``* text``, surfaces and edits marked."""
+    if blip.kind == "system":
+        head = "*"
+    else:
+        marks = []
+        if blip.kind == "surface":
+            marks.append("surfaced")
+        if blip.replaces:
+            marks.append("edited")
+        if blip.superseded_by:
+            marks.append("superseded")
+        head = blip.author + (f" ({', '.join(marks)})" if marks else "") + ":"
+    prefix = f"{short(blip.id, among)} " if with_id else ""
+    text = blip.text.replace("\n", "\n    ")
+    return f"{prefix}[{clock(blip.created_at)}] {head} {text}"
+
+
+def blips(items: Sequence[Blip], *, with_ids: bool = False) -> None:
+    ids = [b.id for b in items]
+    for b in items:
+        out(blip_line(b, with_id=with_ids, among=ids))
+
+
+def posted(blip: Blip, where: Wavelet | None = None, verb: str = "posted") -> None:
+    place = f" in {where.path}" if where is not None else ""
+    out(f"{verb} {short(blip.id)}{place}")
+
+
+# ---------------------------------------------------------------- waves and wavelets
+
+
+def wave_list(waves: Sequence[Wave]) -> None:
+    if not waves:
+        note("no waves yet: create one with `fleet wave new NAME`")
+        return
+    width = max(len(w.name) for w in waves)
+    ids = [w.id for w in waves]
+    for w in waves:
+        out(f"{w.name:<{width}}  {short(w.id, ids)}  created {when(w.created_at)}")
+
+
+def wave_tree(wave: Wave) -> None:
+    """The wavelet tree: one line per wavelet with its roster, private ones marked."""
+    out(f"{wave.name}  ({short(wave.id)})")
+    children: dict[str | None, list[Wavelet]] = {}
+    for wl in wave.wavelets:
+        children.setdefault(wl.parent_id, []).append(wl)
+    known = {wl.id for wl in wave.wavelets}
+    # Roots: the root wavelet, plus any wavelet whose parent the caller cannot see.
+    roots = [wl for wl in wave.wavelets if wl.parent_id is None or wl.parent_id not in known]
+
+    def walk(nodes: list[Wavelet], indent: str) -> None:
+        for i, wl in enumerate(sorted(nodes, key=lambda w: w.id)):
+            last = i == len(nodes) - 1
+            private = "  (private)" if wl.private else ""
+            out(f"{indent}{'└── ' if last else '├── '}{wl.name}  [{roster(wl.roster)}]{private}")
+            walk(children.get(wl.id, []), indent + ("    " if last else "│   "))
+
+    walk(roots, "")
+
+
+def wavelet(wl: Wavelet, verb: str) -> None:
+    private = " (private)" if wl.private else ""
+    out(f"{verb} {wl.path}{private}  [{roster(wl.roster)}]  {short(wl.id)}")
+
+
+# ---------------------------------------------------------------- tokens
+
+
+def tokens(items: Sequence[TokenInfo]) -> None:
+    if not items:
+        note("no tokens")
+        return
+    ids = [t.id for t in items]
+    for t in items:
+        state = f"revoked {when(t.revoked_at)}" if t.revoked_at else f"created {when(t.created_at)}"
+        out(f"{short(t.id, ids)}  {t.wave}/{t.participant}  {state}")
+
+
+def pairs(rows: Sequence[tuple[str, str]]) -> None:
+    """``key  value`` lines, keys aligned."""
+    width = max((len(k) for k, _ in rows), default=0)
+    for key, value in rows:
+        out(f"{key:<{width}}  {value}")

@@ -1,0 +1,76 @@
+"""``fleet fork``, ``fleet invite``, ``fleet leave``: the wavelet tree and its rosters."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fleet.cli import render
+from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, names, wavelet
+from fleet.cli.wave import WithOpt
+
+WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="A participant name.")]
+
+
+def fork(
+    parent: Annotated[str, typer.Argument(metavar="PARENT", help=WAVELET_HELP)],
+    name: Annotated[str, typer.Option("--name", help="The new wavelet's name (unique in its wave).")],
+    with_: WithOpt = None,
+    private: Annotated[
+        bool, typer.Option("--private", help="Invisible to anyone not on its roster.")
+    ] = False,
+    as_: AsOpt = None,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fork a child wavelet with its own roster.
+
+    The child's context is PARENT's blips up to now; a private child is invisible to anyone not on
+    its roster.
+    """
+    c = client()
+    child = c.fork(wavelet(parent, wave).id, name, names(with_), private=private, as_=as_)
+    # `--spawn` (DESIGN §7) belongs here, once fleet.spawn exists: materialise `child`'s roster as a
+    # tmux window right after the fork succeeds, then render both.
+    if as_json:
+        render.dump(child)
+    else:
+        render.wavelet(child, "forked")
+
+
+def invite(
+    wavelet_ref: WaveletArg,
+    name: NameArg,
+    as_: AsOpt = None,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add NAME to WAVELET's roster."""
+    wl = client().invite(wavelet(wavelet_ref, wave).id, name, as_=as_)
+    if as_json:
+        render.dump(wl)
+    else:
+        render.wavelet(wl, f"invited {name} to")
+
+
+def leave(
+    wavelet_ref: WaveletArg,
+    name: NameArg,
+    as_: AsOpt = None,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take NAME off WAVELET's roster; deliveries to NAME stop."""
+    wl = client().leave(wavelet(wavelet_ref, wave).id, name, as_=as_)
+    if as_json:
+        render.dump(wl)
+    else:
+        render.wavelet(wl, f"{name} left")
+
+
+def register(root: typer.Typer) -> None:
+    root.command()(fork)
+    root.command()(invite)
+    root.command()(leave)
