@@ -50,6 +50,7 @@ from fleet.models import (
     MintRequest,
     NewBlip,
     NewFork,
+    NewSession,
     NewSurface,
     NewWave,
     PresenceReport,
@@ -468,6 +469,8 @@ class Daemon:
             ("GET", f"/v1/blips/{seg}", self._get_blip),
             ("GET", f"/v1/blips/{seg}/history", self._history),
             ("POST", f"/v1/blips/{seg}/replace", self._replace),
+            ("POST", f"/v1/waves/{seg}/sessions", self._record_session),
+            ("GET", f"/v1/waves/{seg}/sessions", self._sessions),
             ("POST", "/v1/tokens", self._mint),
             ("GET", "/v1/tokens", self._list_tokens),
             ("POST", "/v1/tokens/revoke", self._revoke),
@@ -605,6 +608,13 @@ class Daemon:
         names = [n for n, _kind in self._s.participants(r.who, wave.id) if n != OPERATOR]
         return 200, {"presence": self.presence.rows(wave.id, names)}
 
+    def _record_session(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+        return 200, self._s.record_session(r.who, unquote(m[1]), r.model(NewSession))
+
+    def _sessions(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+        participant = r.query.get("participant") or None
+        return 200, {"sessions": self._s.sessions(r.who, unquote(m[1]), participant)}
+
     def _mint(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
         body = r.model(MintRequest)
         return 201, self._s.mint_token(r.who, body.wave, body.participant, secrets.token_urlsafe(32))
@@ -716,7 +726,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._error(
                 errors.PayloadTooLarge(
                     f"request body of {length} bytes is over the limit of"
-                    f" {daemon.max_blip_bytes + BODY_SLACK}: blips are limited to {daemon.max_blip_bytes} bytes"
+                    f" {daemon.max_blip_bytes + BODY_SLACK}:"
+                    f" blips are limited to {daemon.max_blip_bytes} bytes"
                 )
             )
             return None

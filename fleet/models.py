@@ -134,6 +134,23 @@ class PresenceRow(Lenient):
     delivered: int = 0
 
 
+class SessionRecord(Lenient):
+    """The agent session a participant runs in a wave: what ``fleet respawn`` needs on any machine."""
+
+    participant: str
+    session_id: str
+    """The Claude Code session id assigned before launch (``--session-id``, later ``--resume``)."""
+    wavelet_id: str
+    """The wavelet whose window the pane lives in."""
+    layout: str = ""
+    agent: str = ""
+    """The agent command (no secrets), as the layout or ``--agent`` gave it."""
+    transport: Literal["channel", "hook"] = "channel"
+    cwd: str = ""
+    host: str = ""
+    updated_at: str = ""
+
+
 class TokenInfo(Lenient):
     id: str
     wave_id: str
@@ -223,6 +240,17 @@ class PresenceReport(Model):
     count: int = 0
     session_id: str | None = None
     host: str | None = None
+
+
+class NewSession(Model):
+    participant: str
+    session_id: str
+    wavelet_id: str
+    layout: str = ""
+    agent: str = ""
+    transport: Literal["channel", "hook"] = "channel"
+    cwd: str = ""
+    host: str = ""
 
 
 class MintRequest(Model):

@@ -38,6 +38,7 @@ import json
 import logging
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,7 +61,9 @@ from fleet.models import (
     FeedWavelet,
     Member,
     MintedToken,
+    NewSession,
     ParticipantKind,
+    SessionRecord,
     TokenInfo,
     Wave,
     Wavelet,
@@ -174,12 +177,34 @@ def _m0001_initial(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0002_sessions(conn: sqlite3.Connection) -> None:
+    _script(
+        conn,
+        """
+        CREATE TABLE sessions (
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            wavelet_id  TEXT NOT NULL REFERENCES wavelets(id),
+            layout      TEXT NOT NULL,
+            agent       TEXT NOT NULL,
+            transport   TEXT NOT NULL,
+            cwd         TEXT NOT NULL,
+            host        TEXT NOT NULL,
+            updated_at  TEXT NOT NULL,
+            PRIMARY KEY (wave_id, participant)
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
+    ("0002_sessions", _m0002_sessions),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
-MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens")
+MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens", "sessions")
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
@@ -297,6 +322,23 @@ def _apply(conn: sqlite3.Connection, etype: str, e: Event) -> None:
         conn.execute(
             "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (e["revoked_at"], e["token_id"]),
+        )
+    elif etype == "session.recorded":
+        conn.execute(
+            "INSERT OR REPLACE INTO sessions(wave_id, participant, session_id, wavelet_id, layout, agent,"
+            " transport, cwd, host, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                e["wave_id"],
+                e["participant"],
+                e["session_id"],
+                e["wavelet_id"],
+                e["layout"],
+                e["agent"],
+                e["transport"],
+                e["cwd"],
+                e["host"],
+                e["updated_at"],
+            ),
         )
     else:  # pragma: no cover - a log written by a newer fleet
         raise errors.FleetError(f"unknown event type {etype!r} in the log: upgrade fleet")
@@ -1135,6 +1177,40 @@ class Store:
                     self._record(conn, "token.revoked", {"token_id": t["id"], "revoked_at": at})
         ids = {t["id"] for t in live}
         return [t for t in self.list_tokens(who) if t.id in ids]
+
+    # ---------------------------------------------------------------- agent sessions
+
+    def record_session(self, who: Principal, wave: str, rec: NewSession) -> SessionRecord:
+        """Remember which agent session ``rec.participant`` runs (operator only): respawn reads it."""
+        if not who.is_operator:
+            raise errors.Forbidden("only the operator records agent sessions")
+        w = self._visible_wave(who, wave)
+        _check_participant_name(rec.participant)
+        try:
+            uuid.UUID(rec.session_id)
+        except ValueError:
+            raise errors.UsageError(f"session id {rec.session_id!r} is not a UUID") from None
+        wl = self._visible_wavelet(who, rec.wavelet_id)
+        if wl["wave_id"] != w["id"]:
+            raise errors.UsageError(f"wavelet {rec.wavelet_id!r} is not in wave {w['name']!r}")
+        payload = rec.model_dump()
+        payload.update(wave_id=w["id"], wavelet_id=wl["id"], updated_at=now())
+        self._commit_event("session.recorded", payload)
+        return self.sessions(who, wave, rec.participant)[0]
+
+    def sessions(self, who: Principal, wave: str, participant: str | None = None) -> list[SessionRecord]:
+        """Recorded sessions of ``wave`` (a participant sees only its own)."""
+        w = self._visible_wave(who, wave)
+        if not who.is_operator:
+            participant = who.name
+        sql, args = "SELECT * FROM sessions WHERE wave_id = ?", [w["id"]]
+        if participant:
+            sql += " AND participant = ?"
+            args.append(participant)
+        return [
+            SessionRecord(**{k: row[k] for k in row.keys() if k != "wave_id"})  # noqa: SIM118 (Row)
+            for row in self._r().execute(sql + " ORDER BY participant", args)
+        ]
 
     # ---------------------------------------------------------------- the log
 

@@ -38,7 +38,7 @@ def participant(store: Store, wave: str, name: str) -> Principal:
 
 def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> None:
     conn = connect(tmp_path / "x.sqlite3")
-    assert migrate(conn) == ["0001_initial"]
+    assert migrate(conn) == ["0001_initial", "0002_sessions"]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert set(MATERIALISED) | {"events", "migrations"} <= tables
@@ -308,3 +308,33 @@ def test_replay_equals_live_state_for_any_history(
     assert dump_tables(rebuilt) == s.dump()
     rebuilt.close()
     s.close()
+
+
+def test_agent_sessions_are_recorded_for_respawn_and_replayed(store: Store, tmp_path: Path) -> None:
+    from fleet.models import NewSession
+
+    wave = store.create_wave(OP, "demo", ["alice", "bob"])
+    sid = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
+    rec = store.record_session(
+        OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id, agent="claude")
+    )
+    assert rec.session_id == sid and rec.wavelet_id == wave.root_id
+    newer = "6f1c2b3a-0000-4000-8000-000000000002"
+    store.record_session(
+        OP, "demo", NewSession(participant="alice", session_id=newer, wavelet_id=wave.root_id)
+    )
+    assert [s.session_id for s in store.sessions(OP, "demo")] == [newer]
+    bob = participant(store, "demo", "bob")
+    assert store.sessions(bob, "demo") == []  # a participant sees only its own
+    with pytest.raises(errors.Forbidden):
+        store.record_session(
+            bob, "demo", NewSession(participant="bob", session_id=sid, wavelet_id=wave.root_id)
+        )
+    with pytest.raises(errors.UsageError):
+        store.record_session(
+            OP, "demo", NewSession(participant="bob", session_id="nope", wavelet_id=wave.root_id)
+        )
+    replay(store.path, tmp_path / "rebuilt")
+    rebuilt = connect(tmp_path / "rebuilt")
+    assert dump_tables(rebuilt) == store.dump()
+    rebuilt.close()
