@@ -8,7 +8,8 @@ the same :mod:`fleet.errors` class the daemon raised. What callers may rely on:
   in a single ``send`` (headers and body together: writing them separately stalls on delayed ACKs).
   A connection the server closed while idle is noticed before reuse and replaced transparently.
 - **Retries only where they are safe.** A connection that cannot be established (refused, reset,
-  timed out) or a request that could not be written is retried with exponential backoff (0.05 s,
+  timed out), a request that could not be written, or a ``503`` (the daemon refused it while
+  shutting down, before acting on it) is retried with exponential backoff (0.05 s,
   doubling, ``retries`` times: about 1.5 s in all by default), then :class:`~fleet.errors.DaemonUnreachable`
   is raised naming the URL. A request that was written but got no answer is retried only if it is a
   read, or once if it went out on a reused keep-alive connection (the server closed it as idle);
@@ -336,6 +337,12 @@ class Client:
                     f"{_reason(exc)} while reading the answer; the {method} may have been applied",
                 ) from None
             conn.served += 1
+            if response.status == 503:
+                # The daemon refused the request before acting on it (it is shutting down): any
+                # request, even a POST, is safe to send again, to the daemon that replaces it.
+                conn.close()
+                backoff_or_raise(self._error(503, data).message)
+                continue
             return response.status, data
 
     def _call(
