@@ -57,12 +57,14 @@ from fleet.models import (
     Lenient,
     MintedToken,
     MintRequest,
+    NewSession,
     NewBlip,
     NewFork,
     NewSurface,
     NewWave,
     PresenceReport,
     PresenceRow,
+    SessionRecord,
     RevokeRequest,
     RosterChange,
     TokenInfo,
@@ -98,6 +100,10 @@ class _Presence(Lenient):
 
 class _Tokens(Lenient):
     tokens: list[TokenInfo]
+
+
+class _Sessions(Lenient):
+    sessions: list[SessionRecord]
 
 
 class _Revoked(Lenient):
@@ -511,6 +517,14 @@ class Client:
         """Revoke one token by id, or every token of (wave, participant). Returns what was revoked."""
         req = RevokeRequest(token_id=token_id, wave=wave, participant=participant)
         return self._call("POST", "/v1/tokens/revoke", _Revoked, req).revoked
+
+    def record_session(self, wave: str, session: NewSession) -> SessionRecord:
+        """Remember the agent session a participant runs (operator only; see ``fleet respawn``)."""
+        return self._call("POST", f"/v1/waves/{_q(wave)}/sessions", SessionRecord, session, idempotent=True)
+
+    def sessions(self, wave: str, participant: str | None = None) -> list[SessionRecord]:
+        query = f"?{urlencode({'participant': participant})}" if participant else ""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/sessions{query}", _Sessions).sessions
 
 
 def _reason(exc: BaseException) -> str:
