@@ -28,6 +28,7 @@ import re
 import secrets
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -348,7 +349,10 @@ class Daemon:
         """Serve in a background thread; returns once the socket is listening."""
         self._open()
         assert self._httpd is not None
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fleet-daemon", daemon=True)
+        # A short poll interval: stop() waits for serve_forever to notice the shutdown request.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.05,), name="fleet-daemon", daemon=True
+        )
         self._thread.start()
 
     def serve_forever(self) -> None:
@@ -655,6 +659,14 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-request is routine; anything else is logged with its traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.debug("client %s went away: %s", client_address, exc)
+        else:
+            log.exception("error serving %s", client_address)
 
     def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], daemon: Daemon) -> None:
         self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
