@@ -1,0 +1,158 @@
+"""Layouts: how a wavelet's roster is laid out in tmux and how each participant's agent is launched.
+
+A layout is a TOML file (read with the stdlib, validated here):
+
+.. code-block:: toml
+
+    description = "a large lead pane, targeted specialists beside it"
+    arrangement = "main-vertical"        # any tmux layout: tiled, main-vertical, even-horizontal, ...
+    main = "lead"                        # whose pane is the big one (else the first roster member)
+    main_size = "60%"
+
+    [defaults]                           # every participant's agent profile ...
+    agent = "claude"                     # the command (shell words); claude flags are appended
+    model = "sonnet"
+    permission_mode = "acceptEdits"
+    attention = "targeted"               # full | targeted (DESIGN §4)
+    cwd = "~/src/project"
+    args = ["--verbose"]
+
+    [participants.lead]                  # ... overridden per name
+    attention = "full"
+
+Shipped layouts live in the package's ``layouts/`` folder; a user's own in ``fleet paths``'s
+``layouts`` folder take precedence by name. A path ending in ``.toml`` is loaded as is. A bad file
+is reported with its path and the offending field.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from fleet import errors
+from fleet.models import PARTICIPANT_RE
+from fleet.paths import Paths
+
+Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
+Attention = Literal["full", "targeted"]
+PermissionMode = Literal["acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"]
+
+DEFAULT_LAYOUT = "trio"
+
+
+class Profile(BaseModel):
+    """One participant's agent profile; unset fields fall back to the layout's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = None
+    model: str | None = None
+    permission_mode: PermissionMode | None = None
+    attention: Attention | None = None
+    cwd: str | None = None
+    args: list[str] | None = None
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_not_blank(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("agent must be a command, not blank")
+        return v
+
+
+class ResolvedProfile(BaseModel):
+    """A participant's profile with every default applied: what the spawner launches."""
+
+    agent: str = "claude"
+    model: str | None = None
+    permission_mode: PermissionMode | None = None
+    attention: Attention = "full"
+    cwd: str | None = None
+    args: list[str] = Field(default_factory=list)
+
+
+class Layout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    arrangement: Arrangement = "tiled"
+    main: str | None = None
+    main_size: str | None = Field(default=None, pattern=r"^\d{1,3}%?$")
+    defaults: Profile = Field(default_factory=Profile)
+    participants: dict[str, Profile] = Field(default_factory=dict)
+
+    name: str = Field(default="", exclude=True)
+    source: str = Field(default="", exclude=True)
+
+    @field_validator("participants")
+    @classmethod
+    def _names(cls, v: dict[str, Profile]) -> dict[str, Profile]:
+        for name in v:
+            if not PARTICIPANT_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid participant name")
+        return v
+
+    def profile(self, participant: str) -> ResolvedProfile:
+        """The profile ``participant`` runs with: its overrides, else the defaults, else built-ins."""
+        merged = self.defaults.model_dump(exclude_none=True)
+        merged.update(self.participants.get(participant, Profile()).model_dump(exclude_none=True))
+        return ResolvedProfile(**merged)
+
+    def main_pane(self, roster: list[str]) -> str | None:
+        """Who gets the large pane in a main-* arrangement: ``main`` if on the roster, else the first."""
+        if not roster:
+            return None
+        return self.main if self.main in roster else roster[0]
+
+
+def _shipped() -> dict[str, Path]:
+    folder = importlib.resources.files("fleet") / "layouts"
+    return {
+        Path(entry.name).stem: Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".toml")
+    }
+
+
+def available(paths: Paths) -> dict[str, Path]:
+    """Every layout by name, the user's overriding shipped ones of the same name."""
+    found = _shipped()
+    if paths.layouts.is_dir():
+        found.update({p.stem: p for p in sorted(paths.layouts.glob("*.toml"))})
+    return dict(sorted(found.items()))
+
+
+def parse(text: str, source: str, name: str) -> Layout:
+    """Validate layout TOML ``text``; errors name ``source`` and the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise errors.UsageError(f"layout {source}: invalid TOML: {exc}") from None
+    try:
+        layout = Layout.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise errors.UsageError(f"layout {source}: field {field}: {first['msg']}{more}") from None
+    layout.name, layout.source = name, source
+    return layout
+
+
+def load(name: str, paths: Paths) -> Layout:
+    """The layout called ``name`` (user's first, then shipped), or the file at ``name`` if it ends .toml."""
+    if name.endswith(".toml"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise errors.NotFound(f"no layout file {path}")
+        return parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+    found = available(paths)
+    if name not in found:
+        raise errors.NotFound(
+            f"no layout {name!r}: choose one of {', '.join(found)} or put {name}.toml in {paths.layouts}"
+        )
+    path = found[name]
+    return parse(path.read_text(encoding="utf-8"), str(path), name)

@@ -1,0 +1,364 @@
+"""Spawning: a wavelet's roster materialised as tmux panes, each running an agent wired to the wave.
+
+``Spawner.spawn(wavelet)`` is fleet's main job (DESIGN §6). What a caller may rely on:
+
+- One tmux session per wave, one window per wavelet, one pane per participant, found again by their
+  ``@fleet_*`` options, never by names or indexes.
+- Idempotent: a participant of the wave with a live pane anywhere in the wave's session is never
+  launched twice (its one channel already delivers every wavelet it is on). A participant whose
+  pane died is respawned in place with ``--resume`` of its recorded session. Re-running spawn after
+  an invite adds panes for the new members.
+- Before launch each participant gets a fresh token in a 0600 file (its older tokens are revoked),
+  and a Claude session id, recorded with the daemon so any machine can respawn it.
+- The agent is the pane's own command, launched without a shell. Claude Code gets the channel as an
+  inline ``--mcp-config`` (``=`` form: the flag is variadic) that names the token *file*, never the
+  token. ``--transport hook`` injects ``fleet watch --hook`` as an ``asyncRewake`` hook instead of
+  loading the development channel.
+- Each launched pane is then watched (bounded): ready once its channel pings the daemon; Claude
+  Code's development-channels warning is accepted; a folder-trust prompt is accepted only with
+  ``trust``; an agent that dies is reported with its exit status and last lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fleet import errors
+from fleet.client import Client
+from fleet.layouts import Layout, ResolvedProfile
+from fleet.models import NewSession, SessionRecord, Wave, Wavelet
+from fleet.paths import Paths, write_private
+from fleet.tmux import PaneInfo, Tmux, check_length
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["channel", "hook"]
+STANDIN = "fleet-standin"
+"""Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
+
+DEV_CHANNELS_PROMPT = "I am using this for local development"
+TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
+
+
+@dataclass
+class PaneReport:
+    participant: str
+    pane_id: str
+    action: Literal["launched", "respawned", "running", "skipped"]
+    ready: bool = False
+    why: str = ""
+    session_id: str = ""
+    argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SpawnReport:
+    wave: str
+    wavelet: str
+    session_id: str
+    window_id: str
+    panes: list[PaneReport]
+    attach: str
+
+    @property
+    def all_ready(self) -> bool:
+        return all(p.ready for p in self.panes if p.action != "skipped")
+
+
+def agent_words(agent: str) -> list[str]:
+    """The agent command as argv; ``fleet-standin`` runs this Python's stand-in module."""
+    words = shlex.split(agent)
+    if not words:
+        raise errors.UsageError("the agent command is empty")
+    if words[0] == STANDIN:
+        return [sys.executable, "-m", "fleet.standin", *words[1:]]
+    return words
+
+
+def require_agent(words: list[str]) -> None:
+    if shutil.which(words[0]) is None:
+        if Path(words[0]).name == "claude":
+            raise errors.ToolMissing(
+                "claude (Claude Code) is not installed or not on PATH: install it with"
+                " `npm install -g @anthropic-ai/claude-code`, or spawn another agent with --agent CMD"
+                f" (e.g. --agent {STANDIN} for the scripted stand-in)"
+            )
+        raise errors.ToolMissing(
+            f"agent command {words[0]!r} was not found on PATH: install it or fix --agent"
+        )
+
+
+def channel_entry(
+    participant: str,
+    wave: str,
+    daemon_url: str,
+    token_file: Path,
+    *,
+    attention: str = "full",
+    deliver: bool = True,
+) -> dict[str, object]:
+    """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file)."""
+    args = ["-m", "fleet", "channel", "--participant", participant, "--wave", wave,
+            "--daemon", daemon_url, "--token-file", str(token_file)]  # fmt: skip
+    if attention != "full":
+        args += ["--attention", attention]
+    if not deliver:
+        args += ["--no-deliver"]
+    env = {k: os.environ[k] for k in ("FLEET_HOME",) if os.environ.get(k)}
+    return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
+
+
+def mcp_config(entry: dict[str, object]) -> str:
+    return json.dumps({"mcpServers": {"fleet": entry}}, separators=(",", ":"))
+
+
+def agent_argv(
+    words: list[str],
+    profile: ResolvedProfile,
+    participant: str,
+    session_id: str,
+    config_json: str,
+    *,
+    resume: bool,
+    transport: Transport,
+    hook_settings: str | None = None,
+) -> list[str]:
+    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic)."""
+    argv = [*words, f"--mcp-config={config_json}"]
+    if transport == "channel":
+        argv.append("--dangerously-load-development-channels=server:fleet")
+    elif hook_settings:
+        argv.append(f"--settings={hook_settings}")
+    argv += ["--resume", session_id] if resume else ["--session-id", session_id]
+    argv += ["--name", participant]
+    if profile.model:
+        argv += ["--model", profile.model]
+    if profile.permission_mode:
+        argv += ["--permission-mode", profile.permission_mode]
+    return argv + list(profile.args)
+
+
+class Spawner:
+    """Spawns wavelets into one tmux server against one daemon (``client`` must hold the operator token)."""
+
+    def __init__(
+        self,
+        client: Client,
+        tmux: Tmux,
+        paths: Paths,
+        *,
+        agent: str | None = None,
+        transport: Transport = "channel",
+        trust: bool = False,
+        ready_timeout: float = 30.0,
+        hook_settings: Callable[[str, str, Path], str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.tmux = tmux
+        self.paths = paths
+        self.agent = agent
+        self.transport: Transport = transport
+        self.trust = trust
+        self.ready_timeout = ready_timeout
+        self.hook_settings = hook_settings
+        self.clock = clock
+
+    # ---------------------------------------------------------------- helpers
+
+    def token_file(self, wave: Wave, participant: str) -> Path:
+        return self.paths.tokens / wave.id / f"{participant}.token"
+
+    def _fresh_token(self, wave: Wave, participant: str) -> Path:
+        old = [
+            t.id
+            for t in self.client.list_tokens(wave.id)
+            if t.participant == participant and not t.revoked_at
+        ]
+        minted = self.client.mint_token(wave.id, participant)
+        path = self.token_file(wave, participant)
+        write_private(path, minted.token + "\n")
+        for token_id in old:
+            self.client.revoke_token(token_id=token_id)
+        return path
+
+    def _launch(
+        self,
+        pane_id: str,
+        wave: Wave,
+        wl: Wavelet,
+        layout: Layout,
+        participant: str,
+        record: SessionRecord | None,
+        resume: bool,
+    ) -> PaneReport:
+        profile = layout.profile(participant)
+        agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
+        words = agent_words(agent)
+        require_agent(words)
+        transport: Transport = (record.transport if resume and record else self.transport) or "channel"
+        session_id = record.session_id if resume and record else str(uuid.uuid4())
+        token_file = self._fresh_token(wave, participant)
+        entry = channel_entry(
+            participant, wave.name, self.client.base_url, token_file,
+            attention=profile.attention, deliver=transport == "channel",
+        )  # fmt: skip
+        hook = None
+        if transport == "hook":
+            if self.hook_settings is None:
+                raise errors.UsageError("--transport hook needs fleet's watch hook, which is not available")
+            hook = self.hook_settings(participant, wave.name, token_file)
+        argv = agent_argv(
+            words, profile, participant, session_id, mcp_config(entry),
+            resume=resume, transport=transport, hook_settings=hook,
+        )  # fmt: skip
+        check_length(argv, participant)
+        cwd = (
+            os.path.expanduser(profile.cwd)
+            if profile.cwd
+            else (record.cwd if record and resume else os.getcwd())
+        )
+        self.client.record_session(
+            wave.id,
+            NewSession(
+                participant=participant, session_id=session_id, wavelet_id=wl.id, layout=layout.name,
+                agent=agent, transport=transport, cwd=cwd, host=socket.gethostname(),
+            ),
+        )  # fmt: skip
+        self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
+        self.tmux.respawn(pane_id, argv, cwd=cwd)
+        return PaneReport(
+            participant, pane_id, "respawned" if resume else "launched", session_id=session_id, argv=argv
+        )
+
+    # ---------------------------------------------------------------- the job
+
+    def spawn(self, wavelet_ref: str, layout: Layout, *, wave_hint: str | None = None) -> SpawnReport:
+        wl = self.client.resolve(wavelet_ref, wave=wave_hint)
+        wave = self.client.get_wave(wl.wave_id)
+        roster = [m.name for m in wl.roster if m.kind == "agent"]
+        if not roster:
+            raise errors.UsageError(
+                f"{wl.path} has no agents on its roster: invite some (`fleet invite {wl.path} NAME`)"
+            )
+        if self.agent:
+            require_agent(agent_words(self.agent))
+        else:
+            for name in roster:
+                require_agent(agent_words(layout.profile(name).agent))
+        main = layout.main_pane(roster)
+        order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
+        records = {r.participant: r for r in self.client.sessions(wave.id)}
+
+        panes = self.tmux.fleet_panes(wave.id)
+        session_id = self.tmux.find_session(wave.id)
+        spare: list[str] = []
+        created_window = False
+        if session_id is None:
+            session_id, window_id, first = self.tmux.new_session(wave.id, wave.name, wl.name, wl.id)
+            spare.append(first)
+            created_window = True
+        else:
+            found = self.tmux.find_window(session_id, wl.id)
+            if found is None:
+                window_id, first = self.tmux.new_window(session_id, wave.id, wl.name, wl.id)
+                spare.append(first)
+                created_window = True
+            else:
+                window_id = found
+        reports: list[PaneReport] = []
+        launched_at = self.clock()
+        for name in order:
+            mine = [p for p in panes if p.participant == name]
+            live = next((p for p in mine if p.alive), None)
+            if live is not None:
+                where = "" if live.window_id == window_id else f" (in another window, {live.wavelet[:8]})"
+                reports.append(
+                    PaneReport(name, live.pane_id, "running", ready=True, why=f"already running{where}")
+                )
+                continue
+            dead = next((p for p in mine if p.window_id == window_id), None) or (mine[0] if mine else None)
+            record = records.get(name)
+            if dead is not None:
+                reports.append(
+                    self._launch(dead.pane_id, wave, wl, layout, name, record, resume=record is not None)
+                )
+                continue
+            pane_id = spare.pop() if spare else self.tmux.split(window_id)
+            reports.append(self._launch(pane_id, wave, wl, layout, name, record, resume=False))
+        for leftover in spare:  # a placeholder nobody took (every member already ran elsewhere)
+            self.tmux.kill_pane(leftover)
+            if created_window:
+                window_id = ""
+        if window_id:
+            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
+        self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], launched_at)
+        return SpawnReport(
+            wave.name, wl.path, session_id, window_id, reports, attach_hint(self.tmux, wave.name)
+        )
+
+    # ---------------------------------------------------------------- readiness
+
+    def _await_ready(self, wave: Wave, reports: list[PaneReport], since: float) -> None:
+        """Watch launched panes until each is ready, dead, or stuck at a prompt (bounded)."""
+        pending = {r.participant: r for r in reports}
+        accepted: set[str] = set()
+        deadline = time.monotonic() + self.ready_timeout
+        delay = 0.05
+        while pending and time.monotonic() < deadline:
+            presence = {p.participant: p for p in self.client.presence(wave.id)}
+            panes = {p.pane_id: p for p in self.tmux.fleet_panes(wave.id)}
+            for name, rep in list(pending.items()):
+                pane: PaneInfo | None = panes.get(rep.pane_id)
+                row = presence.get(name)
+                if row and row.last_ping and row.last_ping >= since - 1 and row.session_id == rep.session_id:
+                    rep.ready, rep.why = True, "channel connected"
+                    del pending[name]
+                elif pane is None or pane.dead:
+                    status = pane.dead_status if pane else None
+                    tail = (
+                        [ln for ln in self.tmux.capture(rep.pane_id, history=True) if ln.strip()][-5:]
+                        if pane
+                        else []
+                    )
+                    rep.why = f"the agent exited with status {status}" + (
+                        ": " + " | ".join(tail) if tail else ""
+                    )
+                    del pending[name]
+                else:
+                    screen = "\n".join(self.tmux.capture(rep.pane_id))
+                    if DEV_CHANNELS_PROMPT in screen and name not in accepted:
+                        self.tmux.send_enter(rep.pane_id)
+                        accepted.add(name)
+                    elif any(t in screen for t in TRUST_PROMPTS):
+                        if self.trust:
+                            self.tmux.send_enter(rep.pane_id)
+                        else:
+                            rep.why = (
+                                "waiting at Claude Code's folder-trust prompt:"
+                                " attach and answer it, or spawn with --trust"
+                            )
+                            del pending[name]
+            if pending:
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        for rep in pending.values():
+            rep.why = f"not connected after {self.ready_timeout:g}s: attach to see its screen"
+
+
+def attach_hint(tmux: Tmux, wave: str) -> str:
+    sock = os.environ.get("FLEET_TMUX_SOCKET")
+    prefix = f"FLEET_TMUX_SOCKET={shlex.quote(sock)} " if sock else ""
+    return f"{prefix}fleet attach {wave}"

@@ -1,0 +1,352 @@
+"""The scripted stand-in agent: fleet exercised without a language model.
+
+It takes the same command line as ``claude`` (``--mcp-config=JSON`` (repeatable),
+``--dangerously-load-development-channels=server:fleet``, ``--session-id``/``--resume``, ``--name``,
+``--model``, ``--permission-mode``, ``--settings``, …), starts the ``fleet`` MCP server exactly as
+its ``--mcp-config`` says, completes the MCP handshake as a real client, and then acts on channel
+notifications by a script instead of by judgement:
+
+- ``--opening TEXT``: post TEXT into ``--opening-wavelet`` (default: the wave's root) once, when a
+  fresh session starts (not on ``--resume``).
+- ``--reply TEXT``: when a ``message`` blip from someone else names this participant, answer it in
+  the same wavelet. TEXT may use ``{author}``, ``{name}``, ``{n}`` (the reply number).
+- ``--turns N``: after N replies, post one ``DONE: …`` blip (``--done TEXT``) and go silent.
+- With ``--settings`` carrying fleet's hook (``--transport hook``), it emulates Claude Code's
+  ``asyncRewake``: runs the ``SessionStart``/``Stop`` hook commands in the background and treats an
+  exit code 2 as a wake whose stderr is the new blips.
+
+It never answers ``system``, ``surface`` or ``cap`` blips (the prompt contract). Everything it does
+goes to its terminal (the tmux pane) and, one JSON line per event, to
+``<fleet state dir>/standin/<name>.jsonl`` (its exact argv first), which tests and ``fleet demo``
+read. Run it as ``fleet-standin`` in a layout or ``--agent`` (spawn resolves that to this module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fleet.paths import get_paths
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "2025-11-25"
+
+
+class StandinError(Exception):
+    pass
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fleet-standin", add_help=True, allow_abbrev=False)
+    # claude's flags (the ones fleet passes; anything else is accepted and ignored)
+    p.add_argument("--mcp-config", action="append", default=[])
+    p.add_argument("--dangerously-load-development-channels", action="append", default=[])
+    p.add_argument("--session-id")
+    p.add_argument("--resume", "-r")
+    p.add_argument("--fork-session", action="store_true")
+    p.add_argument("--name", "-n")
+    p.add_argument("--model")
+    p.add_argument("--permission-mode")
+    p.add_argument("--settings")
+    p.add_argument("--strict-mcp-config", action="store_true")
+    # the script
+    p.add_argument("--opening")
+    p.add_argument("--opening-wavelet")
+    p.add_argument("--reply")
+    p.add_argument("--turns", type=int, default=1)
+    p.add_argument("--done", default="DONE: {name} is finished.")
+    p.add_argument("--exit-after-done", action="store_true", help="exit 0 once DONE is posted")
+    p.add_argument("--log-dir")
+    args, unknown = p.parse_known_args(argv)
+    args.unknown = unknown
+    return args
+
+
+class Recorder:
+    """One JSON line per event in the stand-in's log, and a readable line on its terminal."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, show: str | None = None, **data: Any) -> None:
+        line = json.dumps({"t": time.time(), "event": event, **data}, default=str)
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        if show:
+            print(show, flush=True)
+
+
+class McpClient:
+    """A minimal MCP client over a child's stdio: requests, responses, and notification callbacks."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], on_notification: Any) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+        self._next = 0
+        self._pending: dict[int, queue.Queue[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._on_notification = on_notification
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "id" in msg and "method" not in msg:
+                q = self._pending.pop(msg["id"], None)
+                if q is not None:
+                    q.put(msg)
+            elif "method" in msg and "id" in msg:  # a request from the server (ping)
+                self._send({"jsonrpc": "2.0", "id": msg["id"], "result": {}})
+            elif "method" in msg:
+                self._on_notification(msg["method"], msg.get("params") or {})
+        for q in list(self._pending.values()):
+            q.put({"error": {"code": -1, "message": "the MCP server closed its stdout"}})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        with self._lock:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        with self._lock:
+            rid = self._next
+            self._next += 1
+            q: queue.Queue[dict[str, Any]] = queue.Queue()
+            self._pending[rid] = q
+        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        try:
+            reply = q.get(timeout=timeout)
+        except queue.Empty:
+            raise StandinError(f"{method}: no answer from the MCP server in {timeout}s") from None
+        if "error" in reply:
+            raise StandinError(f"{method}: {reply['error'].get('message')}")
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        self._send({"jsonrpc": "2.0", "method": method, **({"params": params} if params else {})})
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def fleet_server(configs: list[str]) -> dict[str, Any]:
+    """The ``fleet`` entry of the inline ``--mcp-config`` values (as Claude Code reads them)."""
+    for raw in configs:
+        try:
+            data = json.loads(raw.strip())
+        except json.JSONDecodeError:
+            data = json.loads(Path(raw).read_text(encoding="utf-8"))
+        servers = data.get("mcpServers", {}) if isinstance(data, dict) else {}
+        if "fleet" in servers:
+            entry: dict[str, Any] = servers["fleet"]
+            return entry
+    raise StandinError("no `fleet` server in --mcp-config")
+
+
+def hook_commands(settings: str | None) -> list[str]:
+    """The asyncRewake command hooks of ``--settings`` (SessionStart first, then Stop)."""
+    if not settings:
+        return []
+    data = json.loads(settings)
+    out = []
+    for event in ("SessionStart", "Stop"):
+        for matcher in data.get("hooks", {}).get(event, []):
+            for h in matcher.get("hooks", []):
+                if h.get("type") == "command" and h.get("asyncRewake"):
+                    out.append(h["command"])
+    return out
+
+
+class Agent:
+    def __init__(self, args: argparse.Namespace, record: Recorder) -> None:
+        self.args = args
+        self.name: str = args.name or "agent"
+        self.record = record
+        self.replies = 0
+        self.done = False
+        self.inbox: queue.Queue[tuple[str, dict[str, str]]] = queue.Queue()
+        self.mention = re.compile(
+            rf"(?<![\w-]){re.escape(self.name)}(?![\w-])|\[\[{re.escape(self.name)}\]\]", re.I
+        )
+        self.client: McpClient | None = None
+
+    def on_notification(self, method: str, params: dict[str, Any]) -> None:
+        if method != "notifications/claude/channel":
+            return
+        content = str(params.get("content", ""))
+        meta = {str(k): str(v) for k, v in (params.get("meta") or {}).items()}
+        self.record(
+            "notification",
+            f"← fleet [{meta.get('author', '?')}]: {content[:200]}",
+            content=content,
+            meta=meta,
+        )
+        self.inbox.put((content, meta))
+
+    def post(self, wavelet: str, text: str) -> None:
+        assert self.client is not None
+        res = self.client.request(
+            "tools/call", {"name": "wavelet_post", "arguments": {"wavelet": wavelet, "text": text}}
+        )
+        ok = not res.get("isError")
+        self.record(
+            "post",
+            f"→ {wavelet}: {text}" if ok else f"✗ post failed: {res}",
+            wavelet=wavelet,
+            text=text,
+            ok=ok,
+        )
+
+    def act(self, content: str, meta: dict[str, str]) -> None:
+        if self.done or meta.get("kind") != "message" or meta.get("author") == self.name:
+            return
+        if not self.args.reply or not self.mention.search(content):
+            return
+        wavelet = meta.get("wavelet") or meta.get("wavelet_id", "")
+        self.replies += 1
+        self.post(
+            wavelet, self.args.reply.format(author=meta.get("author", ""), name=self.name, n=self.replies)
+        )
+        if self.replies >= self.args.turns:
+            self.post(wavelet, self.args.done.format(name=self.name, author=meta.get("author", "")))
+            self.done = True
+            self.record("done", f"{self.name}: DONE")
+
+    def run_hooks(self, commands: list[str]) -> None:
+        """Emulate asyncRewake: rerun each hook; exit 2 = wake with its stderr."""
+
+        def loop(cmd: str) -> None:
+            while True:
+                proc = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, input="{}")
+                self.record("hook", None, command=cmd, rc=proc.returncode, stderr=proc.stderr[-2000:])
+                if proc.returncode == 2:
+                    self.record(
+                        "wake", f"● Stop hook feedback: {proc.stderr.strip()[:300]}", text=proc.stderr
+                    )
+                    for block in _hook_blips(proc.stderr):
+                        self.inbox.put(block)
+                elif proc.returncode != 0:
+                    time.sleep(1.0)
+
+        for cmd in commands[:1]:  # one arm at a time, like a session re-arming its Stop hook
+            threading.Thread(target=loop, args=(cmd,), daemon=True).start()
+
+    def run(self) -> int:
+        args = self.args
+        entry = fleet_server(args.mcp_config)
+        env = {**os.environ, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
+        session = args.session_id or args.resume or ""
+        env["CLAUDE_CODE_SESSION_ID"] = session
+        argv = [entry["command"], *entry.get("args", [])]
+        self.record("spawn-server", None, argv=argv)
+        self.client = McpClient(argv, env, self.on_notification)
+        init = self.client.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "fleet-standin", "version": "1"},
+            },
+        )
+        hooks = hook_commands(args.settings)
+        self.client.notify("notifications/initialized")
+        tools = [t["name"] for t in self.client.request("tools/list", {})["tools"]]
+        self.record(
+            "ready",
+            f"fleet stand-in {self.name} ready (session {session}, protocol {init.get('protocolVersion')},"
+            f" {len(tools)} tools{', hook transport' if hooks else ''})",
+            protocol=init.get("protocolVersion"),
+            tools=tools,
+            instructions=init.get("instructions", ""),
+        )
+        if hooks:
+            self.run_hooks(hooks)
+        if args.opening and not args.resume:
+            self.post(args.opening_wavelet or "main", args.opening.format(name=self.name))
+        while True:
+            content, meta = self.inbox.get()
+            try:
+                self.act(content, meta)
+            except StandinError as exc:
+                self.record("error", f"✗ {exc}", error=str(exc))
+            if self.done and args.exit_after_done:
+                self.client.close()
+                return 0
+
+
+def _hook_blips(text: str) -> list[tuple[str, dict[str, str]]]:
+    """Blips from ``fleet watch --hook`` output: its ``--json`` lines if present, else one raw wake."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                b = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(b, dict) and "text" in b:
+                meta = {k: str(b.get(k, "")) for k in ("author", "kind", "wavelet", "wavelet_id")}
+                meta["blip_id"] = str(b.get("id", ""))
+                out.append((str(b["text"]), meta))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    name = args.name or "agent"
+    log_dir = Path(args.log_dir) if args.log_dir else get_paths().state / "standin"
+    record = Recorder(log_dir / f"{name}.jsonl")
+    record(
+        "start",
+        f"fleet stand-in agent {name}: {shlex.join(sys.argv[1:])[:300]}",
+        argv=sys.argv[1:],
+        pid=os.getpid(),
+    )
+    try:
+        return Agent(args, record).run()
+    except (StandinError, OSError, KeyError, json.JSONDecodeError) as exc:
+        record("fatal", f"fleet-standin: {exc}", error=str(exc))
+        print(f"fleet-standin: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The tmux adapter: the only module that talks to tmux (through a ``libtmux.Server``).
+
+What callers may rely on (DESIGN §6):
+
+- Identity lives in user options, never in names, titles or indexes: a session carries
+  ``@fleet_wave`` (the wave id), a window ``@fleet_wavelet`` (the wavelet id), a pane
+  ``@fleet_wave``, ``@fleet_wavelet`` and ``@fleet_participant``. Objects are addressed by tmux id
+  (``$N``, ``@N``, ``%N``), so a user's ``base-index`` or renamed windows change nothing.
+- A pane's agent is the pane's own command, executed by tmux without a shell (argv with several
+  items), so nothing in it is re-quoted or expanded. A pane is first created running a placeholder,
+  given its options and ``remain-on-exit on``, and only then respawned into the agent: an agent
+  that dies at once leaves a dead pane with its exit status and last lines, never a vanished one.
+- A command over tmux's length limit is refused with an error, never truncated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libtmux
+from libtmux.exc import LibTmuxException
+
+from fleet import errors
+
+PLACEHOLDER = ["tail", "-f", "/dev/null"]
+"""What a pane runs between creation and respawn into its agent (holds the pane open, reads nothing)."""
+
+MAX_COMMAND_BYTES = 16000
+"""tmux refuses a command of about 16 KiB or more ("command too long")."""
+
+PANE_FORMAT = "\t".join(
+    [
+        "#{pane_id}",
+        "#{window_id}",
+        "#{session_id}",
+        "#{session_name}",
+        "#{@fleet_wave}",
+        "#{@fleet_wavelet}",
+        "#{@fleet_participant}",
+        "#{pane_dead}",
+        "#{pane_dead_status}",
+        "#{pane_pid}",
+        "#{pane_start_command}",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class PaneInfo:
+    pane_id: str
+    window_id: str
+    session_id: str
+    session_name: str
+    wave: str
+    wavelet: str
+    participant: str
+    dead: bool
+    dead_status: int | None
+    pid: int | None
+    start_command: str
+
+    @property
+    def alive(self) -> bool:
+        return not self.dead
+
+
+def server(socket: str | None = None) -> libtmux.Server:
+    """The tmux server fleet works in.
+
+    ``socket`` (``--socket``) or ``FLEET_TMUX_SOCKET`` names it: a path (contains ``/``) or a socket
+    name (``tmux -L``). Otherwise, inside tmux, the enclosing server; else the default server.
+    """
+    if shutil.which("tmux") is None:
+        raise errors.ToolMissing(
+            "tmux is not installed: install it (Debian/Ubuntu: `sudo apt-get install tmux`,"
+            " macOS: `brew install tmux`) and try again"
+        )
+    socket = socket or os.environ.get("FLEET_TMUX_SOCKET") or None
+    if socket:
+        return libtmux.Server(socket_path=socket) if "/" in socket else libtmux.Server(socket_name=socket)
+    enclosing = os.environ.get("TMUX", "")
+    if enclosing:
+        return libtmux.Server(socket_path=enclosing.split(",")[0])
+    return libtmux.Server()
+
+
+def _escape(arg: str) -> str:
+    """tmux eats a trailing ``;`` as a command separator; ``\\;`` is the literal."""
+    return arg[:-1] + "\\;" if arg.endswith(";") and not arg.endswith("\\;") else arg
+
+
+def check_length(argv: Sequence[str], what: str) -> None:
+    size = sum(len(a.encode()) + 1 for a in argv)
+    if size > MAX_COMMAND_BYTES:
+        raise errors.UsageError(
+            f"the command for {what} is {size} bytes, over tmux's limit of about {MAX_COMMAND_BYTES}:"
+            " shorten its arguments (the agent's extra args, or put long settings in a file)"
+        )
+
+
+class Tmux:
+    """fleet's view of one tmux server: sessions per wave, windows per wavelet, panes per participant."""
+
+    def __init__(self, srv: libtmux.Server) -> None:
+        self.srv = srv
+
+    def _cmd(self, *args: str) -> list[str]:
+        try:
+            res = self.srv.cmd(*args)
+        except LibTmuxException as exc:
+            raise errors.FleetError(f"tmux {args[0]} failed: {exc}") from None
+        if res.stderr:
+            msg = " ".join(res.stderr).strip()
+            if "no server running" in msg or "error connecting" in msg:
+                return []
+            raise errors.FleetError(f"tmux {args[0]} failed: {msg}")
+        return list(res.stdout)
+
+    def alive(self) -> bool:
+        return bool(self.srv.is_alive())
+
+    # ---------------------------------------------------------------- lookups
+
+    def panes(self) -> list[PaneInfo]:
+        """Every pane on the server (fleet's or not)."""
+        if not self.alive():
+            return []
+        out = []
+        for line in self._cmd("list-panes", "-a", "-F", PANE_FORMAT):
+            f = line.split("\t")
+            if len(f) < 11:
+                continue
+            out.append(
+                PaneInfo(
+                    pane_id=f[0],
+                    window_id=f[1],
+                    session_id=f[2],
+                    session_name=f[3],
+                    wave=f[4],
+                    wavelet=f[5],
+                    participant=f[6],
+                    dead=f[7] == "1",
+                    dead_status=int(f[8]) if f[8].lstrip("-").isdigit() else None,
+                    pid=int(f[9]) if f[9].isdigit() else None,
+                    start_command="\t".join(f[10:]),
+                )
+            )
+        return out
+
+    def fleet_panes(self, wave_id: str) -> list[PaneInfo]:
+        return [p for p in self.panes() if p.wave == wave_id and p.participant]
+
+    def find_session(self, wave_id: str) -> str | None:
+        if not self.alive():
+            return None
+        for line in self._cmd("list-sessions", "-F", "#{session_id}\t#{@fleet_wave}"):
+            sid, _, wave = line.partition("\t")
+            if wave == wave_id:
+                return sid
+        return None
+
+    def find_window(self, session_id: str, wavelet_id: str) -> str | None:
+        for line in self._cmd("list-windows", "-t", session_id, "-F", "#{window_id}\t#{@fleet_wavelet}"):
+            wid, _, wavelet = line.partition("\t")
+            if wavelet == wavelet_id:
+                return wid
+        return None
+
+    def window_panes(self, window_id: str) -> list[str]:
+        return self._cmd("list-panes", "-t", window_id, "-F", "#{pane_id}")
+
+    # ---------------------------------------------------------------- creation
+
+    def _session_name(self, wave_name: str) -> str:
+        taken = set(self._cmd("list-sessions", "-F", "#{session_name}")) if self.alive() else set()
+        base = wave_name.replace(".", "_").replace(":", "_")
+        name, n = base, 2
+        while name in taken:
+            name, n = f"{base}-{n}", n + 1
+        return name
+
+    def new_session(
+        self, wave_id: str, wave_name: str, window_name: str, wavelet_id: str
+    ) -> tuple[str, str, str]:
+        """A detached session for the wave with one placeholder window: (session, window, pane) ids."""
+        name = self._session_name(wave_name)
+        out = self._cmd(
+            "new-session", "-d", "-P", "-F", "#{session_id}\t#{window_id}\t#{pane_id}",
+            "-s", name, "-n", window_name, "-x", "220", "-y", "60", *PLACEHOLDER,
+        )  # fmt: skip
+        sid, wid, pid = out[0].split("\t")
+        self._cmd("set-option", "-t", sid, "@fleet_wave", wave_id)
+        self._tag_window(wid, wave_id, wavelet_id)
+        return sid, wid, pid
+
+    def new_window(self, session_id: str, wave_id: str, window_name: str, wavelet_id: str) -> tuple[str, str]:
+        out = self._cmd(
+            "new-window", "-d", "-P", "-F", "#{window_id}\t#{pane_id}", "-t", f"{session_id}:",
+            "-n", window_name, *PLACEHOLDER,
+        )  # fmt: skip
+        wid, pid = out[0].split("\t")
+        self._tag_window(wid, wave_id, wavelet_id)
+        return wid, pid
+
+    def _tag_window(self, window_id: str, wave_id: str, wavelet_id: str) -> None:
+        self._cmd("set-option", "-w", "-t", window_id, "@fleet_wave", wave_id)
+        self._cmd("set-option", "-w", "-t", window_id, "@fleet_wavelet", wavelet_id)
+        self._cmd("set-option", "-w", "-t", window_id, "pane-border-status", "top")
+        self._cmd("set-option", "-w", "-t", window_id, "pane-border-format", " #{@fleet_participant} ")
+
+    def split(self, window_id: str) -> str:
+        """A new placeholder pane in ``window_id``."""
+        out = self._cmd("split-window", "-d", "-P", "-F", "#{pane_id}", "-t", window_id, *PLACEHOLDER)
+        # keep room for the next split: tmux refuses to split a pane that is too small
+        self._cmd("select-layout", "-t", window_id, "tiled")
+        return out[0]
+
+    def tag_pane(self, pane_id: str, wave_id: str, wavelet_id: str, participant: str) -> None:
+        for key, value in (
+            ("remain-on-exit", "on"),
+            ("@fleet_wave", wave_id),
+            ("@fleet_wavelet", wavelet_id),
+            ("@fleet_participant", participant),
+        ):
+            self._cmd("set-option", "-p", "-t", pane_id, key, value)
+
+    def respawn(self, pane_id: str, argv: Sequence[str], *, cwd: str | None = None,
+                env: dict[str, str] | None = None) -> None:  # fmt: skip
+        """Replace whatever ``pane_id`` runs with ``argv`` (no shell). History is kept on a dead pane."""
+        if len(argv) == 1:  # one word would go through the shell; `env WORD` is execvp'd like the rest
+            argv = ["env", *argv]
+        check_length(argv, f"pane {pane_id}")
+        args = ["respawn-pane", "-k", "-t", pane_id]
+        if cwd:
+            args += ["-c", cwd]
+        for k, v in (env or {}).items():
+            args += ["-e", f"{k}={v}"]
+        self._cmd(*args, *[_escape(a) for a in argv])
+
+    def arrange(self, window_id: str, arrangement: str, main_size: str | None = None) -> None:
+        if main_size and arrangement.startswith("main-"):
+            opt = "main-pane-width" if arrangement == "main-vertical" else "main-pane-height"
+            self._cmd("set-option", "-w", "-t", window_id, opt, main_size)
+        self._cmd("select-layout", "-t", window_id, arrangement)
+
+    # ---------------------------------------------------------------- I/O and teardown
+
+    def capture(self, pane_id: str, history: bool = False) -> list[str]:
+        args = ["capture-pane", "-p", "-J", "-t", pane_id]
+        if history:
+            args += ["-S", "-"]
+        return self._cmd(*args)
+
+    def send_enter(self, pane_id: str) -> None:
+        self._cmd("send-keys", "-t", pane_id, "Enter")
+
+    def kill_pane(self, pane_id: str) -> None:
+        self._cmd("kill-pane", "-t", pane_id)
+
+    def kill_window(self, window_id: str) -> None:
+        self._cmd("kill-window", "-t", window_id)
+
+    def kill_session(self, session_id: str) -> None:
+        self._cmd("kill-session", "-t", session_id)
