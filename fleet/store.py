@@ -1006,6 +1006,45 @@ class Store:
         rows = self._r().execute(sql, (wavelet_id, after or "", max(1, min(limit, 5000)))).fetchall()
         return [self._blip_model(b) for b in rows]
 
+    def read_tail(self, wavelet_id: str, *, before: str | None = None, limit: int = 200) -> list[Blip]:
+        """The newest ``limit`` current blips of a resolved wavelet with id < ``before``, oldest first.
+
+        Replaced versions are left out (as in :meth:`read`). ``before=None`` means the wavelet's end,
+        so paging backwards is: pass the first id of the previous page. Uses the wavelet index, so a
+        page costs the same at the end of a 10,000-blip wavelet as at its start.
+        """
+        sql = "SELECT * FROM blips WHERE wavelet_id = ? AND superseded_by IS NULL"
+        args: tuple[str | int, ...] = (wavelet_id,)
+        if before:
+            sql, args = sql + " AND id < ?", (*args, before)
+        rows = self._r().execute(sql + " ORDER BY id DESC LIMIT ?", (*args, max(1, min(limit, 5000))))
+        return [self._blip_model(b) for b in reversed(rows.fetchall())]
+
+    def read_wave_after(self, wave_id: str, after: str, *, limit: int = 500) -> list[Blip]:
+        """Every blip of a wave with id > ``after``, replaced versions included, oldest first.
+
+        Nothing is filtered by visibility: callers act for the operator. Because ids are minted in
+        commit order, "id > cursor" across the whole wave misses nothing and repeats nothing.
+        """
+        rows = self._r().execute(
+            "SELECT * FROM blips WHERE id > ? AND wave_id = ? ORDER BY id LIMIT ?",
+            (after, wave_id, max(1, min(limit, 5000))),
+        )
+        return [self._blip_model(b) for b in rows.fetchall()]
+
+    def wave_head(self, wave_id: str) -> str:
+        """The greatest blip id committed in the wave ('' if none): a cursor that starts at "now"."""
+        row = (
+            self._r()
+            .execute(
+                "SELECT max((SELECT max(b.id) FROM blips b WHERE b.wavelet_id = wl.id))"
+                " FROM wavelets wl WHERE wl.wave_id = ?",
+                (wave_id,),
+            )
+            .fetchone()
+        )
+        return str(row[0] or "")
+
     def get_blip(self, who: Principal, ref: str) -> Blip:
         return self._blip_model(self._visible_blip(who, ref))
 
