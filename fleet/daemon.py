@@ -223,8 +223,17 @@ class Request:
             data = json.loads(self.body or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise errors.UsageError(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise errors.UsageError("the request body is not valid JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
+        try:
+            # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.UsageError(
+                "the request body has a string with a lone surrogate: send valid UTF-8"
+            ) from None
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -591,6 +600,8 @@ class Daemon:
 
     def _feed(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
         body = r.model(FeedRequest)
+        if not body.wait >= 0:  # also NaN, which would otherwise wait forever
+            raise errors.UsageError("wait must be a non-negative number of seconds")
         wave = unquote(m[1])
         feed = self._long_poll(
             body.wait,
@@ -705,6 +716,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             + ("Connection: close\r\n" if self.close_connection else "")
             + "\r\n"
         )
+        if getattr(self, "command", None) == "HEAD":
+            body = b""  # a HEAD answer has the headers only, or a keep-alive client desyncs
         try:
             self.wfile.write(head.encode("latin-1") + body)  # one write: no delayed-ACK stall
         except (BrokenPipeError, ConnectionResetError):
@@ -772,7 +785,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
     do_POST = _handle
 
     def _unsupported(self) -> None:
-        self._read_body()
+        if self._read_body() is None:
+            return  # already answered (bad Content-Length, body too large)
         self._respond(405, {"error": {"kind": "usage", "message": f"{self.command} is not supported"}})
 
     do_PUT = _unsupported

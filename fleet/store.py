@@ -375,7 +375,7 @@ RESERVED = frozenset({"system"})
 
 
 def _check_participant_name(name: str) -> str:
-    if not isinstance(name, str) or not PARTICIPANT_RE.match(name) or name in RESERVED:
+    if not isinstance(name, str) or not PARTICIPANT_RE.fullmatch(name) or name in RESERVED:
         raise errors.UsageError(
             f"invalid participant name {name!r}: use 1-32 characters of a-z, 0-9, '_' or '-',"
             " starting with a letter ('system' is reserved)"
@@ -384,7 +384,7 @@ def _check_participant_name(name: str) -> str:
 
 
 def _check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):  # fullmatch: `$` admits a final \n
         raise errors.UsageError(
             f"invalid {what} name {name!r}: use 1-64 characters of a-z, 0-9, '_', '.' or '-',"
             " starting with a letter or digit"
