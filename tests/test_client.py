@@ -126,7 +126,6 @@ def test_long_poll_wakes_on_a_post_and_outlives_the_client_timeout(operator: Cli
     got: list[BlipPage] = []
     reader = threading.Thread(target=lambda: got.append(patient.read(root.id, after=cursor, wait=10)))
     reader.start()
-    time.sleep(0.2)  # let the reader block in its long-poll (it must be waiting when the post lands)
     posted = operator.post(root.id, "wake up")
     reader.join(5)
     assert got and [b.id for b in got[0].blips] == [posted.id]

@@ -35,7 +35,9 @@ def run(
     """Serve in the foreground until SIGTERM or Ctrl-C; logs go to stderr."""
     from fleet.daemon import Daemon
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
     # An address typed on this command line is the explicit ask DESIGN §2 requires for remote use.
     daemon = Daemon(
         get_paths(),
@@ -47,11 +49,16 @@ def run(
 
 
 @app.command()
-def start() -> None:
-    """Start the local daemon in the background unless it already runs."""
+def start(as_json: JsonOpt = False) -> None:
+    """Start the local daemon in the background unless it already runs.
+
+    With --json: the daemon's status (as `fleet daemon status --json` prints it).
+    """
     paths = get_paths()
     endpoint, started = fleet_client.start_local_daemon(paths)
-    if started:
+    if as_json:
+        render.dump(fleet_client.local_status(paths))
+    elif started:
         render.out(
             f"started the local daemon at {endpoint.url} (pid {endpoint.pid}, log: {paths.daemon_log})"
         )
@@ -88,7 +95,9 @@ def status(as_json: JsonOpt = False) -> None:
         if since:
             render.out(f"started {since}; log: {st.log}")
     else:
-        which = f"at {st.url} (FLEET_DAEMON)" if st.remote else "locally"
-        render.out(f"no daemon is running {which}: start one with `fleet daemon start`")
+        if st.remote:
+            render.out(f"nothing answers at {st.url} (FLEET_DAEMON): check the address, or unset it")
+        else:
+            render.out("no daemon is running locally: start one with `fleet daemon start`")
     if not st.running:
         raise typer.Exit(3)
