@@ -14,6 +14,8 @@ What a caller may rely on:
 - Each response is written to the socket in one ``send`` with ``TCP_NODELAY`` set, so keep-alive
   clients are not stalled by delayed ACKs.
 - Presence lives in memory only.
+- With ``ui=`` it also serves the operator console (:mod:`fleet.console`) on a listener of its own,
+  started after the API and stopped before the store closes; without it nothing else listens.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import BaseModel, ValidationError
 
 from fleet import __version__, errors
+from fleet.console import Console
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     OPERATOR,
@@ -284,6 +287,8 @@ class Daemon:
         allow_remote: bool = False,
         working_ttl: float = 600.0,
         ping_ttl: float = 90.0,
+        ui: str | None = None,
+        allow_remote_ui: bool = False,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -308,6 +313,8 @@ class Daemon:
         self.operator_token = ""
         self.url = ""
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = self._make_routes()
+        self.console: Console | None = Console(self, ui, allow_remote=allow_remote_ui) if ui else None
+        """The operator console (``ui=HOST:PORT``), or None: off unless asked for."""
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -349,6 +356,12 @@ class Daemon:
                 ).model_dump_json()
                 + "\n",
             )
+            if self.console is not None:
+                try:
+                    self.console.start()
+                except BaseException:
+                    httpd.server_close()
+                    raise
         except BaseException:
             self._release()
             raise
@@ -387,6 +400,8 @@ class Daemon:
             return
         httpd = self._httpd
         self.notifier.close()
+        if self.console is not None:
+            self.console.stop(timeout)
         if threading.current_thread() is not self._thread:
             httpd.shutdown()
         with self._inflight_cond:
@@ -615,7 +630,10 @@ class Daemon:
         wave = self._s.get_wave(r.who, unquote(m[1]))
         if not r.who.is_operator and body.participant != r.who.name:
             raise errors.Forbidden(f"{r.who.name!r} cannot report presence for {body.participant!r}")
+        before = self.presence.rows(wave.id, [body.participant])[0].state
         self.presence.report(wave.id, body)
+        if self.presence.rows(wave.id, [body.participant])[0].state != before:
+            self.notifier.bump()  # a state change wakes the console's streams (pings alone do not)
         return 200, {"ok": True}
 
     def _presence(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
