@@ -31,6 +31,14 @@ def run(
     max_blip_bytes: Annotated[
         int, typer.Option(help="Largest blip text in bytes of UTF-8.")
     ] = DEFAULT_MAX_BLIP_BYTES,
+    ui: Annotated[
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Also serve the operator console here (e.g. 127.0.0.1:8087); the log prints a "
+            "one-time login link. Off unless given.",
+        ),
+    ] = None,
 ) -> None:
     """Serve in the foreground until SIGTERM or Ctrl-C; logs go to stderr."""
     from fleet.daemon import Daemon
@@ -44,6 +52,8 @@ def run(
         listen or "127.0.0.1:0",
         max_blip_bytes=max_blip_bytes,
         allow_remote=listen is not None,
+        ui=ui,
+        allow_remote_ui=ui is not None,
     )
     daemon.serve_forever()
 
