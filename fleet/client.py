@@ -268,6 +268,23 @@ class Client:
         retries: int | None = None,
     ) -> tuple[int, bytes]:
         """Send one request and return (status, body), reconnecting and retrying where safe."""
+        try:
+            return self._exchange_retrying(method, path, body, read_timeout, idempotent, retries)
+        except BaseException:
+            # Whatever interrupted the exchange (an error, Ctrl-C) left the connection mid-request:
+            # drop it so the next call starts clean.
+            self._conn().close()
+            raise
+
+    def _exchange_retrying(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        read_timeout: float,
+        idempotent: bool,
+        retries: int | None,
+    ) -> tuple[int, bytes]:
         retries = self.retries if retries is None else retries
         headers = {
             "Authorization": f"Bearer {self._token}",
@@ -714,6 +731,9 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
             if endpoint is not None and endpoint.pid == proc.pid and _answers(endpoint):
                 break
             if proc.poll() is not None:
+                other = live_endpoint(paths)  # lost a race with a daemon started by other means
+                if other is not None:
+                    return other, False
                 raise errors.DaemonUnreachable(
                     f"the fleet daemon exited at start (status {proc.returncode}); "
                     f"the end of its log {paths.daemon_log}:\n{_log_tail(paths.daemon_log)}"

@@ -131,6 +131,28 @@ def test_long_poll_wakes_on_a_post_and_outlives_the_client_timeout(operator: Cli
     assert got and [b.id for b in got[0].blips] == [posted.id]
 
 
+def test_an_interrupted_call_leaves_the_client_usable(operator: Client) -> None:
+    operator.create_wave("demo")
+    root = operator.resolve("demo/main")
+    cursor = operator.read(root.id).cursor
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)  # like Ctrl-C in the middle of a long-poll
+    try:
+        with pytest.raises(Interrupted):
+            operator.read(root.id, after=cursor, wait=5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert operator.post(root.id, "still works").text == "still works"
+
+
 def run_daemon(paths: Paths, port: int) -> subprocess.Popen[bytes]:
     """``fleet daemon run`` in a subprocess on ``port``; returns once it answers."""
     proc = subprocess.Popen(
