@@ -1,0 +1,1013 @@
+"""The channel: a stdio MCP server that makes one Claude Code session a participant of one wave.
+
+Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
+
+    python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
+        [--cap 40] [--state-dir DIR]
+
+Each option falls back to an environment variable: ``FLEET_PARTICIPANT``, ``FLEET_WAVE``,
+``FLEET_DAEMON``, ``FLEET_TOKEN_FILE``. The token is only ever read from the file (0600), never taken
+from the command line. Without ``--daemon`` the local daemon's endpoint file is used; without a token
+file the participant ``operator`` uses the local operator token. ``CLAUDE_CODE_SESSION_ID`` (set by
+Claude Code) is recorded with every presence report.
+
+What the session gets (wire rules in :mod:`fleet.mcpwire`):
+
+* ``instructions`` opening with "You are <participant>", claiming that name's prior blips as the
+  session's own, and carrying the prompt contract of DESIGN §3.
+* Eight tools, each with an input schema, an output schema, ``structuredContent`` and a text
+  rendering: ``wavelet_post``, ``wavelet_read``, ``wavelet_list``, ``wavelet_fork``,
+  ``wavelet_surface``, ``wavelet_invite``, ``wavelet_leave``, ``wavelet_ping``. Wavelets are named as
+  ``WAVE/WAVELET``, a wavelet name in the channel's wave, or an id (prefix). Every failure (bad
+  arguments, unknown wavelet, oversized text, revoked token, daemon down) is an ``isError`` result
+  whose text says what to do.
+* Delivery: after ``notifications/initialized``, one long-poll ``feed`` across every wavelet on the
+  participant's roster (new memberships appear without a restart, a left wavelet stops), run through
+  :mod:`fleet.delivery` (cursor per wavelet, echo suppression, cap). Each delivered blip becomes::
+
+      {"method": "notifications/claude/channel",
+       "params": {"content": TEXT, "meta": {"wavelet": "WAVE/WAVELET", "wavelet_id": ID,
+                                             "blip_id": ID, "author": NAME, "kind": KIND}}}
+
+  with ``kind`` one of ``message``, ``system``, ``surface``, or ``cap`` for the one exhaustion
+  notice (author ``fleet``); a replacement blip also carries ``replaces``. All meta values are strings.
+* Outages: the channel keeps answering; tool calls report the outage; delivery reconnects with
+  backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
+  delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
+  ``claude mcp list`` health check — serves tools and stands by.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import fleet
+from fleet import errors
+from fleet.client import Client
+from fleet.delivery import (
+    DEFAULT_CAP,
+    Action,
+    CorruptState,
+    Decision,
+    Delivery,
+    StateFile,
+    exhaustion_notice,
+)
+from fleet.mcpwire import Server, ServerInfo, Tool, ToolResult, take_stdout
+from fleet.models import PARTICIPANT_RE, Blip, Context, FeedWavelet, PresenceReport, Wavelet
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION = "notifications/claude/channel"
+POLL_WAIT = 20.0
+"""Seconds one feed long-poll may wait (the daemon caps it at 60)."""
+PING_INTERVAL = 30.0
+"""Presence pings; the daemon calls a participant gone after 90 s without one."""
+STANDBY_RETRY = 2.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
+BACKOFF_AUTH_MAX = 30.0
+READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 2000
+
+
+class ChannelConfig(BaseModel):
+    """Who this channel is and where it talks. Built by ``fleet channel`` from options and env."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    participant: str
+    wave: str
+    daemon: str
+    token_file: Path
+    state_dir: Path
+    cap: int = DEFAULT_CAP
+    session_id: str | None = None
+    host: str = Field(default_factory=socket.gethostname)
+    poll_wait: float = POLL_WAIT
+    ping_interval: float = PING_INTERVAL
+
+
+def instructions(participant: str, wave: str) -> str:
+    """The ``initialize`` instructions: identity first, then how delivery works, then the contract."""
+    return f"""You are {participant}.
+
+You are the participant "{participant}" in the fleet wave "{wave}". Every blip authored by {participant} in \
+this wave is yours, including those written before this session started or before it was resumed: \
+carry on from them as your own work, never answer them as if someone else wrote them.
+
+Other participants' blips reach you as <channel source="fleet" ...> messages whose attributes are \
+wavelet (WAVE/WAVELET), wavelet_id, blip_id, author and kind. kind is "message" (a participant wrote \
+it), "system" (fleet records a fork, join or leave), "surface" (a conclusion reported up from a \
+sub-wavelet) or "cap" (a notice that delivery paused in that wavelet). Your own blips are never \
+delivered back to you.
+
+Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip you answer). \
+wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \
+wave's wavelets and rosters. wavelet_fork starts a sub-conversation with chosen participants (private \
+if asked). wavelet_surface reports a sub-wavelet's conclusion to its parent. wavelet_invite and \
+wavelet_leave change a roster. wavelet_ping checks the connection and who is working.
+
+Rules:
+1. Never post merely to acknowledge, agree or thank. Post only to add information, a decision, a \
+question or a result.
+2. Finish a task with one blip that starts with "DONE:" and states the result, then stay silent until \
+someone gives you something new.
+3. Never reply to system or surface blips, nor to cap notices: they are records, not requests.
+4. When you need someone's attention, name them in the blip (for example "bob: please check ...").
+5. Input typed into your terminal is the operator controlling you: answer it locally in the terminal \
+and do not post about it, unless the operator asks you to relay something; then post it as one blip \
+prefixed "operator asks:".
+"""
+
+
+# ---------------------------------------------------------------- tool arguments
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+WaveletRef = Field(
+    min_length=1,
+    description="The wavelet: WAVE/WAVELET, a wavelet name in this wave (e.g. main), or a wavelet id.",
+)
+
+
+class PostArgs(Args):
+    wavelet: str = WaveletRef
+    text: str = Field(min_length=1, description="The blip's text (markdown is fine).")
+
+
+class ReadArgs(Args):
+    wavelet: str = WaveletRef
+    after: str = Field(
+        default="",
+        description="Only this wavelet's blips newer than this blip id (no ancestor context). "
+        "Default: the full context.",
+    )
+    limit: int = Field(
+        default=READ_LIMIT_DEFAULT,
+        ge=1,
+        le=READ_LIMIT_MAX,
+        description="At most this many blips, the newest ones.",
+    )
+
+
+class NoArgs(Args):
+    pass
+
+
+class ForkArgs(Args):
+    wavelet: str = Field(
+        min_length=1, description="The parent wavelet to fork from (WAVE/WAVELET, name or id)."
+    )
+    name: str = Field(
+        min_length=1, description="The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
+    )
+    with_: list[str] = Field(
+        default_factory=list,
+        alias="with",
+        description="Participants to put on the new wavelet's roster (you are added too).",
+    )
+    private: bool = Field(default=False, description="Only the roster can see a private wavelet.")
+
+
+class SurfaceArgs(Args):
+    wavelet: str = Field(
+        min_length=1, description="The sub-wavelet whose conclusion you report (posted into its parent)."
+    )
+    text: str = Field(min_length=1, description="The conclusion, self-contained.")
+    source_blip_id: str = Field(default="", description="Optionally, the blip id the conclusion comes from.")
+
+
+class InviteArgs(Args):
+    wavelet: str = WaveletRef
+    name: str = Field(min_length=1, description="The participant to add to the roster.")
+
+
+class LeaveArgs(Args):
+    wavelet: str = WaveletRef
+    name: str = Field(default="", description="Who leaves the roster. Default: you.")
+
+
+# ---------------------------------------------------------------- tool results
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class BlipOut(Out):
+    id: str
+    wavelet: str
+    """WAVE/WAVELET."""
+    wavelet_id: str
+    author: str
+    kind: str
+    text: str
+    created_at: str
+    replaces: str | None = None
+
+
+class WaveletOut(Out):
+    id: str
+    path: str
+    """WAVE/WAVELET."""
+    name: str
+    parent_id: str | None
+    private: bool
+    created_by: str
+    members: list[str]
+    member: bool
+    """Whether this channel's participant is on the roster (and so receives its blips)."""
+
+
+class PostOut(Out):
+    blip: BlipOut
+
+
+class ReadOut(Out):
+    wavelet: WaveletOut
+    path: list[str]
+    """The ancestor chain, root first, ending with this wavelet."""
+    blips: list[BlipOut]
+    omitted: int
+    """Older blips left out by ``limit``."""
+    cursor: str
+    """The newest blip id shown (pass as ``after`` to read only what is newer)."""
+
+
+class ListOut(Out):
+    wave: str
+    wavelets: list[WaveletOut]
+
+
+class WaveletResult(Out):
+    wavelet: WaveletOut
+
+
+class WaveletDelivery(Out):
+    wavelet: str
+    wavelet_id: str
+    cursor: str
+    delivered: int
+    """Pushes since the cap last reset."""
+    capped: bool
+
+
+class DeliveryOut(Out):
+    state: Literal["starting", "running", "reconnecting", "standby", "stopped"]
+    detail: str
+    cap: int
+    wavelets: list[WaveletDelivery]
+
+
+class PresenceOut(Out):
+    participant: str
+    state: str
+
+
+class PingOut(Out):
+    participant: str
+    wave: str
+    daemon: str
+    reachable: bool
+    latency_ms: float | None
+    daemon_version: str
+    session_id: str
+    delivery: DeliveryOut
+    presence: list[PresenceOut]
+    error: str
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    """Resolve ``$ref``s into ``$defs`` and drop ``title``s: self-contained schemas for every client."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline_refs(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {
+            k: _inline_refs(v, defs)
+            for k, v in node.items()
+            if k != "$defs" and not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    return node
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema (by alias), inlined, with ``additionalProperties: false``."""
+    raw = model.model_json_schema(by_alias=True)
+    schema: dict[str, Any] = _inline_refs(raw, raw.get("$defs", {}))
+    schema.setdefault("properties", {})
+    schema["additionalProperties"] = False
+    return schema
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _blip_out(blip: Blip, label: str) -> BlipOut:
+    return BlipOut(
+        id=blip.id,
+        wavelet=label,
+        wavelet_id=blip.wavelet_id,
+        author=blip.author,
+        kind=blip.kind,
+        text=blip.text,
+        created_at=blip.created_at,
+        replaces=blip.replaces,
+    )
+
+
+def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
+    names = [m.name for m in w.roster]
+    return WaveletOut(
+        id=w.id,
+        path=w.path,
+        name=w.name,
+        parent_id=w.parent_id,
+        private=w.private,
+        created_by=w.created_by,
+        members=names,
+        member=participant in names,
+    )
+
+
+def _blip_line(b: BlipOut) -> str:
+    kind = "" if b.kind == "message" else f" ({b.kind})"
+    edit = f" [replaces {b.replaces}]" if b.replaces else ""
+    return f"[{b.wavelet}] {b.author}{kind} · {b.id}{edit}\n{b.text}"
+
+
+def _wavelet_line(w: WaveletOut) -> str:
+    flags = " (private)" if w.private else ""
+    you = " [you are a member]" if w.member else ""
+    return f"{w.path}{flags} · id {w.id} · roster: {', '.join(w.members) or '(empty)'}{you}"
+
+
+# ---------------------------------------------------------------- the channel
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Outage:
+    since: float
+    reason: str
+
+
+class Channel:
+    """One participant's channel: the MCP server, the tools and the delivery loop.
+
+    :meth:`serve` blocks until the client closes stdin (or the output breaks), then shuts down:
+    the state is saved, presence says ``gone``, the lock is released.
+    """
+
+    def __init__(self, config: ChannelConfig, *, input: IO[bytes], output: IO[str]) -> None:
+        self.config = config
+        self.participant = config.participant
+        self.wave = config.wave
+        self.state_file = StateFile(config.state_dir, config.daemon, config.wave, config.participant)
+        self._token = ""
+        self._token_error = ""
+        self._tools_client: Client | None = None
+        self._feed_client: Client | None = None
+        self._clients_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._busy = threading.Lock()
+        """Held while a batch is pushed and saved, so shutdown never cuts one in half."""
+        self._core: Delivery | None = None
+        self._labels: dict[str, str] = {}
+        self._delivery_state: Literal["starting", "running", "reconnecting", "standby", "stopped"] = (
+            "starting"
+        )
+        self._delivery_detail = "waiting for the client's notifications/initialized"
+        self._outage: _Outage | None = None
+        self._threads: list[threading.Thread] = []
+        self._load_token()
+        self.server = Server(
+            ServerInfo(
+                name="fleet",
+                version=fleet.__version__,
+                instructions=instructions(self.participant, self.wave),
+                experimental={"claude/channel": {}},
+            ),
+            self._tools(),
+            input=input,
+            output=output,
+        )
+
+    # ------------------------------------------------------------ lifecycle
+
+    def serve(self) -> None:
+        """Run until the input ends; delivery and presence run on background threads meanwhile."""
+        for target, name in ((self._deliver_forever, "delivery"), (self._ping_forever, "presence")):
+            t = threading.Thread(target=target, name=f"fleet-channel-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        try:
+            self.server.serve()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop delivery, save the cursors, report ``gone``, release the lock. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        got = self._busy.acquire(timeout=3.0)
+        try:
+            if self.state_file.held:
+                if self._core is not None and self._core.dirty:
+                    self._save()
+                self._presence_quietly("gone", timeout=1.0)
+                self.state_file.release()
+        finally:
+            if got:
+                self._busy.release()
+        log.info("channel for %s in %s stopped", self.participant, self.wave)
+
+    # ------------------------------------------------------------ daemon access
+
+    def _load_token(self) -> bool:
+        """(Re)read the token file; True when the token changed (clients are then rebuilt)."""
+        try:
+            token = self.config.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            self._token_error = f"cannot read the token file {self.config.token_file}: {exc.strerror or exc}"
+            return False
+        if not token:
+            self._token_error = f"the token file {self.config.token_file} is empty"
+            return False
+        self._token_error = ""
+        if token == self._token:
+            return False
+        self._token = token
+        with self._clients_lock:
+            self._tools_client = self._feed_client = None
+        return True
+
+    def _client(self, feed: bool = False) -> Client:
+        if self._token_error:
+            self._load_token()
+            if self._token_error:
+                raise errors.Unauthorized(self._token_error)
+        with self._clients_lock:
+            if feed:
+                if self._feed_client is None:
+                    self._feed_client = Client(self.config.daemon, self._token, retries=0)
+                return self._feed_client
+            if self._tools_client is None:
+                self._tools_client = Client(self.config.daemon, self._token, retries=2, timeout=15)
+            return self._tools_client
+
+    def _presence_quietly(
+        self, event: Literal["ping", "delivered", "gone"], count: int = 0, timeout: float = 0
+    ) -> None:
+        report = PresenceReport(
+            participant=self.participant,
+            event=event,
+            count=count,
+            session_id=self.config.session_id,
+            host=self.config.host,
+        )
+
+        def send() -> None:
+            try:
+                self._client().report_presence(self.wave, report)
+            except errors.FleetError as exc:
+                log.debug("presence %s not reported: %s", event, exc)
+
+        if not timeout:
+            send()
+            return
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        t.join(timeout)
+
+    def _ping_forever(self) -> None:
+        while not self._stop.is_set():
+            if self.state_file.held:
+                self._presence_quietly("ping")
+            self._stop.wait(self.config.ping_interval)
+
+    # ------------------------------------------------------------ delivery
+
+    def _deliver_forever(self) -> None:
+        self.server.initialized.wait()
+        if self.server.closed.is_set() or self._stop.is_set():
+            return
+        try:
+            core = self._claim()
+        except CorruptState as exc:
+            log.error("%s", exc)
+            self._set_delivery("stopped", exc.message)
+            self.server.notify(
+                NOTIFICATION,
+                {
+                    "content": f"fleet channel: delivery is stopped. {exc.message} Tell the operator.",
+                    "meta": {"author": "fleet", "kind": "error"},
+                },
+            )
+            return
+        if core is None:
+            return
+        self._core = core
+        self._presence_quietly("ping")
+        backoff = BACKOFF_FIRST
+        while not self._stop.is_set() and not self.server.closed.is_set():
+            try:
+                feed = self._client(feed=True).feed(
+                    self.wave, self.participant, core.cursors, wait=self.config.poll_wait
+                )
+            except errors.FleetError as exc:
+                backoff = self._feed_failed(exc, backoff)
+                continue
+            if self._outage is not None:
+                log.info(
+                    "daemon reachable again after %.1fs; resuming delivery", time.time() - self._outage.since
+                )
+            self._outage = None
+            backoff = BACKOFF_FIRST
+            self._set_delivery("running", f"{len(feed.wavelets)} wavelet(s) on your roster")
+            if not self._handle(core, feed.wavelets, feed.blips):
+                return
+
+    def _claim(self) -> Delivery | None:
+        """Take the state-file lock (standing by while another channel holds it) and load the state."""
+        while not self.state_file.acquire():
+            self._set_delivery(
+                "standby",
+                f"another channel of {self.participant} holds {self.state_file.lock_path}; "
+                "this one serves tools and takes over when it exits",
+            )
+            if self._stop.wait(STANDBY_RETRY) or self.server.closed.is_set():
+                return None
+        try:
+            state = self.state_file.load()
+        except CorruptState:
+            self.state_file.release()
+            raise
+        self._set_delivery("running", "connecting")
+        return Delivery(self.participant, state, cap=self.config.cap)
+
+    def _handle(self, core: Delivery, wavelets: list[FeedWavelet], blips: list[Blip]) -> bool:
+        """Push one feed batch and save; False when the connection is gone (stop delivering)."""
+        labels = {w.id: f"{w.wave}/{w.name}" for w in wavelets}
+        with self._busy:
+            if self._stop.is_set():
+                return False
+            self._labels = labels
+            core.retain(labels)
+            before = core.cursors
+            pushed, complete = core.process(blips, lambda d: self._push(d, labels))
+            if core.dirty:
+                self._save()
+        if pushed:
+            self._presence_quietly("delivered", count=pushed)
+        if not complete:
+            log.info("protocol output closed; delivery stops with the cursors saved")
+            return False
+        if blips and core.cursors == before:
+            log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
+            self._stop.wait(BACKOFF_MAX)
+        return True
+
+    def _push(self, decision: Decision, labels: dict[str, str]) -> bool:
+        blip = decision.blip
+        label = labels.get(blip.wavelet_id, blip.wavelet_id)
+        meta = {
+            "wavelet": label,
+            "wavelet_id": blip.wavelet_id,
+            "blip_id": blip.id,
+            "author": blip.author,
+            "kind": blip.kind,
+        }
+        content = blip.text
+        if decision.action is Action.NOTICE:
+            meta.update(author="fleet", kind="cap")
+            content = exhaustion_notice(label, self.config.cap)
+        elif blip.replaces:
+            meta["replaces"] = blip.replaces
+        return self.server.notify(NOTIFICATION, {"content": content, "meta": meta})
+
+    def _save(self) -> None:
+        assert self._core is not None
+        try:
+            self.state_file.save(self._core.state)
+            self._core.mark_saved()
+        except OSError as exc:  # the cursors stay in memory; the next batch tries again
+            log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
+
+    def _feed_failed(self, exc: errors.FleetError, backoff: float) -> float:
+        """Record an outage or rejection, wait ``backoff`` (jittered), return the next backoff."""
+        limit = BACKOFF_MAX
+        if isinstance(exc, errors.Unauthorized | errors.Forbidden | errors.NotFound):
+            limit = BACKOFF_AUTH_MAX
+            if isinstance(exc, errors.Unauthorized):
+                self._load_token()
+        if self._outage is None:
+            self._outage = _Outage(time.time(), exc.message)
+            log.warning("delivery interrupted: %s; retrying with backoff", exc.message)
+        else:
+            self._outage.reason = exc.message
+        self._set_delivery("reconnecting", exc.message)
+        self._stop.wait(backoff * random.uniform(0.8, 1.2))
+        return min(backoff * 2, limit)
+
+    def _set_delivery(
+        self, state: Literal["starting", "running", "reconnecting", "standby", "stopped"], detail: str
+    ) -> None:
+        self._delivery_state, self._delivery_detail = state, detail
+
+    # ------------------------------------------------------------ tools
+
+    def _tools(self) -> list[Tool]:
+        def tool(
+            name: str,
+            description: str,
+            args: type[Args],
+            out: type[Out],
+            fn: Callable[[Any], ToolResult],
+            read_only: bool = False,
+        ) -> Tool:
+            return Tool(
+                name=name,
+                description=description,
+                input_schema=schema_of(args),
+                output_schema=schema_of(out),
+                handler=self._guarded(name, args, fn),
+                annotations={"readOnlyHint": read_only, "openWorldHint": False},
+            )
+
+        return [
+            tool(
+                "wavelet_post",
+                "Post a blip (a message) to a wavelet; every other member receives it. Use it to reply, "
+                "passing the wavelet attribute of the blip you answer. Never post only to acknowledge.",
+                PostArgs,
+                PostOut,
+                self._post,
+            ),
+            tool(
+                "wavelet_read",
+                "Read a wavelet: its ancestors' blips up to each fork point, then its own blips, oldest "
+                "first. With `after`, only this wavelet's blips newer than that blip id.",
+                ReadArgs,
+                ReadOut,
+                self._read,
+                read_only=True,
+            ),
+            tool(
+                "wavelet_list",
+                "List the wave's wavelets you can see, with parents, rosters and whether you are a member.",
+                NoArgs,
+                ListOut,
+                self._list,
+                read_only=True,
+            ),
+            tool(
+                "wavelet_fork",
+                "Fork a sub-wavelet of a wavelet for a sub-conversation with the participants in `with` "
+                "(you are on it too). Private forks are invisible to everyone else. Report its outcome "
+                "with wavelet_surface.",
+                ForkArgs,
+                WaveletResult,
+                self._fork,
+            ),
+            tool(
+                "wavelet_surface",
+                "Report a sub-wavelet's conclusion to its parent wavelet (posted there as a surface blip "
+                "that references its source). This is how a private sub-conversation reports back.",
+                SurfaceArgs,
+                PostOut,
+                self._surface,
+            ),
+            tool(
+                "wavelet_invite",
+                "Add a participant to a wavelet's roster; they receive its blips from then on.",
+                InviteArgs,
+                WaveletResult,
+                self._invite,
+            ),
+            tool(
+                "wavelet_leave",
+                "Remove a participant (default: you) from a wavelet's roster; delivery of its blips stops.",
+                LeaveArgs,
+                WaveletResult,
+                self._leave,
+            ),
+            tool(
+                "wavelet_ping",
+                "Check this channel: whether the daemon answers, who you are, how delivery stands, and "
+                "which participants of the wave are working, idle or gone.",
+                NoArgs,
+                PingOut,
+                self._ping,
+                read_only=True,
+            ),
+        ]
+
+    def _guarded(self, name: str, args_model: type[Args], fn: Callable[[Any], ToolResult]) -> Any:
+        """Validate the arguments, run the tool, and turn every failure into an actionable isError."""
+
+        def handler(arguments: dict[str, Any]) -> ToolResult:
+            try:
+                args = args_model.model_validate(arguments)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+                )
+                return ToolResult.error(f"{name}: invalid arguments ({problems}). Fix them and call again.")
+            try:
+                try:
+                    return fn(args)
+                except errors.Unauthorized:
+                    if not self._load_token():  # a rejected token: the operator may have rewritten the file
+                        raise
+                    return fn(args)
+            except errors.FleetError as exc:
+                return ToolResult.error(self._explain(name, exc))
+
+        return handler
+
+    def _explain(self, name: str, exc: errors.FleetError) -> str:
+        message = exc.message
+        if isinstance(exc, errors.DaemonUnreachable):
+            since = self._outage.since if self._outage else time.time()
+            return (
+                f"{name} failed: the fleet daemon at {self.config.daemon} is unreachable "
+                f"(down for {time.time() - since:.0f}s: {message}). The channel keeps reconnecting and "
+                "will resume delivery without losing blips. Retry later; a post that failed this way "
+                "may or may not have been stored, so check with wavelet_read before posting it again."
+            )
+        if isinstance(exc, errors.Unauthorized):
+            return (
+                f"{name} failed: the daemon rejected this channel's token ({message}). The token may be "
+                f"revoked or wrong. Ask the operator to mint a new one for {self.participant} in "
+                f"{self.wave} and write it to {self.config.token_file}; the channel re-reads that file."
+            )
+        if isinstance(exc, errors.NotFound):
+            return (
+                f"{name} failed: {message}. It does not exist in wave {self.wave}, or it is private and "
+                f"you are not on its roster. Call wavelet_list to see what you can use."
+            )
+        if isinstance(exc, errors.PayloadTooLarge):
+            return (
+                f"{name} failed: {message}. Split the text into several smaller blips, or write the bulk "
+                "to a file and post its path."
+            )
+        if isinstance(exc, errors.Forbidden):
+            return f"{name} failed: {message}. You are not allowed to do this; ask the operator if needed."
+        return f"{name} failed: {message}"
+
+    def _resolve(self, ref: str) -> Wavelet:
+        return self._client().resolve(ref.strip(), wave=self.wave)
+
+    def _post(self, args: PostArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        blip = self._client().post(w.id, args.text, as_=self.participant)
+        out = PostOut(blip=_blip_out(blip, w.path))
+        return ToolResult.ok(f"posted blip {blip.id} to {w.path}", out)
+
+    def _read(self, args: ReadArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        c = self._client()
+        if args.after:
+            page = c.read(w.id, after=args.after, limit=args.limit)
+            chain, blips = [w], page.blips
+        else:
+            ctx: Context = c.context(w.id)
+            chain, blips = ctx.path, ctx.blips
+        labels = {x.id: x.path for x in chain}
+        omitted = max(0, len(blips) - args.limit)
+        shown = [_blip_out(b, labels.get(b.wavelet_id, b.wavelet_id)) for b in blips[omitted:]]
+        cursor = shown[-1].id if shown else args.after
+        out = ReadOut(
+            wavelet=_wavelet_out(w, self.participant),
+            path=[x.path for x in chain],
+            blips=shown,
+            omitted=omitted,
+            cursor=cursor,
+        )
+        head = f"{w.path}: {len(shown)} blip(s)"
+        if len(chain) > 1:
+            head += f", with context from {' > '.join(x.path for x in chain[:-1])}"
+        if omitted:
+            head += f"; {omitted} older blip(s) omitted (raise limit to see them)"
+        body = "\n\n".join(_blip_line(b) for b in shown) or "(no blips)"
+        return ToolResult.ok(f"{head}\n\n{body}", out)
+
+    def _list(self, _args: NoArgs) -> ToolResult:
+        wave = self._client().get_wave(self.wave)
+        items = [_wavelet_out(w, self.participant) for w in wave.wavelets]
+        out = ListOut(wave=wave.name, wavelets=items)
+        by_parent: dict[str | None, list[WaveletOut]] = {}
+        for item in items:
+            by_parent.setdefault(item.parent_id, []).append(item)
+        known = {item.id for item in items}
+        lines: list[str] = []
+
+        def walk(parent: str | None, depth: int) -> None:
+            for item in by_parent.get(parent, []):
+                lines.append("  " * depth + _wavelet_line(item))
+                walk(item.id, depth + 1)
+
+        walk(None, 0)
+        for item in items:  # forks whose parent the caller cannot see
+            if item.parent_id is not None and item.parent_id not in known:
+                lines.append(_wavelet_line(item))
+        return ToolResult.ok(f"wave {wave.name}:\n" + "\n".join(lines), out)
+
+    def _fork(self, args: ForkArgs) -> ToolResult:
+        parent = self._resolve(args.wavelet)
+        members = list(dict.fromkeys([self.participant, *args.with_]))
+        w = self._client().fork(
+            parent.id, args.name, with_=members, private=args.private, as_=self.participant
+        )
+        out = WaveletResult(wavelet=_wavelet_out(w, self.participant))
+        return ToolResult.ok(f"forked {w.path} from {parent.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _surface(self, args: SurfaceArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        blip = self._client().surface(
+            w.id, args.text, source_blip_id=args.source_blip_id or None, as_=self.participant
+        )
+        label = self._labels.get(blip.wavelet_id) or self._client().get_wavelet(blip.wavelet_id).path
+        out = PostOut(blip=_blip_out(blip, label))
+        return ToolResult.ok(f"surfaced {w.path} into {label} as blip {blip.id}", out)
+
+    def _invite(self, args: InviteArgs) -> ToolResult:
+        w = self._client().invite(self._resolve(args.wavelet).id, args.name, as_=self.participant)
+        out = WaveletResult(wavelet=_wavelet_out(w, self.participant))
+        return ToolResult.ok(f"invited {args.name} to {w.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _leave(self, args: LeaveArgs) -> ToolResult:
+        who = args.name or self.participant
+        w = self._client().leave(self._resolve(args.wavelet).id, who, as_=self.participant)
+        out = WaveletResult(wavelet=_wavelet_out(w, self.participant))
+        return ToolResult.ok(f"{who} left {w.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _ping(self, _args: NoArgs) -> ToolResult:
+        error, version, latency, presence = "", "", None, []
+        try:
+            c = self._client()
+            t0 = time.perf_counter()
+            who = c.whoami()
+            latency = round((time.perf_counter() - t0) * 1000, 2)
+            version = who.daemon_version
+            presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(self.wave)]
+        except errors.FleetError as exc:
+            error = self._explain("wavelet_ping", exc)
+        out = PingOut(
+            participant=self.participant,
+            wave=self.wave,
+            daemon=self.config.daemon,
+            reachable=latency is not None,
+            latency_ms=latency,
+            daemon_version=version,
+            session_id=self.config.session_id or "",
+            delivery=self._delivery_status(),
+            presence=presence,
+            error=error,
+        )
+        lines = [
+            f"you are {self.participant} in wave {self.wave} via {self.config.daemon}",
+            f"daemon: answered in {latency} ms (fleet {version})"
+            if latency is not None
+            else f"daemon: {error}",
+            f"delivery: {out.delivery.state} ({out.delivery.detail}); cap {out.delivery.cap} per wavelet",
+        ]
+        lines += [
+            f"  {d.wavelet}: {d.delivered} delivered since the last reset{' — capped' if d.capped else ''}"
+            for d in out.delivery.wavelets
+        ]
+        if presence:
+            lines.append("presence: " + ", ".join(f"{p.participant} {p.state}" for p in presence))
+        return ToolResult.ok("\n".join(lines), out)
+
+    def _delivery_status(self) -> DeliveryOut:
+        rows: list[WaveletDelivery] = []
+        core = self._core
+        if core is not None:
+            with self._busy:
+                state = core.state.model_copy(deep=True)
+                labels = dict(self._labels)
+            for wid, label in sorted(labels.items(), key=lambda kv: kv[1]):
+                rows.append(
+                    WaveletDelivery(
+                        wavelet=label,
+                        wavelet_id=wid,
+                        cursor=state.cursors.get(wid, ""),
+                        delivered=state.delivered.get(wid, 0),
+                        capped=wid in state.exhausted,
+                    )
+                )
+        return DeliveryOut(
+            state=self._delivery_state, detail=self._delivery_detail, cap=self.config.cap, wavelets=rows
+        )
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def validate_config(config: ChannelConfig) -> None:
+    """Reject an identity the daemon would reject anyway, before any protocol starts."""
+    if not PARTICIPANT_RE.match(config.participant):
+        raise errors.UsageError(
+            f"participant {config.participant!r} is not a valid name (lower case letter first, then "
+            "letters, digits, '_' or '-', at most 32)"
+        )
+    if not config.wave:
+        raise errors.UsageError("no wave: pass --wave or set FLEET_WAVE")
+
+
+def run(config: ChannelConfig) -> int:
+    """Serve MCP on this process's stdin/stdout until stdin closes; returns the exit status (0).
+
+    Takes over stdout first (see :func:`fleet.mcpwire.take_stdout`); SIGTERM and SIGINT shut down
+    cleanly, with the cursors saved.
+    """
+    validate_config(config)
+    proto = take_stdout()
+    channel = Channel(config, input=sys.stdin.buffer, output=proto)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    log.info(
+        "channel for %s in %s via %s (cap %d, state %s)",
+        config.participant,
+        config.wave,
+        config.daemon,
+        config.cap,
+        channel.state_file.path,
+    )
+    try:
+        channel.serve()
+    except SystemExit:
+        channel.shutdown()
+    return 0
+
+
+def default_config(
+    participant: str | None,
+    wave: str | None,
+    daemon: str | None,
+    token_file: Path | None,
+    cap: int,
+    state_dir: Path | None,
+) -> ChannelConfig:
+    """Fill in what the command line left out from the environment and the local paths."""
+    from fleet.client import read_endpoint
+    from fleet.paths import get_paths
+
+    paths = get_paths()
+    participant = participant or os.environ.get("FLEET_PARTICIPANT", "")
+    if not participant:
+        raise errors.UsageError("no participant: pass --participant or set FLEET_PARTICIPANT")
+    wave = wave or os.environ.get("FLEET_WAVE", "")
+    daemon = daemon or os.environ.get("FLEET_DAEMON", "")
+    if not daemon:
+        endpoint = read_endpoint(paths)
+        if endpoint is None:
+            raise errors.DaemonUnreachable(
+                "no daemon: pass --daemon URL, set FLEET_DAEMON, "
+                "or start the local one with `fleet daemon start`"
+            )
+        daemon = endpoint.url
+    env_token_file = os.environ.get("FLEET_TOKEN_FILE")
+    if token_file is None and env_token_file:
+        token_file = Path(env_token_file)
+    if token_file is None:
+        if participant != "operator":
+            raise errors.UsageError(
+                "no token file: pass --token-file PATH or set FLEET_TOKEN_FILE "
+                "(mint one with `fleet token mint`)"
+            )
+        token_file = paths.operator_token
+    return ChannelConfig(
+        participant=participant,
+        wave=wave,
+        daemon=daemon,
+        token_file=token_file.expanduser(),
+        state_dir=(state_dir or paths.channels).expanduser(),
+        cap=cap,
+        session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or None,
+    )

@@ -1,0 +1,56 @@
+"""``fleet channel``: run the stdio MCP server that makes a Claude Code session a wave participant.
+
+Not for people at a terminal: Claude Code starts it from an inline ``--mcp-config`` entry (see
+:mod:`fleet.channel` for the stable invocation). stdout carries MCP only from the first line on.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleet.delivery import DEFAULT_CAP
+
+
+def channel(
+    participant: Annotated[
+        str | None,
+        typer.Option(envvar="FLEET_PARTICIPANT", metavar="NAME", help="Who this session is in the wave."),
+    ] = None,
+    wave: Annotated[
+        str | None, typer.Option(envvar="FLEET_WAVE", metavar="WAVE", help="The wave to take part in.")
+    ] = None,
+    daemon: Annotated[
+        str | None,
+        typer.Option(envvar="FLEET_DAEMON", metavar="URL", help="The store daemon [default: the local one]."),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="FLEET_TOKEN_FILE",
+            metavar="PATH",
+            help="A file holding the participant's token (never pass a token itself on a command line).",
+        ),
+    ] = None,
+    cap: Annotated[
+        int, typer.Option(min=0, help="Blips pushed per wavelet before one cap notice (0: no cap).")
+    ] = DEFAULT_CAP,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Where delivery cursors are kept [default: the fleet state dir]."),
+    ] = None,
+) -> None:
+    """Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel delivery."""
+    from fleet.channel import default_config, run
+
+    config = default_config(participant, wave, daemon, token_file, cap, state_dir)
+    logging.getLogger("fleet").setLevel(logging.INFO)
+    raise typer.Exit(run(config))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``fleet channel`` to the root app."""
+    app.command("channel")(channel)
