@@ -757,9 +757,9 @@ class Channel:
             )
         if isinstance(exc, errors.Unauthorized):
             return (
-                f"{name} failed: the daemon rejected this channel's token ({message}). The token may be "
-                f"revoked or wrong. Ask the operator to mint a new one for {self.participant} in "
-                f"{self.wave} and write it to {self.config.token_file}; the channel re-reads that file."
+                f"{name} failed: the daemon rejected this channel's token ({message}). Ask the operator "
+                f"for a new one: `fleet token mint {self.wave} {self.participant} --file "
+                f"{self.config.token_file}`; the channel re-reads that file, no restart needed."
             )
         if isinstance(exc, errors.NotFound):
             return (
