@@ -309,6 +309,7 @@ class Daemon:
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
         self.store: Store | None = None
         self.operator_token = ""
         self.url = ""
@@ -396,6 +397,11 @@ class Daemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, wake long-polls, let in-flight requests finish, close, clean up. Idempotent."""
+        # On SIGTERM both the signal's thread and serve_forever's `finally` call this: one does the work.
+        with self._stop_lock:
+            self._stop(timeout)
+
+    def _stop(self, timeout: float) -> None:
         if self._stopped.is_set() or self._httpd is None:
             return
         httpd = self._httpd
