@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -49,6 +50,7 @@ STANDIN = "fleet-standin"
 """Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
 
 DEV_CHANNELS_PROMPT = "I am using this for local development"
+DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
 TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
 
 
@@ -164,7 +166,6 @@ class Spawner:
         trust: bool = False,
         ready_timeout: float = 30.0,
         hook_settings: Callable[[str, str, Path], str] | None = None,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -174,7 +175,6 @@ class Spawner:
         self.trust = trust
         self.ready_timeout = ready_timeout
         self.hook_settings = hook_settings
-        self.clock = clock
 
     # ---------------------------------------------------------------- helpers
 
@@ -279,7 +279,7 @@ class Spawner:
             else:
                 window_id = found
         reports: list[PaneReport] = []
-        launched_at = self.clock()
+        before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
         for name in order:
             mine = [p for p in panes if p.participant == name]
             live = next((p for p in mine if p.alive), None)
@@ -304,17 +304,22 @@ class Spawner:
                 window_id = ""
         if window_id:
             self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
-        self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], launched_at)
+        self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
         return SpawnReport(
             wave.name, wl.path, session_id, window_id, reports, attach_hint(self.tmux, wave.name)
         )
 
     # ---------------------------------------------------------------- readiness
 
-    def _await_ready(self, wave: Wave, reports: list[PaneReport], since: float) -> None:
-        """Watch launched panes until each is ready, dead, or stuck at a prompt (bounded)."""
+    def _await_ready(self, wave: Wave, reports: list[PaneReport], before: dict[str, float | None]) -> None:
+        """Watch launched panes until each is ready, dead, or stuck at a prompt (bounded).
+
+        Ready means the daemon heard a presence ping from the participant's new session after launch
+        (a newer ``last_ping`` than before it, so no clock is compared across machines).
+        """
         pending = {r.participant: r for r in reports}
         accepted: set[str] = set()
+        dead_since: dict[str, float] = {}
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
         while pending and time.monotonic() < deadline:
@@ -323,20 +328,15 @@ class Spawner:
             for name, rep in list(pending.items()):
                 pane: PaneInfo | None = panes.get(rep.pane_id)
                 row = presence.get(name)
-                if row and row.last_ping and row.last_ping >= since - 1 and row.session_id == rep.session_id:
+                fresh = row and row.last_ping and row.last_ping != before.get(name)
+                if row and fresh and row.session_id == rep.session_id:
                     rep.ready, rep.why = True, "channel connected"
                     del pending[name]
                 elif pane is None or pane.dead:
-                    status = pane.dead_status if pane else None
-                    tail = (
-                        [ln for ln in self.tmux.capture(rep.pane_id, history=True) if ln.strip()][-5:]
-                        if pane
-                        else []
-                    )
-                    rep.why = f"the agent exited with status {status}" + (
-                        ": " + " | ".join(tail) if tail else ""
-                    )
-                    del pending[name]
+                    why = self._death(rep.pane_id, pane, dead_since.setdefault(name, time.monotonic()))
+                    if why:
+                        rep.why = why
+                        del pending[name]
                 else:
                     screen = "\n".join(self.tmux.capture(rep.pane_id))
                     if DEV_CHANNELS_PROMPT in screen and name not in accepted:
@@ -356,6 +356,50 @@ class Spawner:
                 delay = min(delay * 2, 0.5)
         for rep in pending.values():
             rep.why = f"not connected after {self.ready_timeout:g}s: attach to see its screen"
+
+    def _death(self, pane_id: str, pane: PaneInfo | None, since: float) -> str:
+        """Why a dead pane's agent stopped (status and last lines), or '' while tmux settles it.
+
+        tmux may mark a pane dead (its pty closed) a moment before it records the exit status, and
+        under load sometimes only its "Pane is dead (status N …)" line carries the status.
+        """
+        if pane is None:
+            return "the pane is gone (killed, or its window was closed)"
+        lines = [ln for ln in self.tmux.capture(pane_id, history=True) if ln.strip()]
+        status: str | None = str(pane.dead_status) if pane.dead_status is not None else None
+        if status is None and pane.pid:
+            status = zombie_status(pane.pid)
+        for ln in reversed(lines):
+            m = DEAD_LINE.search(ln)
+            if m and status is None:
+                status = m[1] or f"signal {m[2]}"
+        if status is None and time.monotonic() - since < 2.0:
+            return ""
+        tail = [ln for ln in lines if not DEAD_LINE.search(ln)][-5:]
+        return f"the agent exited with status {status or 'unknown'}" + (
+            ": " + " | ".join(tail) if tail else ""
+        )
+
+
+def zombie_status(pid: int) -> str | None:
+    """The exit status of an unreaped child of tmux, read from ``/proc`` (Linux), if that is what it is.
+
+    tmux 3.3a sometimes misses the SIGCHLD of an agent that exits within moments of being spawned and
+    leaves it a zombie with no recorded status; the kernel still holds the status for its parent.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    code = int(fields[49])
+    if os.WIFEXITED(code):
+        return str(os.WEXITSTATUS(code))
+    if os.WIFSIGNALED(code):
+        return f"signal {os.WTERMSIG(code)}"
+    return None
 
 
 def attach_hint(tmux: Tmux, wave: str) -> str:

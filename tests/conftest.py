@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -59,6 +60,31 @@ def operator(daemon: object) -> object:
     from fleet.client import Client
 
     return Client(daemon.url, daemon.operator_token)  # type: ignore[attr-defined]
+
+
+TMUX_CONF = """\
+set -g default-shell /bin/sh
+set -g base-index 0
+set -g pane-base-index 0
+set -g history-limit 5000
+"""
+
+
+@pytest.fixture
+def tmux_server(tmp_path: Path) -> Iterator[object]:
+    """A real tmux server on an isolated socket with its own config; killed and its socket removed after."""
+    import libtmux
+
+    conf = tmp_path / "tmux.conf"
+    conf.write_text(TMUX_CONF)
+    name = f"fleet-test-{uuid.uuid4().hex[:8]}"
+    srv = libtmux.Server(socket_name=name, config_file=str(conf))
+    try:
+        yield srv
+    finally:
+        srv.kill()
+        sock = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.geteuid()}" / name
+        sock.unlink(missing_ok=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

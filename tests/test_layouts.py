@@ -1,0 +1,75 @@
+"""Layouts: every shipped layout loads and resolves profiles; a bad one names its file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet import errors, layouts
+from fleet.paths import Paths
+
+SHIPPED = ["lead", "pair", "review", "trio"]
+
+
+def test_the_shipped_layouts_are_there(fleet_env: Paths) -> None:
+    assert set(SHIPPED) <= set(layouts.available(fleet_env))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_layout_loads_and_gives_every_participant_a_profile(fleet_env: Paths, name: str) -> None:
+    lay = layouts.load(name, fleet_env)
+    assert lay.name == name and lay.description
+    for who in ("lead", "author", "somebody"):
+        p = lay.profile(who)
+        assert p.agent == "claude" and p.attention in ("full", "targeted")
+    roster = ["x", "y", "z"]
+    assert lay.main_pane(roster) in roster
+
+
+def test_lead_layout_gives_the_lead_full_delivery_and_the_big_pane(fleet_env: Paths) -> None:
+    lead = layouts.load("lead", fleet_env)
+    assert lead.arrangement == "main-vertical"
+    assert lead.profile("lead").attention == "full"
+    assert lead.profile("parser").attention == "targeted"
+    assert lead.main_pane(["parser", "lead"]) == "lead"
+
+
+def test_a_users_layout_overrides_a_shipped_one_by_name(fleet_env: Paths) -> None:
+    fleet_env.layouts.mkdir(parents=True)
+    (fleet_env.layouts / "pair.toml").write_text(
+        'arrangement = "even-vertical"\n[defaults]\nagent = "fleet-standin"\nmodel = "opus"\n'
+        '[participants.bob]\nargs = ["--verbose"]\ncwd = "/tmp"\n'
+    )
+    lay = layouts.load("pair", fleet_env)
+    assert lay.arrangement == "even-vertical"
+    assert lay.profile("alice").model == "opus" and lay.profile("alice").args == []
+    assert lay.profile("bob").args == ["--verbose"] and lay.profile("bob").cwd == "/tmp"
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('arrangement = "spiral"', "arrangement"),
+        ("[defaults]\nattention = 3", "defaults.attention"),
+        ("[participants.Bad]\nmodel = 'x'", "participants"),
+        ("[participants.bob]\npermission_mode = 'yolo'", "participants.bob.permission_mode"),
+        ("[defaults]\nagent = '  '", "defaults.agent"),
+        ("colour = 'blue'", "colour"),
+        ("[defaults\n", "invalid TOML"),
+    ],
+)
+def test_a_bad_layout_names_its_file_and_field(
+    fleet_env: Paths, tmp_path: Path, text: str, field: str
+) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text(text)
+    with pytest.raises(errors.UsageError) as e:
+        layouts.load(str(path), fleet_env)
+    assert str(path) in str(e.value) and field in str(e.value)
+
+
+def test_an_unknown_layout_lists_the_known_ones(fleet_env: Paths) -> None:
+    with pytest.raises(errors.NotFound) as e:
+        layouts.load("nope", fleet_env)
+    assert "trio" in str(e.value)

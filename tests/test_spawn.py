@@ -1,0 +1,226 @@
+"""Spawning into a real tmux server (isolated socket) with scripted stand-in agents and real channels."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import libtmux
+import pytest
+from conftest import retry_until
+
+from fleet import errors, layouts
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.paths import Paths
+from fleet.spawn import Spawner
+from fleet.tmux import Tmux
+from fleet.tmux import server as tmux_server_for
+
+CONVERSE = "fleet-standin --reply '{author}: on it ({name}).' --turns 1"
+
+
+def standin_log(paths: Paths, name: str) -> list[dict[str, Any]]:
+    path = paths.state / "standin" / f"{name}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def argv_received(paths: Paths, name: str) -> list[list[str]]:
+    return [e["argv"] for e in standin_log(paths, name) if e["event"] == "start"]
+
+
+def opt(srv: libtmux.Server, target: str, name: str, scope: str) -> str:
+    args = ["show-options", *([scope] if scope else []), "-v", "-t", target, name]
+    out = srv.cmd(*args).stdout
+    return out[0] if out else ""
+
+
+@pytest.fixture
+def wave(operator: Client) -> str:
+    operator.create_wave("demo", ["alice", "bob", "carol"])
+    return "demo"
+
+
+def spawner(
+    operator: Client, srv: libtmux.Server, paths: Paths, agent: str | None = CONVERSE, **kw: Any
+) -> Spawner:
+    return Spawner(operator, Tmux(srv), paths, agent=agent, ready_timeout=20, **kw)
+
+
+def test_spawn_lays_out_one_pane_per_member_with_identity_options_and_exact_argv(
+    operator: Client, daemon: Daemon, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    rep = spawner(operator, tmux_server, fleet_env).spawn("demo/main", layouts.load("trio", fleet_env))
+    assert [p.participant for p in rep.panes] == ["alice", "bob", "carol"]
+    assert all(p.action == "launched" and p.ready for p in rep.panes), [
+        (p.participant, p.why) for p in rep.panes
+    ]
+    wave_id = operator.get_wave("demo").id
+    main_id = operator.resolve("demo/main").id
+
+    sessions = tmux_server.sessions
+    assert len(sessions) == 1 and opt(tmux_server, sessions[0].session_id, "@fleet_wave", "") == wave_id
+    windows = sessions[0].windows
+    assert len(windows) == 1 and opt(tmux_server, windows[0].window_id, "@fleet_wavelet", "-w") == main_id
+    panes = {p.pane_id: p for p in windows[0].panes}
+    assert set(panes) == {p.pane_id for p in rep.panes}
+    for p in rep.panes:
+        assert opt(tmux_server, p.pane_id, "@fleet_participant", "-p") == p.participant
+        assert opt(tmux_server, p.pane_id, "@fleet_wave", "-p") == wave_id
+        assert opt(tmux_server, p.pane_id, "@fleet_wavelet", "-p") == main_id
+        assert opt(tmux_server, p.pane_id, "remain-on-exit", "-p") == "on"
+        # the agent received exactly the command line spawn built, claude's flags included
+        got = retry_until(lambda p=p: argv_received(fleet_env, p.participant), what="stand-in start")
+        assert got == [p.argv[3:]]  # minus `python -m fleet.standin`
+        argv = got[0]
+        config = next(a for a in argv if a.startswith("--mcp-config="))
+        entry = json.loads(config.removeprefix("--mcp-config="))["mcpServers"]["fleet"]
+        assert entry["args"][:7] == [
+            "-m",
+            "fleet",
+            "channel",
+            "--participant",
+            p.participant,
+            "--wave",
+            "demo",
+        ]
+        token_file = Path(entry["args"][entry["args"].index("--token-file") + 1])
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert token_file.read_text().strip() not in json.dumps(argv)  # no secret on a command line
+        assert "--dangerously-load-development-channels=server:fleet" in argv
+        assert argv[argv.index("--session-id") + 1] == p.session_id
+        assert argv[argv.index("--name") + 1] == p.participant
+        assert "--permission-mode" in argv and argv[argv.index("--permission-mode") + 1] == "acceptEdits"
+    recorded = {r.participant: r.session_id for r in operator.sessions("demo")}
+    assert recorded == {p.participant: p.session_id for p in rep.panes}
+
+
+def test_spawned_agents_converse_through_real_channels_and_finish(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    main = operator.resolve("demo/main")
+    spawner(operator, tmux_server, fleet_env).spawn("demo/main", layouts.load("trio", fleet_env))
+    operator.post(main.id, "alice, bob, carol: please each take one part of the job.")
+
+    def dones() -> set[str]:
+        return {b.author for b in operator.read(main.id).blips if b.text.startswith("DONE:")}
+
+    retry_until(lambda: dones() == {"alice", "bob", "carol"}, timeout=30, what="three DONEs")
+    replies = [b for b in operator.read(main.id).blips if b.text.startswith("operator: on it")]
+    assert sorted(b.author for b in replies) == ["alice", "bob", "carol"]
+    # each agent was handed the operator's blip, never its own
+    for name in ("alice", "bob", "carol"):
+        seen = [e["meta"]["author"] for e in standin_log(fleet_env, name) if e["event"] == "notification"]
+        assert "operator" in seen and name not in seen
+
+
+def test_spawning_again_changes_nothing(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    lay = layouts.load("trio", fleet_env)
+    first = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    tokens = operator.list_tokens("demo")
+    sessions = operator.sessions("demo")
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    assert [(p.participant, p.pane_id, p.action) for p in again.panes] == [
+        (p.participant, p.pane_id, "running") for p in first.panes
+    ]
+    assert len(tmux_server.panes) == 3 and len(tmux_server.windows) == 1
+    assert operator.list_tokens("demo") == tokens
+    assert operator.sessions("demo") == sessions
+    for p in first.panes:
+        assert len(argv_received(fleet_env, p.participant)) == 1
+
+
+def test_an_invite_then_spawn_adds_only_the_new_member(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    lay = layouts.load("trio", fleet_env)
+    first = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    operator.invite(operator.resolve("demo/main").id, "dave")
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    actions = {p.participant: p.action for p in again.panes}
+    assert actions == {"alice": "running", "bob": "running", "carol": "running", "dave": "launched"}
+    assert len(tmux_server.panes) == 4
+    assert {p.pane_id for p in first.panes} < {p.pane_id for p in again.panes}
+
+
+def test_a_dead_pane_is_respawned_in_place_resuming_its_session(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    lay = layouts.load("trio", fleet_env)
+    first = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    bob = next(p for p in first.panes if p.participant == "bob")
+    tmux = Tmux(tmux_server)
+    pid = next(p.pid for p in tmux.panes() if p.pane_id == bob.pane_id)
+    assert pid
+    os.kill(pid, 9)
+    retry_until(
+        lambda: next(p for p in tmux.panes() if p.pane_id == bob.pane_id).dead, what="bob's pane dead"
+    )
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    bob2 = next(p for p in again.panes if p.participant == "bob")
+    assert bob2.pane_id == bob.pane_id and bob2.action == "respawned" and bob2.ready
+    argv = argv_received(fleet_env, "bob")[-1]
+    assert argv[argv.index("--resume") + 1] == bob.session_id and "--session-id" not in argv
+
+
+def test_an_agent_that_dies_at_once_is_reported_with_status_and_last_lines(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    agent = "sh -c 'echo the agent broke: missing API key >&2; sleep 0.2; exit 7'"
+    rep = spawner(operator, tmux_server, fleet_env, agent=agent).spawn(
+        "demo/main", layouts.load("trio", fleet_env)
+    )
+    for p in rep.panes:
+        assert not p.ready
+        assert "status 7" in p.why and "missing API key" in p.why
+
+
+def test_a_missing_agent_or_tmux_is_exit_6_before_anything_is_created(
+    operator: Client,
+    tmux_server: libtmux.Server,
+    fleet_env: Paths,
+    wave: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(errors.ToolMissing) as e:
+        spawner(operator, tmux_server, fleet_env, agent="no-such-agent-xyz").spawn(
+            "demo/main", layouts.load("trio", fleet_env)
+        )
+    assert e.value.exit_code == 6
+    with monkeypatch.context() as m:
+        m.setenv("PATH", "/nonexistent")
+        with pytest.raises(errors.ToolMissing) as e2:
+            spawner(operator, tmux_server, fleet_env, agent=None).spawn(
+                "demo/main", layouts.load("trio", fleet_env)
+            )
+        with pytest.raises(errors.ToolMissing) as e3:
+            tmux_server_for(None)
+    assert "claude" in str(e2.value) and "--agent" in str(e2.value)
+    assert "install" in str(e3.value) and e3.value.exit_code == 6
+    assert not tmux_server.is_alive() or not tmux_server.sessions
+    assert operator.list_tokens("demo") == []
+
+
+def test_an_oversized_command_is_refused_not_truncated(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    huge = "fleet-standin --opening " + "x" * 20000
+    with pytest.raises(errors.UsageError) as e:
+        spawner(operator, tmux_server, fleet_env, agent=huge).spawn(
+            "demo/main", layouts.load("trio", fleet_env)
+        )
+    assert "limit" in str(e.value)
+    assert all(not argv_received(fleet_env, n) for n in ("alice", "bob", "carol"))
+
+
+def test_an_unknown_wavelet_is_not_found(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths
+) -> None:
+    with pytest.raises(errors.NotFound):
+        spawner(operator, tmux_server, fleet_env).spawn("nope/main", layouts.load("trio", fleet_env))
