@@ -21,7 +21,8 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
   ``WAVE/WAVELET``, a wavelet name in the channel's wave, or an id (prefix). Every failure (bad
   arguments, unknown wavelet, oversized text, revoked token, daemon down) is an ``isError`` result
   whose text says what to do.
-* Delivery: after ``notifications/initialized``, one long-poll ``feed`` across every wavelet on the
+* Delivery: one second after ``notifications/initialized`` (so a health check such as ``claude mcp
+  list``, which disconnects at once, consumes nothing), one long-poll ``feed`` across every wavelet on the
   participant's roster (new memberships appear without a restart, a left wavelet stops), run through
   :mod:`fleet.delivery` (cursor per wavelet, echo suppression, cap). Each delivered blip becomes::
 
@@ -77,6 +78,10 @@ POLL_WAIT = 20.0
 """Seconds one feed long-poll may wait (the daemon caps it at 60)."""
 PING_INTERVAL = 30.0
 """Presence pings; the daemon calls a participant gone after 90 s without one."""
+DELIVERY_GRACE = 1.0
+"""Seconds between ``notifications/initialized`` and the first delivery. A health check (``claude mcp
+list`` runs initialize, tools/list, then SIGINT within milliseconds) must neither consume blips nor
+take the state lock or report presence; a real session does not notice a one-second start."""
 STANDBY_RETRY = 2.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 BACKOFF_AUTH_MAX = 30.0
@@ -98,6 +103,7 @@ class ChannelConfig(BaseModel):
     host: str = Field(default_factory=socket.gethostname)
     poll_wait: float = POLL_WAIT
     ping_interval: float = PING_INTERVAL
+    delivery_grace: float = DELIVERY_GRACE
 
 
 def instructions(participant: str, wave: str) -> str:
@@ -509,7 +515,7 @@ class Channel:
 
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
-        if self.server.closed.is_set() or self._stop.is_set():
+        if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
             return
         try:
             core = self._claim()
