@@ -38,7 +38,8 @@ from typing import Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.layouts import Layout, ResolvedProfile
+from fleet.layouts import DEFAULT_LAYOUT, Layout, ResolvedProfile
+from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
 from fleet.tmux import PaneInfo, Tmux, check_length
@@ -263,21 +264,8 @@ class Spawner:
         records = {r.participant: r for r in self.client.sessions(wave.id)}
 
         panes = self.tmux.fleet_panes(wave.id)
-        session_id = self.tmux.find_session(wave.id)
-        spare: list[str] = []
-        created_window = False
-        if session_id is None:
-            session_id, window_id, first = self.tmux.new_session(wave.id, wave.name, wl.name, wl.id)
-            spare.append(first)
-            created_window = True
-        else:
-            found = self.tmux.find_window(session_id, wl.id)
-            if found is None:
-                window_id, first = self.tmux.new_window(session_id, wave.id, wl.name, wl.id)
-                spare.append(first)
-                created_window = True
-            else:
-                window_id = found
+        session_id, window_id, spare = self._window(wave, wl)
+        created_window = bool(spare)
         reports: list[PaneReport] = []
         before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
         for name in order:
@@ -308,6 +296,69 @@ class Spawner:
         return SpawnReport(
             wave.name, wl.path, session_id, window_id, reports, attach_hint(self.tmux, wave.name)
         )
+
+    def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
+        """The wave's session and the wavelet's window, created if missing: (session, window, spare).
+
+        ``spare`` holds the placeholder pane of a window created just now (to be used or removed).
+        """
+        session_id = self.tmux.find_session(wave.id)
+        if session_id is None:
+            session_id, window_id, first = self.tmux.new_session(wave.id, wave.name, wl.name, wl.id)
+            return session_id, window_id, [first]
+        found = self.tmux.find_window(session_id, wl.id)
+        if found is None:
+            window_id, first = self.tmux.new_window(session_id, wave.id, wl.name, wl.id)
+            return session_id, window_id, [first]
+        return session_id, found, []
+
+    def respawn(self, wave_ref: str, participant: str, *, force: bool = False) -> PaneReport:
+        """Relaunch ``participant``'s agent with ``--resume`` of its recorded session, where it was.
+
+        A dead pane is respawned in place; a live one only with ``force``, after its screen is saved
+        to the state dir (the path is in the report). With no pane at all (killed), a new one is made
+        in the recorded wavelet's window. Works from any machine: everything comes from the daemon.
+        """
+        wave = self.client.get_wave(wave_ref)
+        records = {r.participant: r for r in self.client.sessions(wave.id)}
+        record = records.get(participant)
+        if record is None:
+            raise errors.NotFound(
+                f"no recorded session for {participant!r} in wave {wave.name!r}:"
+                " spawn it first (`fleet spawn`)"
+            )
+        wl = self.client.get_wavelet(record.wavelet_id)
+        layout = _layout_named(record.layout, self.paths)
+        mine = [p for p in self.tmux.fleet_panes(wave.id) if p.participant == participant]
+        pane = next((p for p in mine if p.alive), None) or (mine[0] if mine else None)
+        saved = ""
+        if pane is not None and pane.alive:
+            if not force:
+                raise errors.Conflict(
+                    f"{participant} is alive in pane {pane.pane_id}: use --force to restart it"
+                    " (its screen is saved first)"
+                )
+            saved = str(self.save_screen(wave, participant, pane.pane_id))
+        before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
+        if pane is None:
+            _session, window_id, spare = self._window(wave, wl)
+            pane_id = spare.pop() if spare else self.tmux.split(window_id)
+            report = self._launch(pane_id, wave, wl, layout, participant, record, resume=True)
+            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
+        else:
+            report = self._launch(pane.pane_id, wave, wl, layout, participant, record, resume=True)
+        self._await_ready(wave, [report], before)
+        if saved:
+            report.why = f"{report.why}; previous screen saved to {saved}"
+        return report
+
+    def save_screen(self, wave: Wave, participant: str, pane_id: str) -> Path:
+        """Write a pane's whole screen and history to a file in the state dir; returns its path."""
+        lines = self.tmux.capture(pane_id, history=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = self.paths.state / "screens" / wave.name / f"{participant}-{stamp}.txt"
+        write_private(path, "\n".join(lines) + "\n")
+        return path
 
     # ---------------------------------------------------------------- readiness
 
@@ -379,6 +430,14 @@ class Spawner:
         return f"the agent exited with status {status or 'unknown'}" + (
             ": " + " | ".join(tail) if tail else ""
         )
+
+
+def _layout_named(name: str, paths: Paths) -> Layout:
+    """The recorded layout, or the default one if it is gone (a respawn must not fail on that)."""
+    try:
+        return load_layout(name or DEFAULT_LAYOUT, paths)
+    except errors.FleetError:
+        return load_layout(DEFAULT_LAYOUT, paths)
 
 
 def zombie_status(pid: int) -> str | None:

@@ -224,3 +224,27 @@ def test_an_unknown_wavelet_is_not_found(
 ) -> None:
     with pytest.raises(errors.NotFound):
         spawner(operator, tmux_server, fleet_env).spawn("nope/main", layouts.load("trio", fleet_env))
+
+
+def test_respawn_resumes_a_dead_live_or_vanished_pane_with_its_recorded_session(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    first = spawner(operator, tmux_server, fleet_env).spawn("demo/main", layouts.load("trio", fleet_env))
+    bob = next(p for p in first.panes if p.participant == "bob")
+    sp = spawner(operator, tmux_server, fleet_env, agent=None)  # the recorded agent is used
+    with pytest.raises(errors.Conflict):
+        sp.respawn("demo", "bob")  # alive: only with force
+    forced = sp.respawn("demo", "bob", force=True)
+    assert forced.pane_id == bob.pane_id and forced.ready and "screen saved to" in forced.why
+    saved = Path(forced.why.rsplit("saved to ", 1)[1])
+    assert "fleet stand-in bob ready" in saved.read_text()
+    Tmux(tmux_server).kill_pane(bob.pane_id)
+    again = sp.respawn("demo", "bob")
+    assert again.pane_id != bob.pane_id and again.ready
+    runs = argv_received(fleet_env, "bob")
+    assert len(runs) == 3
+    for argv in runs[1:]:
+        assert argv[argv.index("--resume") + 1] == bob.session_id
+        assert "--reply" in argv  # the recorded agent command, not the layout's default
+    with pytest.raises(errors.NotFound):
+        sp.respawn("demo", "zed")
