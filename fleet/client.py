@@ -229,6 +229,11 @@ class Client:
         self._all: list[_Connection] = []
         self._all_lock = threading.Lock()
 
+    @property
+    def token(self) -> str:
+        """The bearer token this client sends (so a spawner can hand it on through a 0600 file)."""
+        return self._token
+
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
 

@@ -32,9 +32,10 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from fleet import errors
 from fleet.client import Client
@@ -55,19 +56,19 @@ DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
 TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
 
 
-@dataclass
-class PaneReport:
+class PaneReport(BaseModel):
+    """What spawn did for one participant (``fleet spawn --json`` prints these)."""
+
     participant: str
     pane_id: str
     action: Literal["launched", "respawned", "running", "skipped"]
     ready: bool = False
     why: str = ""
     session_id: str = ""
-    argv: list[str] = field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
 
 
-@dataclass
-class SpawnReport:
+class SpawnReport(BaseModel):
     wave: str
     wavelet: str
     session_id: str
@@ -239,9 +240,13 @@ class Spawner:
             ),
         )  # fmt: skip
         self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
-        self.tmux.respawn(pane_id, argv, cwd=cwd)
+        self.tmux.respawn(pane_id, argv, cwd=cwd, env={"FLEET_WAVELET": wl.path, "FLEET_WAVE": wave.name})
         return PaneReport(
-            participant, pane_id, "respawned" if resume else "launched", session_id=session_id, argv=argv
+            participant=participant,
+            pane_id=pane_id,
+            action="respawned" if resume else "launched",
+            session_id=session_id,
+            argv=argv,
         )
 
     # ---------------------------------------------------------------- the job
@@ -274,7 +279,13 @@ class Spawner:
             if live is not None:
                 where = "" if live.window_id == window_id else f" (in another window, {live.wavelet[:8]})"
                 reports.append(
-                    PaneReport(name, live.pane_id, "running", ready=True, why=f"already running{where}")
+                    PaneReport(
+                        participant=name,
+                        pane_id=live.pane_id,
+                        action="running",
+                        ready=True,
+                        why=f"already running{where}",
+                    )
                 )
                 continue
             dead = next((p for p in mine if p.window_id == window_id), None) or (mine[0] if mine else None)
@@ -294,7 +305,12 @@ class Spawner:
             self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
         self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
         return SpawnReport(
-            wave.name, wl.path, session_id, window_id, reports, attach_hint(self.tmux, wave.name)
+            wave=wave.name,
+            wavelet=wl.path,
+            session_id=session_id,
+            window_id=window_id,
+            panes=reports,
+            attach=attach_hint(wave.name),
         )
 
     def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
@@ -461,7 +477,7 @@ def zombie_status(pid: int) -> str | None:
     return None
 
 
-def attach_hint(tmux: Tmux, wave: str) -> str:
+def attach_hint(wave: str) -> str:
     sock = os.environ.get("FLEET_TMUX_SOCKET")
     prefix = f"FLEET_TMUX_SOCKET={shlex.quote(sock)} " if sock else ""
     return f"{prefix}fleet attach {wave}"

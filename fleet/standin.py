@@ -6,8 +6,8 @@ It takes the same command line as ``claude`` (``--mcp-config=JSON`` (repeatable)
 its ``--mcp-config`` says, completes the MCP handshake as a real client, and then acts on channel
 notifications by a script instead of by judgement:
 
-- ``--opening TEXT``: post TEXT into ``--opening-wavelet`` (default: the wave's root) once, when a
-  fresh session starts (not on ``--resume``).
+- ``--opening TEXT``: post TEXT into ``--opening-wavelet`` (default: ``$FLEET_WAVELET``, the
+  wavelet spawn launched it for) once, when a fresh session starts (not on ``--resume``).
 - ``--reply TEXT``: when a ``message`` blip from someone else names this participant, answer it in
   the same wavelet. TEXT may use ``{author}``, ``{name}``, ``{n}`` (the reply number).
 - ``--turns N``: after N replies, post one ``DONE: …`` blip (``--done TEXT``) and go silent.
@@ -298,7 +298,8 @@ class Agent:
         if hooks:
             self.run_hooks(hooks)
         if args.opening and not args.resume:
-            self.post(args.opening_wavelet or "main", args.opening.format(name=self.name))
+            where = args.opening_wavelet or os.environ.get("FLEET_WAVELET") or "main"
+            self.post(where, args.opening.format(name=self.name))
         while True:
             content, meta = self.inbox.get()
             try:

@@ -17,7 +17,7 @@ import typer
 
 import fleet
 from fleet import errors
-from fleet.cli import blips, channel, daemon, render, tokens, wave, wavelet
+from fleet.cli import blips, channel, daemon, render, spawn, tokens, wave, wavelet
 from fleet.cli.common import JsonOpt
 from fleet.paths import get_paths
 
@@ -57,6 +57,7 @@ blips.register(app)
 app.add_typer(tokens.app, name="token")
 app.command()(tokens.whoami)
 channel.register(app)
+spawn.register(app)
 
 
 @app.command("paths")

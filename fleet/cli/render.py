@@ -16,6 +16,7 @@ import typer
 from pydantic import BaseModel
 
 from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
+from fleet.spawn import SpawnReport
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
@@ -166,3 +167,14 @@ def pairs(rows: Sequence[tuple[str, str]]) -> None:
     width = max((len(k) for k, _ in rows), default=0)
     for key, value in rows:
         out(f"{key:<{width}}  {value}")
+
+
+def spawn_report(report: SpawnReport) -> None:
+    """One line per participant: pane, what spawn did, ready or why not; then how to attach."""
+    out(f"{report.wavelet} in tmux session {report.session_id} window {report.window_id or '-'}:")
+    width = max((len(p.participant) for p in report.panes), default=0)
+    for p in report.panes:
+        state = "ready" if p.ready else "NOT READY"
+        why = f" ({p.why})" if p.why else ""
+        out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}")
+    out(f"attach: {report.attach}")

@@ -1,0 +1,70 @@
+"""``fleet claude``: the operator's in-band voice — Claude Code in this terminal as ``operator``.
+
+Claude Code is launched (or, with ``--resume``, resumed) with the wave's channel injected inline as
+participant ``operator``; its development-channels confirmation is accepted automatically (pexpect,
+bounded wait), then the terminal is handed to the user. What the operator asks there arrives as
+ordinary human blips that wake the wave. Deliveries reach the operator's session only from wavelets
+whose roster includes ``operator`` (``fleet invite WAVELET operator``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import uuid
+from typing import Any
+
+from fleet import errors
+from fleet.client import Client
+from fleet.layouts import ResolvedProfile
+from fleet.models import OPERATOR, NewSession
+from fleet.paths import Paths, write_private
+from fleet.spawn import DEV_CHANNELS_PROMPT, agent_argv, agent_words, channel_entry, mcp_config, require_agent
+
+
+def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: str = "claude") -> int:
+    import pexpect
+
+    wave = client.get_wave(wave_ref)
+    words = agent_words(claude)
+    require_agent(words)
+    record = next((s for s in client.sessions(wave.id, OPERATOR)), None)
+    if resume and record is None:
+        raise errors.NotFound(
+            f"no operator session to resume in wave {wave.name!r}: run `fleet claude` first"
+        )
+    session_id = record.session_id if resume and record else str(uuid.uuid4())
+    token_file = paths.tokens / wave.id / f"{OPERATOR}.token"
+    write_private(token_file, client.token + "\n")
+    entry = channel_entry(OPERATOR, wave.name, client.base_url, token_file)
+    argv = agent_argv(
+        words, ResolvedProfile(), OPERATOR, session_id, mcp_config(entry), resume=resume, transport="channel"
+    )
+    client.record_session(
+        wave.id,
+        NewSession(
+            participant=OPERATOR, session_id=session_id, wavelet_id=wave.root_id, agent=claude,
+            cwd=os.getcwd(), host=socket.gethostname(),
+        ),
+    )  # fmt: skip
+    size = shutil.get_terminal_size((120, 40))
+    child = pexpect.spawn(argv[0], argv[1:], dimensions=(size.lines, size.columns), encoding="utf-8")
+
+    def resize(_sig: int, _frame: Any) -> None:
+        s = shutil.get_terminal_size((120, 40))
+        child.setwinsize(s.lines, s.columns)
+
+    signal.signal(signal.SIGWINCH, resize)
+    child.logfile_read = sys.stdout
+    try:
+        if child.expect_exact([DEV_CHANNELS_PROMPT, pexpect.TIMEOUT, pexpect.EOF], timeout=15) == 0:
+            child.send("\r")
+    finally:
+        child.logfile_read = None
+    if child.isalive():
+        child.interact()
+    child.close()
+    return int(child.exitstatus or 0)

@@ -1,0 +1,161 @@
+"""``fleet spawn``, ``fleet attach``, ``fleet claude``, ``fleet demo``: the wave, in tmux."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+
+import typer
+
+from fleet import errors, layouts
+from fleet.cli import render
+from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
+from fleet.paths import get_paths
+from fleet.spawn import Spawner, SpawnReport
+from fleet.tmux import Tmux
+from fleet.tmux import server as tmux_server
+
+LayoutOpt = Annotated[
+    str,
+    typer.Option("--layout", "-l", help="A layout name (`fleet spawn --list-layouts`) or a .toml path."),
+]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent", metavar="CMD", help="Run CMD instead of the layout's agent (e.g. fleet-standin)."
+    ),
+]
+TransportOpt = Annotated[
+    str,
+    typer.Option(
+        "--transport",
+        help="channel: woken by MCP channel notifications; hook: by an asyncRewake hook (no channels).",
+    ),
+]
+SocketOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--socket",
+        envvar="FLEET_TMUX_SOCKET",
+        metavar="SOCKET",
+        help="tmux socket name or path [env: FLEET_TMUX_SOCKET; default: the enclosing or default server].",
+        show_envvar=False,
+    ),
+]
+TrustOpt = Annotated[
+    bool, typer.Option("--trust", help="Accept Claude Code's folder-trust prompt for the panes.")
+]
+WaitOpt = Annotated[float, typer.Option("--wait", metavar="SECONDS", help="How long to wait for each pane.")]
+
+
+def _transport(value: str) -> Literal["channel", "hook"]:
+    if value not in ("channel", "hook"):
+        raise errors.UsageError(f"--transport is channel or hook, not {value!r}")
+    return "channel" if value == "channel" else "hook"
+
+
+def make_spawner(socket: str | None, agent: str | None, transport: str, trust: bool, wait: float) -> Spawner:
+    """The spawner for the CLI's daemon and tmux server."""
+    return Spawner(
+        client(),
+        Tmux(tmux_server(socket)),
+        get_paths(),
+        agent=agent,
+        transport=_transport(transport),
+        trust=trust,
+        ready_timeout=wait,
+    )
+
+
+def report_and_exit(report: SpawnReport, as_json: bool) -> None:
+    """Print the report; exit 1 if a pane is not ready (its reason is printed)."""
+    if as_json:
+        render.dump(report)
+    else:
+        render.spawn_report(report)
+    failed = [p for p in report.panes if not p.ready]
+    if failed:
+        raise errors.FleetError(
+            f"{len(failed)} of {len(report.panes)} panes are not ready: "
+            + "; ".join(f"{p.participant}: {p.why}" for p in failed)
+        )
+
+
+def spawn(
+    wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
+    layout: LayoutOpt = layouts.DEFAULT_LAYOUT,
+    agent: AgentOpt = None,
+    transport: TransportOpt = "channel",
+    socket: SocketOpt = None,
+    trust: TrustOpt = False,
+    wait: WaitOpt = 30.0,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Open WAVELET's roster in tmux: one window, one pane per participant, each an agent on the wave.
+
+    Idempotent: live panes are left alone, dead ones resume their session, new members get panes.
+    """
+    lay = layouts.load(layout, get_paths())
+    report = make_spawner(socket, agent, transport, trust, wait).spawn(wavelet_ref, lay, wave_hint=wave)
+    report_and_exit(report, as_json)
+
+
+def attach(
+    wave: Annotated[
+        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].")
+    ] = None,
+    socket: SocketOpt = None,
+) -> None:
+    """Attach to the wave's tmux session (or switch to it, inside tmux)."""
+    name = wave or os.environ.get("FLEET_WAVE")
+    if not name:
+        raise errors.UsageError("which wave? `fleet attach WAVE` (or set FLEET_WAVE)")
+    w = client().get_wave(name)
+    srv = tmux_server(socket)
+    session = Tmux(srv).find_session(w.id)
+    if session is None:
+        raise errors.NotFound(
+            f"wave {w.name!r} has no tmux session: start one with `fleet spawn {w.name}/main`"
+        )
+    argv = ["tmux"]
+    if srv.socket_path:
+        argv += ["-S", str(srv.socket_path)]
+    elif srv.socket_name:
+        argv += ["-L", str(srv.socket_name)]
+    inside = bool(os.environ.get("TMUX")) and not (socket or os.environ.get("FLEET_TMUX_SOCKET"))
+    argv += ["switch-client", "-t", session] if inside else ["attach-session", "-t", session]
+    os.execvp(argv[0], argv)
+
+
+def claude(
+    wave: WaveOpt = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Resume the operator's last session.")] = False,
+    claude_bin: Annotated[
+        str, typer.Option("--claude", metavar="CMD", help="The Claude Code command.")
+    ] = "claude",
+) -> None:
+    """Open Claude Code here as `operator`, with the wave's channel injected: your in-band voice."""
+    name = wave or os.environ.get("FLEET_WAVE")
+    if not name:
+        raise errors.UsageError("which wave? `fleet claude --wave WAVE` (or set FLEET_WAVE)")
+    from fleet.cli.claude import run
+
+    raise typer.Exit(run(client(), get_paths(), name, resume=resume, claude=claude_bin))
+
+
+def demo(
+    socket: SocketOpt = None,
+    wait: WaitOpt = 60.0,
+) -> None:
+    """Run a three-agent conversation with scripted stand-in agents (no Claude, no model needed)."""
+    from fleet.cli.demo import run
+
+    raise typer.Exit(run(client(), Tmux(tmux_server(socket)), get_paths(), timeout=wait))
+
+
+def register(root: typer.Typer) -> None:
+    root.command()(spawn)
+    root.command()(attach)
+    root.command()(claude)
+    root.command()(demo)
