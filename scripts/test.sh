@@ -12,6 +12,7 @@ need_apt=()
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the console's browser tests (tests/cdp.py)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing from Debian: ${need_apt[*]}"
