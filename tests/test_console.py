@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 from cdp import Browser, Page
 from conftest import retry_until
+from mcphelp import RawMcp, channel_argv
 
 from fleet import errors
 from fleet.client import Client
@@ -536,9 +537,21 @@ def test_a_blip_posted_through_the_cli_appears_within_a_second(
     no_js_errors(page)
 
 
-def test_a_post_typed_into_the_page_lands_in_the_store_and_reaches_a_channel_feed(
-    page: Page, d: Daemon, wave: Any, op: Client
+def test_a_post_typed_into_the_page_lands_in_the_store_and_reaches_a_real_channel(
+    page: Page, d: Daemon, wave: Any, op: Client, tmp_path: Path
 ) -> None:
+    token_file = tmp_path / "alice.token"
+    token_file.write_text(op.mint_token("demo", "alice").token + "\n")
+    token_file.chmod(0o600)
+    channel = RawMcp(channel_argv("alice", "demo", d.url, token_file), stderr=tmp_path / "alice.stderr")
+    try:
+        channel.handshake()
+        typed_post_reaches(page, d, wave, op, channel)
+    finally:
+        channel.kill()
+
+
+def typed_post_reaches(page: Page, d: Daemon, wave: Any, op: Client, channel: RawMcp) -> None:
     open_console(page, d)
     page.click("#compose")
     page.type("@al")
@@ -557,13 +570,20 @@ def test_a_post_typed_into_the_page_lands_in_the_store_and_reaches_a_channel_fee
         lambda: [b for b in op.read(wave.root_id).blips if b.text == text], what="the post in the store"
     )
     assert posted[0].author == "operator" and posted[0].kind == "message"
-    # Delivery as a channel sees it: alice's own token, alice's feed.
-    alice = Client(d.url, op.mint_token("demo", "alice").token)
-    feed = alice.feed("demo", "alice", {})
-    assert posted[0].id in [b.id for b in feed.blips]
-    alice.close()
+    # alice's real channel (a `fleet channel` process speaking MCP on stdio) delivers it.
+    note = channel.wait_notes(
+        lambda notes: next((n for n in notes if n["content"] == text), None), what="the channel delivery"
+    )
+    assert note["meta"]["author"] == "operator" and note["meta"]["blip_id"] == posted[0].id
     retry_until(lambda: text in texts(page), what="the post in the page")
     assert page.eval("document.getElementById('compose').value") == ""
+    # The delivery made alice `working`; the page shows it without a reload.
+    retry_until(
+        lambda: (
+            page.eval("document.querySelector('#presence li[data-name=alice]')?.dataset.state") == "working"
+        ),
+        what="alice working in the page",
+    )
     no_js_errors(page)
 
 
