@@ -8,7 +8,11 @@ import typer
 
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, names, wavelet
+from fleet.cli.spawn import AgentOpt, LayoutOpt, SocketOpt, make_spawner, report_and_exit
 from fleet.cli.wave import WithOpt
+from fleet.layouts import DEFAULT_LAYOUT
+from fleet.layouts import load as load_layout
+from fleet.paths import get_paths
 
 WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="A participant name.")]
@@ -23,21 +27,30 @@ def fork(
     ] = False,
     as_: AsOpt = None,
     wave: WaveOpt = None,
+    spawn: Annotated[
+        bool, typer.Option("--spawn", help="Staff it at once: open the new wavelet's roster in tmux.")
+    ] = False,
+    layout: LayoutOpt = DEFAULT_LAYOUT,
+    agent: AgentOpt = None,
+    socket: SocketOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fork a child wavelet with its own roster.
+    """Fork a child wavelet with its own roster (and, with --spawn, open it in tmux).
 
     The child's context is PARENT's blips up to now; a private child is invisible to anyone not on
-    its roster.
+    its roster. With --spawn, members already running elsewhere in the wave keep their one session
+    (their channel delivers the new wavelet too); the others get panes in the new window.
     """
     c = client()
+    lay = load_layout(layout, get_paths()) if spawn else None
     child = c.fork(wavelet(parent, wave).id, name, names(with_), private=private, as_=as_)
-    # `--spawn` (DESIGN §7) belongs here, once fleet.spawn exists: materialise `child`'s roster as a
-    # tmux window right after the fork succeeds, then render both.
-    if as_json:
+    if as_json and not spawn:
         render.dump(child)
-    else:
+    elif not as_json:
         render.wavelet(child, "forked")
+    if lay is not None:
+        report = make_spawner(socket, agent, "channel", False, 30.0).spawn(child.id, lay)
+        report_and_exit(report, as_json)
 
 
 def invite(
