@@ -18,8 +18,8 @@ from pathlib import Path
 import libtmux
 import pexpect
 import pytest
-
 from conftest import retry_until
+
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
@@ -144,7 +144,7 @@ def test_demo_runs_from_a_fresh_home_with_no_daemon(tmux_server: libtmux.Server,
         again = run(env, "demo")  # a second run gets its own wave
         assert again.returncode == 0 and "created wave demo-2" in again.stdout
         transcript = run(env, "read", "demo/plan", "--json")
-        blips = [json.loads(line) for line in [transcript.stdout]][0]
+        blips = json.loads(transcript.stdout)
         authors = {b["author"] for b in blips["blips"] if b["text"].startswith("DONE:")}
         assert authors == {"alice", "bob", "carol"}
     finally:
