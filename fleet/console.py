@@ -46,7 +46,6 @@ import sys
 import threading
 import time
 from http import HTTPStatus
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -237,7 +236,13 @@ class Console:
 
     def start(self) -> str:
         """Bind, serve in a thread, log the one-time login link and return it."""
-        httpd = _ConsoleServer((self.host, self.port), self)
+        try:
+            httpd = _ConsoleServer((self.host, self.port), self)
+        except OSError as exc:
+            raise errors.UsageError(
+                f"cannot serve the console on {self.host}:{self.port}: {exc.strerror or exc}:"
+                " pick another --ui address (port 0 takes any free one)"
+            ) from None
         self._httpd = httpd
         host, port = httpd.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else str(host)
@@ -318,18 +323,15 @@ class Console:
 
     def session_of(self, cookie_header: str | None) -> str | None:
         """The session id the request's cookie carries, if it is a live one."""
-        if not cookie_header:
-            return None
-        jar: SimpleCookie = SimpleCookie()
-        try:
-            jar.load(cookie_header)
-        except CookieError:
-            return None
-        morsel = jar.get(self.cookie_name)
-        if morsel is None:
-            return None
-        with self._lock:
-            return morsel.value if _digest(morsel.value) in self._sessions else None
+        # Parsed by hand: SimpleCookie gives up on the whole header over one odd cookie that some
+        # other app on this host set, which would log the operator out for no reason.
+        for part in (cookie_header or "").split(";"):
+            name, eq, value = part.strip().partition("=")
+            if eq and name == self.cookie_name:
+                with self._lock:
+                    if _digest(value.strip()) in self._sessions:
+                        return value.strip()
+        return None
 
     def end_session(self, sid: str) -> None:
         with self._lock:
@@ -539,6 +541,8 @@ class _ConsoleHandler(BaseHTTPRequestHandler):
         if self.close_connection:
             headers.append(("Connection", "close"))
         head = self._head(status, headers, csp)
+        if getattr(self, "command", None) == "HEAD":
+            body = b""  # headers only, or a keep-alive client would read the body as the next answer
         try:
             self.wfile.write(head + body)  # one write: no delayed-ACK stall
         except (BrokenPipeError, ConnectionResetError):

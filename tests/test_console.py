@@ -364,6 +364,45 @@ def test_a_foreign_host_name_is_refused_on_loopback(d: Daemon) -> None:
     assert r.status == 421
 
 
+def test_an_odd_cookie_from_another_app_on_this_host_does_not_log_the_operator_out(d: Daemon) -> None:
+    cookie = login(d)
+    odd = f'other="a b\\c"; broken; {cookie}; x=1'
+    assert request(d, "GET", "/api/v1/whoami", cookie=odd).status == 200
+
+
+def test_a_head_request_leaves_a_keep_alive_connection_usable(d: Daemon) -> None:
+    cookie = login(d)
+    host = urlsplit(ui(d).url).netloc
+    with socket.create_connection(("127.0.0.1", ui(d).port), timeout=10) as sock:
+        pipelined = "".join(
+            f"{m} {p} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n\r\n"
+            for m, p in (("HEAD", "/"), ("GET", "/api/v1/whoami"))
+        )
+        sock.sendall(pipelined.encode())
+        buf = b""
+        while b'"principal"' not in buf:
+            chunk = sock.recv(65536)
+            assert chunk, buf
+            buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405")
+    assert rest.startswith(b"HTTP/1.1 200"), rest[:80]  # nothing of a HEAD body in between
+
+
+def test_a_busy_console_port_is_a_clear_error_and_leaves_nothing_behind(fleet_env: Paths) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        daemon = Daemon(fleet_env, ui=f"127.0.0.1:{port}")
+        with pytest.raises(errors.UsageError, match="pick another --ui"):
+            daemon.start()
+    assert not fleet_env.endpoint.exists()
+    again = Daemon(fleet_env, ui="127.0.0.1:0")  # the instance lock was released too
+    again.start()
+    again.stop()
+
+
 def test_the_api_is_the_daemons_own_minus_the_token_routes(d: Daemon, wave: Any, op: Client) -> None:
     cookie = login(d)
     origin = ui(d).url

@@ -112,8 +112,10 @@
 
   async function loadWaves() {
     const data = await api("GET", "/api/v1/waves");
+    const same = data.waves.map((w) => w.name).join("/") === S.waves.map((w) => w.name).join("/");
     S.waves = data.waves;
     const sel = $("wave-select");
+    if (same && sel.options.length) return; // rebuilding would close an open menu for nothing
     sel.replaceChildren();
     for (const w of S.waves) {
       const o = el("option", null, w.name);
@@ -173,9 +175,9 @@
     renderTree();
     if (S.want) {
       const want = S.want;
+      S.want = null; // asked for once: a wavelet of that name created later must not steal the view
       const w = wave.wavelets.find((x) => x.id === want || x.name === want);
       if (w) {
-        S.want = null;
         selectWavelet(w.id);
         return;
       }
