@@ -6,8 +6,9 @@
   ``@fleet_*`` options, never by names or indexes.
 - Idempotent: a participant of the wave with a live pane anywhere in the wave's session is never
   launched twice (its one channel already delivers every wavelet it is on). A participant whose
-  pane died is respawned in place with ``--resume`` of its recorded session. Re-running spawn after
-  an invite adds panes for the new members.
+  pane died is respawned in place with ``--resume`` of its recorded session; one with no pane at all
+  (killed) but a session recorded for this wavelet gets a new pane that resumes it. Re-running spawn
+  after an invite adds panes for the new members.
 - Before launch each participant gets a fresh token in a 0600 file (its older tokens are revoked),
   and a Claude session id, recorded with the daemon so any machine can respawn it.
 - The agent is the pane's own command, launched without a shell. Claude Code gets the channel as an
@@ -21,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -184,16 +186,12 @@ class Spawner:
         return self.paths.tokens / wave.id / f"{participant}.token"
 
     def _fresh_token(self, wave: Wave, participant: str) -> Path:
-        old = [
-            t.id
-            for t in self.client.list_tokens(wave.id)
-            if t.participant == participant and not t.revoked_at
-        ]
+        """Revoke the participant's old tokens (its pane is dead or new), mint one, write it 0600."""
+        with contextlib.suppress(errors.NotFound):  # it never had one
+            self.client.revoke_token(wave=wave.id, participant=participant)
         minted = self.client.mint_token(wave.id, participant)
         path = self.token_file(wave, participant)
         write_private(path, minted.token + "\n")
-        for token_id in old:
-            self.client.revoke_token(token_id=token_id)
         return path
 
     def _launch(
@@ -296,7 +294,9 @@ class Spawner:
                 )
                 continue
             pane_id = spare.pop() if spare else self.tmux.split(window_id)
-            reports.append(self._launch(pane_id, wave, wl, layout, name, record, resume=False))
+            # no pane at all (`fleet kill`, a closed window): a session recorded here resumes
+            resume = record is not None and record.wavelet_id == wl.id
+            reports.append(self._launch(pane_id, wave, wl, layout, name, record, resume=resume))
         for leftover in spare:  # a placeholder nobody took (every member already ran elsewhere)
             self.tmux.kill_pane(leftover)
             if created_window:

@@ -43,6 +43,7 @@ PANE_FORMAT = "\t".join(
         "#{pane_dead}",
         "#{pane_dead_status}",
         "#{pane_pid}",
+        "#{pane_dead_signal}",
         "#{pane_start_command}",
     ]
 )
@@ -61,6 +62,8 @@ class PaneInfo:
     dead_status: int | None
     pid: int | None
     start_command: str
+    dead_signal: int | None = None
+    """The signal that ended a dead pane's process (tmux records either this or ``dead_status``)."""
 
     @property
     def alive(self) -> bool:
@@ -131,7 +134,7 @@ class Tmux:
         out = []
         for line in self._cmd("list-panes", "-a", "-F", PANE_FORMAT):
             f = line.split("\t")
-            if len(f) < 11:
+            if len(f) < 12:
                 continue
             out.append(
                 PaneInfo(
@@ -145,7 +148,8 @@ class Tmux:
                     dead=f[7] == "1",
                     dead_status=int(f[8]) if f[8].lstrip("-").isdigit() else None,
                     pid=int(f[9]) if f[9].isdigit() else None,
-                    start_command="\t".join(f[10:]),
+                    dead_signal=int(f[10]) if f[10].isdigit() else None,
+                    start_command="\t".join(f[11:]),
                 )
             )
         return out
@@ -206,26 +210,36 @@ class Tmux:
         return wid, pid
 
     def _tag_window(self, window_id: str, wave_id: str, wavelet_id: str) -> None:
-        self._cmd("set-option", "-w", "-t", window_id, "@fleet_wave", wave_id)
-        self._cmd("set-option", "-w", "-t", window_id, "@fleet_wavelet", wavelet_id)
-        self._cmd("set-option", "-w", "-t", window_id, "pane-border-status", "top")
-        self._cmd("set-option", "-w", "-t", window_id, "pane-border-format", " #{@fleet_participant} ")
+        args: list[str] = []
+        for key, value in (
+            ("@fleet_wave", wave_id),
+            ("@fleet_wavelet", wavelet_id),
+            ("pane-border-status", "top"),
+            ("pane-border-format", " #{@fleet_participant} "),
+        ):
+            args += [";", "set-option", "-w", "-t", window_id, key, value]
+        self._cmd(*args[1:])
 
     def split(self, window_id: str) -> str:
         """A new placeholder pane in ``window_id``."""
-        out = self._cmd("split-window", "-d", "-P", "-F", "#{pane_id}", "-t", window_id, *PLACEHOLDER)
-        # keep room for the next split: tmux refuses to split a pane that is too small
-        self._cmd("select-layout", "-t", window_id, "tiled")
+        # tiled after each split keeps room for the next: tmux refuses to split a pane that is too small
+        out = self._cmd(
+            "split-window", "-d", "-P", "-F", "#{pane_id}", "-t", window_id, *PLACEHOLDER,
+            ";", "select-layout", "-t", window_id, "tiled",
+        )  # fmt: skip
         return out[0]
 
     def tag_pane(self, pane_id: str, wave_id: str, wavelet_id: str, participant: str) -> None:
+        """Set the pane's identity options and ``remain-on-exit`` (one tmux invocation)."""
+        args: list[str] = []
         for key, value in (
             ("remain-on-exit", "on"),
             ("@fleet_wave", wave_id),
             ("@fleet_wavelet", wavelet_id),
             ("@fleet_participant", participant),
         ):
-            self._cmd("set-option", "-p", "-t", pane_id, key, value)
+            args += [";", "set-option", "-p", "-t", pane_id, key, _escape(value)]
+        self._cmd(*args[1:])
 
     def respawn(self, pane_id: str, argv: Sequence[str], *, cwd: str | None = None,
                 env: dict[str, str] | None = None) -> None:  # fmt: skip
