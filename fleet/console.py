@@ -27,7 +27,8 @@ CDN). What a caller (and an operator) may rely on:
   ``Last-Event-ID`` (or ``?after=``): blip ids increase strictly in commit order, so a reconnect gets
   exactly the blips it missed. Without either it starts at the wave's newest blip and says so in a
   first ``ready`` event that carries that id, so even an early reconnect resumes correctly. Streams
-  wake on the daemon's :class:`~fleet.daemon.Notifier`, never by polling.
+  wake on the daemon's :class:`~fleet.daemon.Notifier`, never by polling, and end after
+  ``max_stream`` seconds (browsers reconnect on their own, with ``Last-Event-ID``).
 - **History pages.** ``GET /api/console/wavelets/{wavelet}/tail?before=ID&limit=N`` returns the newest
   ``N`` current blips before ``ID`` (the page renders the tail and pages back on scroll).
 """
@@ -70,6 +71,9 @@ TAIL_MAX = 1000
 STREAM_BATCH = 500
 RETRY_MS = 1000
 """What the stream tells EventSource to wait before reconnecting."""
+MAX_STREAM = 600.0
+"""Seconds a stream lives before the console ends it (the browser resumes at once, missing nothing).
+Bounds how long a client that vanished without a word can hold a thread."""
 
 ASSETS: dict[str, str] = {
     "console.js": "text/javascript; charset=utf-8",
@@ -207,7 +211,13 @@ class Console:
     """
 
     def __init__(
-        self, daemon: Daemon, listen: str, *, allow_remote: bool = False, keepalive: float = KEEPALIVE
+        self,
+        daemon: Daemon,
+        listen: str,
+        *,
+        allow_remote: bool = False,
+        keepalive: float = KEEPALIVE,
+        max_stream: float = MAX_STREAM,
     ) -> None:
         from fleet.daemon import is_loopback
 
@@ -221,6 +231,7 @@ class Console:
         self.host, self.port = host, port
         self.loopback = is_loopback(host)
         self.keepalive = keepalive
+        self.max_stream = max_stream
         self.url = ""
         self.cookie_name = ""
         self._nonces: set[str] = set()
@@ -410,7 +421,8 @@ class Console:
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
         last_tree = last_presence = ""
         quiet_since = time.monotonic()
-        while not self.closing:
+        ends = quiet_since + self.max_stream
+        while not self.closing and time.monotonic() < ends:
             seen = self.daemon.notifier.seq
             blips = store.read_wave_after(w.id, cursor, limit=STREAM_BATCH)
             for b in blips:
@@ -438,7 +450,7 @@ class Console:
                 quiet_since = time.monotonic()
                 continue
             # Presence TTLs lapse without a commit: the keep-alive wake-up re-evaluates them too.
-            self.daemon.notifier.wait(seen, remaining)
+            self.daemon.notifier.wait(seen, min(remaining, ends - time.monotonic()))
 
 
 class _Emitter:

@@ -651,6 +651,22 @@ def test_markup_in_a_blip_renders_as_text_and_never_runs(
     no_js_errors(page)
 
 
+def test_the_page_resumes_its_stream_with_last_event_id_and_misses_nothing(
+    page: Page, d: Daemon, wave: Any, op: Client
+) -> None:
+    ui(d).max_stream = 0.3  # the console ends each stream quickly; the browser reconnects on its own
+    open_console(page, d)
+    expected = texts(page)
+    conn = "document.getElementById('conn').dataset.state"
+    for round_ in range(3):
+        retry_until(lambda: page.eval(conn) == "reconnecting…", what="the stream to end")
+        # Posted while the page has no stream: only a resume from Last-Event-ID can bring them.
+        expected += [op.post(wave.root_id, f"missed {round_}.{i}", as_="alice").text for i in range(2)]
+        want = list(expected)
+        retry_until(lambda: texts(page) == want, what=f"the blips of round {round_}, once each, in order")  # noqa: B023
+    no_js_errors(page)
+
+
 def test_the_operator_forks_invites_removes_and_surfaces_from_the_page(
     page: Page, d: Daemon, wave: Any, op: Client
 ) -> None:
