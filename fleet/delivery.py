@@ -13,10 +13,11 @@ notifications, ``fleet watch --hook``, the attention layer). The rules (DESIGN Â
   silently (it stays readable with ``wavelet_read``). A blip authored by the operator in that
   wavelet resets the wavelet's count, and is itself delivered.
 * **State** lives in one JSON file per (daemon, wave, participant) under the state dir, replaced
-  atomically, with ``<file>.lock`` beside it. Whoever delivers holds that lock (``fcntl.flock``),
-  so two transports never deliver the same blips twice. A restarted holder resumes from the file:
-  no replay, no gap. A file that cannot be read raises :class:`CorruptState` and is never
-  overwritten, so a corrupt file stops delivery instead of skipping blips.
+  atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
+  (``fcntl.flock``), so two transports never deliver the same blips twice. A restarted holder
+  resumes from the file: no replay, no gap. A file that cannot be read raises
+  :class:`CorruptState` and is never overwritten, so a corrupt file stops delivery instead of
+  skipping blips.
 """
 
 from __future__ import annotations
@@ -278,20 +279,28 @@ class StateFile:
         return state
 
     def save(self, state: DeliveryState) -> None:
-        """Replace the file atomically (write a temp file, fsync, rename); mode 0600."""
+        """Replace the file atomically (write a temp file, rename over); mode 0600.
+
+        A crash of the process at any point leaves the old or the new file, never a mix. There is
+        deliberately no fsync: saves happen after every delivered batch, and with many channels on
+        one disk fsync was most of a channel's CPU time. After a power loss the file may be older
+        (blips are replayed, never skipped) or unreadable (:class:`CorruptState`: delivery stops).
+        """
         state.updated_at = time.time()
         data = json.dumps(state.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
-        ensure_private_dir(self.path.parent)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except FileNotFoundError:  # the state dir was removed under us: recreate it once
+            ensure_private_dir(self.path.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        finally:
+        except BaseException:
             tmp.unlink(missing_ok=True)
+            raise
 
     def _corrupt(self, reason: str) -> CorruptState:
         return CorruptState(
