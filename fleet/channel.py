@@ -65,6 +65,7 @@ from fleet.delivery import (
     CorruptState,
     Decision,
     Delivery,
+    DeliveryState,
     StateFile,
     exhaustion_notice,
 )
@@ -78,6 +79,8 @@ POLL_WAIT = 20.0
 """Seconds one feed long-poll may wait (the daemon caps it at 60)."""
 PING_INTERVAL = 30.0
 """Presence pings; the daemon calls a participant gone after 90 s without one."""
+PRESENCE_COALESCE = 0.5
+"""Under load, ``delivered`` reports go at most this often (counts add up); the first is immediate."""
 DELIVERY_GRACE = 1.0
 """Seconds between ``notifications/initialized`` and the first delivery. A health check (``claude mcp
 list`` runs initialize, tools/list, then SIGINT within milliseconds) must neither consume blips nor
@@ -395,7 +398,12 @@ class Channel:
         self._clients_lock = threading.Lock()
         self._stop = threading.Event()
         self._busy = threading.Lock()
-        """Held while a batch is pushed and saved, so shutdown never cuts one in half."""
+        """Held while a batch is pushed (and while the state is copied), so shutdown never cuts one
+        in half."""
+        self._save_wanted = threading.Event()
+        self._save_lock = threading.Lock()
+        self._saved_seq = 0
+        self._snap_seq = 0
         self._core: Delivery | None = None
         self._labels: dict[str, str] = {}
         self._delivery_state: Literal["starting", "running", "reconnecting", "standby", "stopped"] = (
@@ -404,6 +412,9 @@ class Channel:
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: _Outage | None = None
         self._threads: list[threading.Thread] = []
+        self._presence = threading.Condition()
+        self._undelivered_report = 0
+        """Pushes not yet reported to the daemon (the presence thread sends them)."""
         self._load_token()
         self.server = Server(
             ServerInfo(
@@ -421,7 +432,12 @@ class Channel:
 
     def serve(self) -> None:
         """Run until the input ends; delivery and presence run on background threads meanwhile."""
-        for target, name in ((self._deliver_forever, "delivery"), (self._ping_forever, "presence")):
+        loops = (
+            (self._deliver_forever, "delivery"),
+            (self._ping_forever, "presence"),
+            (self._save_forever, "state"),
+        )
+        for target, name in loops:
             t = threading.Thread(target=target, name=f"fleet-channel-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -435,11 +451,15 @@ class Channel:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._wake_presence()
+        self._save_wanted.set()
+        for t in self._threads:
+            if t.name.endswith("presence"):
+                t.join(1.0)  # a report still in flight must not land after "gone"
         got = self._busy.acquire(timeout=3.0)
         try:
             if self.state_file.held:
-                if self._core is not None and self._core.dirty:
-                    self._save()
+                self._write_state(self._snapshot())
                 self._presence_quietly("gone", timeout=1.0)
                 self.state_file.release()
         finally:
@@ -505,11 +525,34 @@ class Channel:
         t.start()
         t.join(timeout)
 
+    def _wake_presence(self, delivered: int = 0) -> None:
+        with self._presence:
+            self._undelivered_report += delivered
+            self._presence.notify_all()
+
     def _ping_forever(self) -> None:
-        while not self._stop.is_set():
-            if self.state_file.held:
-                self._presence_quietly("ping")
-            self._stop.wait(self.config.ping_interval)
+        """Report presence while this channel delivers: a ping at once and every ``ping_interval``,
+        and pushes as ``delivered`` (coalesced under load), off the delivery thread."""
+        next_ping = 0.0
+
+        def due() -> bool:
+            return self._stop.is_set() or (
+                self.state_file.held and (self._undelivered_report > 0 or time.monotonic() >= next_ping)
+            )
+
+        while True:
+            with self._presence:
+                timeout = max(0.0, next_ping - time.monotonic()) if self.state_file.held else None
+                self._presence.wait_for(due, timeout)
+                if self._stop.is_set():
+                    return
+                if not due():
+                    continue
+                count, self._undelivered_report = self._undelivered_report, 0
+            self._presence_quietly("delivered" if count else "ping", count=count)
+            next_ping = time.monotonic() + self.config.ping_interval
+            if count and self._stop.wait(PRESENCE_COALESCE):
+                return
 
     # ------------------------------------------------------------ delivery
 
@@ -533,7 +576,7 @@ class Channel:
         if core is None:
             return
         self._core = core
-        self._presence_quietly("ping")
+        self._wake_presence()  # the first ping says this channel delivers now
         backoff = BACKOFF_FIRST
         while not self._stop.is_set() and not self.server.closed.is_set():
             try:
@@ -572,7 +615,7 @@ class Channel:
         return Delivery(self.participant, state, cap=self.config.cap)
 
     def _handle(self, core: Delivery, wavelets: list[FeedWavelet], blips: list[Blip]) -> bool:
-        """Push one feed batch and save; False when the connection is gone (stop delivering)."""
+        """Push one feed batch (the saver thread then writes the state); False when the connection is gone."""
         labels = {w.id: f"{w.wave}/{w.name}" for w in wavelets}
         with self._busy:
             if self._stop.is_set():
@@ -581,10 +624,10 @@ class Channel:
             core.retain(labels)
             before = core.cursors
             pushed, complete = core.process(blips, lambda d: self._push(d, labels))
-            if core.dirty:
-                self._save()
+        if core.dirty:
+            self._save_wanted.set()
         if pushed:
-            self._presence_quietly("delivered", count=pushed)
+            self._wake_presence(pushed)
         if not complete:
             log.info("protocol output closed; delivery stops with the cursors saved")
             return False
@@ -611,13 +654,40 @@ class Channel:
             meta["replaces"] = blip.replaces
         return self.server.notify(NOTIFICATION, {"content": content, "meta": meta})
 
-    def _save(self) -> None:
-        assert self._core is not None
-        try:
-            self.state_file.save(self._core.state)
-            self._core.mark_saved()
-        except OSError as exc:  # the cursors stay in memory; the next batch tries again
-            log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
+    def _save_forever(self) -> None:
+        """Write the state file after each batch, off the delivery thread (coalescing under load)."""
+        while True:
+            self._save_wanted.wait()
+            self._save_wanted.clear()
+            if self._stop.is_set():
+                return
+            with self._busy:
+                snapshot = self._snapshot()
+            self._write_state(snapshot)
+
+    def _snapshot(self) -> tuple[int, DeliveryState] | None:
+        """A numbered copy of unsaved state (the caller holds ``_busy``), or None when saved."""
+        core = self._core
+        if core is None or not core.dirty:
+            return None
+        core.mark_saved()
+        self._snap_seq += 1
+        return self._snap_seq, core.state.model_copy(deep=True)
+
+    def _write_state(self, snapshot: tuple[int, DeliveryState] | None) -> None:
+        if snapshot is None:
+            return
+        seq, state = snapshot
+        with self._save_lock:
+            if seq <= self._saved_seq:  # a newer copy is already on disk
+                return
+            try:
+                self.state_file.save(state)
+                self._saved_seq = seq
+            except OSError as exc:  # the cursors stay in memory; the next batch tries again
+                log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
+                if self._core is not None:
+                    self._core.dirty = True
 
     def _feed_failed(self, exc: errors.FleetError, backoff: float) -> float:
         """Record an outage or rejection, wait ``backoff`` (jittered), return the next backoff."""
