@@ -8,6 +8,7 @@ issue's own: a blip posted through the CLI shows up in the open page within a se
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -587,7 +588,12 @@ def test_a_post_typed_into_the_page_lands_in_the_store_and_reaches_a_real_channe
         channel.handshake()
         typed_post_reaches(page, d, wave, op, channel)
     finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            channel.close(timeout=10)  # stdin closed: the MCP shutdown
         channel.kill()
+        for pipe in (channel.proc.stdin, channel.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def typed_post_reaches(page: Page, d: Daemon, wave: Any, op: Client, channel: RawMcp) -> None:
