@@ -173,9 +173,12 @@ def q(segment: str) -> str:
 def raw_exchange(url: str, data: bytes, timeout: float = 10.0, shut_write: bool = False) -> bytes:
     """Send ``data`` on a fresh socket and read until the server closes it (or ``timeout``)."""
     with socket.create_connection(host_port(url), timeout=timeout) as s:
-        s.sendall(data)
-        if shut_write:
-            s.shutdown(socket.SHUT_WR)
+        try:
+            s.sendall(data)
+            if shut_write:
+                s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the server answered and closed before taking it all: read what it said
         chunks = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -189,23 +192,33 @@ def raw_exchange(url: str, data: bytes, timeout: float = 10.0, shut_write: bool 
         return b"".join(chunks)
 
 
-def split_responses(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
-    """Parse back-to-back HTTP/1.1 responses (each with Content-Length) into (status, headers, body)."""
-    out = []
+def split_responses(data: bytes, bodiless_first: bool = False) -> list[tuple[int, dict[str, str], bytes]]:
+    """Parse back-to-back HTTP/1.1 responses (each with Content-Length) into (status, headers, body).
+
+    ``bodiless_first``: the first answers a HEAD, so it has headers only, whatever Content-Length says.
+    """
+    out: list[tuple[int, dict[str, str], bytes]] = []
     while data:
         head, sep, rest = data.partition(b"\r\n\r\n")
         assert sep, f"truncated response head: {data[:200]!r}"
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        headers = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            headers[k.strip().lower()] = v.strip()
+        assert head.startswith(b"HTTP/1.1 "), f"not a response: {data[:200]!r}"
+        status = int(head.split(b" ", 2)[1])
+        headers = _headers(head)
         n = int(headers.get("content-length", "0"))
+        if status < 200 or (bodiless_first and not any(s >= 200 for s, _, _ in out)):
+            n = 0  # 1xx answers have no body, and neither has the answer to a HEAD
         assert len(rest) >= n, f"truncated body: {rest[:200]!r}"
         out.append((status, headers, rest[:n]))
         data = rest[n:]
     return out
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return headers
 
 
 def snapshot(db: Path) -> tuple[dict[str, list[tuple[Any, ...]]], int]:
