@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -884,7 +885,7 @@ def test_nan_or_negative_wait_in_a_feed_is_400(world: World) -> None:
     for wait in (b"NaN", b"-1", b"-Infinity"):
         raw = b'{"participant": "alice", "wait": %s, "cursors": %s}' % (wait, json.dumps(cursors).encode())
         t0 = time.perf_counter()
-        r = _unchanged(world.daemon, lambda raw=raw: world.op.post("/v1/waves/w1/feed", raw=raw), 400, "wait")
+        r = _unchanged(world.daemon, partial(world.op.post, "/v1/waves/w1/feed", raw=raw), 400, "wait")
         assert time.perf_counter() - t0 < 2.0, r
     # Infinity is capped like any long wait: it parks (and a post wakes it)
     h = Http(world.daemon.url, world.daemon.operator_token)

@@ -44,6 +44,7 @@ class DaemonProc:
             return ep if ep.get("pid") == self.proc.pid else None
 
         ep = retry_until(endpoint, timeout=20, what="the daemon's endpoint file")
+        assert ep is not None
         self.url = str(ep["url"])
         self.token = self.paths.operator_token.read_text().strip()
         assert Http(self.url).get("/v1/health").ok(200)["pid"] == self.proc.pid
@@ -184,11 +185,11 @@ def test_sigkill_mid_stream_loses_no_acknowledged_blip(spawn_daemon: Callable[[]
         threads = [p.start() for p in batch]
         posters += batch
         target = 300 * (round_ + 1)
-        retry_until(
-            lambda posters=posters, target=target: sum(len(p.acked) for p in posters) >= target,
-            timeout=30,
-            what=f"{target} acked posts",
-        )
+
+        def enough(posters: list[Poster] = posters, target: int = target) -> bool:
+            return sum(len(p.acked) for p in posters) >= target
+
+        retry_until(enough, timeout=30, what=f"{target} acked posts")
         assert all(t.is_alive() for t in threads), "posting must still be going on when the kill lands"
         os.kill(d.proc.pid, signal.SIGKILL)
         assert d.proc.wait(10) == -signal.SIGKILL
