@@ -32,6 +32,8 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
 
   with ``kind`` one of ``message``, ``system``, ``surface``, or ``cap`` for the one exhaustion
   notice (author ``fleet``); a replacement blip also carries ``replaces``. All meta values are strings.
+  A state file that cannot be read stops delivery (tools keep working) with one notification of kind
+  ``error`` naming the file and the fix; no blip is skipped.
 * Outages: the channel keeps answering; tool calls report the outage; delivery reconnects with
   backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
   delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
@@ -52,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -277,8 +279,11 @@ class WaveletDelivery(Out):
     capped: bool
 
 
+DeliveryPhase = Literal["starting", "running", "reconnecting", "standby", "stopped"]
+
+
 class DeliveryOut(Out):
-    state: Literal["starting", "running", "reconnecting", "standby", "stopped"]
+    state: DeliveryPhase
     detail: str
     cap: int
     wavelets: list[WaveletDelivery]
@@ -370,8 +375,6 @@ def _wavelet_line(w: WaveletOut) -> str:
 
 # ---------------------------------------------------------------- the channel
 
-T = TypeVar("T")
-
 
 @dataclass
 class _Outage:
@@ -406,9 +409,7 @@ class Channel:
         self._snap_seq = 0
         self._core: Delivery | None = None
         self._labels: dict[str, str] = {}
-        self._delivery_state: Literal["starting", "running", "reconnecting", "standby", "stopped"] = (
-            "starting"
-        )
+        self._delivery_state: DeliveryPhase = "starting"
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: _Outage | None = None
         self._threads: list[threading.Thread] = []
@@ -705,9 +706,7 @@ class Channel:
         self._stop.wait(backoff * random.uniform(0.8, 1.2))
         return min(backoff * 2, limit)
 
-    def _set_delivery(
-        self, state: Literal["starting", "running", "reconnecting", "standby", "stopped"], detail: str
-    ) -> None:
+    def _set_delivery(self, state: DeliveryPhase, detail: str) -> None:
         self._delivery_state, self._delivery_detail = state, detail
 
     # ------------------------------------------------------------ tools
