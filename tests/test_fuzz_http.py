@@ -52,6 +52,8 @@ FUZZ = settings(
 @dataclass
 class Target:
     daemon: Daemon
+    post_routes: list[str]
+    get_routes: list[str]
     refs: dict[str, list[str]]
     """Real references to mix into paths and bodies: waves, wavelets, blips, participants, tokens."""
     tokens: list[str | None]
@@ -102,7 +104,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         "participant": ["alice", "bob", "operator", "carol", "system"],
         "token": [alice["id"], bob["id"]],
     }
-    t = Target(d, refs, [d.operator_token, alice["token"], bob["token"], None, "garbage"], {})
+    tokens = [d.operator_token, alice["token"], bob["token"], None, "garbage"]
+    t = Target(d, served_routes(d, "POST"), served_routes(d, "GET"), refs, tokens, {})
+    assert len(t.post_routes) >= 11 and len(t.get_routes) >= 12, (t.post_routes, t.get_routes)
     yield t
     for h in [op, a, b, *t.conns.values()]:
         h.close()
@@ -286,33 +290,20 @@ RAW_BODIES: list[bytes] = [
     b"\xff\xfe\xfd",
 ]
 
-POST_ROUTES = [
-    "/v1/waves",
-    "/v1/waves/{wave}/feed",
-    "/v1/waves/{wave}/presence",
-    "/v1/wavelets/{wavelet}/fork",
-    "/v1/wavelets/{wavelet}/invite",
-    "/v1/wavelets/{wavelet}/leave",
-    "/v1/wavelets/{wavelet}/blips",
-    "/v1/wavelets/{wavelet}/surface",
-    "/v1/blips/{blip}/replace",
-    "/v1/tokens",
-    "/v1/tokens/revoke",
-]
-GET_ROUTES = [
-    "/v1/health",
-    "/v1/whoami",
-    "/v1/waves",
-    "/v1/waves/{wave}",
-    "/v1/waves/{wave}/presence",
-    "/v1/resolve",
-    "/v1/wavelets/{wavelet}",
-    "/v1/wavelets/{wavelet}/blips",
-    "/v1/wavelets/{wavelet}/context",
-    "/v1/blips/{blip}",
-    "/v1/blips/{blip}/history",
-    "/v1/tokens",
-]
+SEGMENTS = {"/v1/waves/([^/]+)": "/v1/waves/{wave}", "/v1/wavelets/([^/]+)": "/v1/wavelets/{wavelet}"}
+SEGMENTS["/v1/blips/([^/]+)"] = "/v1/blips/{blip}"
+
+
+def served_routes(d: Daemon, method: str) -> list[str]:
+    """The daemon's own route table as templates, so an endpoint added later is fuzzed too."""
+    out = ["/v1/health"] if method == "GET" else []
+    for m, pattern, _handler in d._routes:
+        tpl = pattern.pattern
+        for regex, name in SEGMENTS.items():
+            tpl = tpl.replace(regex, name)
+        if m == method and "(" not in tpl:
+            out.append(tpl)
+    return out
 
 
 @st.composite
@@ -388,7 +379,9 @@ def raw_requests(draw: st.DrawFn, target: Target) -> RawRequest:
         method = b"GET"
     path = draw(
         st.one_of(
-            routes(target, GET_ROUTES + POST_ROUTES).map(lambda p: p.encode("latin-1", "replace")),
+            routes(target, target.get_routes + target.post_routes).map(
+                lambda p: p.encode("latin-1", "replace")
+            ),
             st.binary(max_size=60).map(lambda b: b"/" + b.replace(b"\r", b"").replace(b"\n", b"")),
             st.sampled_from([b"*", b"http://x/v1/health", b"//v1//health", b"/v1/../v1/health", b""]),
         )
@@ -508,7 +501,7 @@ def post_and_check(target: Target, token: str | None, route: str, raw: bytes, re
 @FUZZ
 @given(data=st.data())
 def test_hostile_json_bodies(target: Target, data: st.DataObject) -> None:
-    route = data.draw(routes(target, POST_ROUTES), label="route")
+    route = data.draw(routes(target, target.post_routes), label="route")
     token = data.draw(st.sampled_from(target.weighted_tokens), label="token")
     if data.draw(st.integers(0, 7)) == 0:
         raw = data.draw(st.sampled_from(RAW_BODIES), label="raw body")
@@ -580,7 +573,7 @@ def test_every_field_of_every_post_route_spoiled(target: Target) -> None:
 def test_every_hostile_body_on_every_post_route(target: Target) -> None:
     """The known-nasty bodies, deterministically, on each POST route with real references."""
     refs = target.refs
-    for tpl in POST_ROUTES:
+    for tpl in target.post_routes:
         route = tpl.format(wave="w1", wavelet=quote(refs["wavelet"][1]), blip=refs["blip"][0])
         for token in target.tokens[:2]:
             for raw in RAW_BODIES:
@@ -595,7 +588,7 @@ def test_hostile_paths_queries_and_methods(target: Target, data: st.DataObject) 
         st.sampled_from(["GET", "GET", "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE"]),
         label="method",
     )
-    route = data.draw(routes(target, GET_ROUTES + POST_ROUTES), label="route")
+    route = data.draw(routes(target, target.get_routes + target.post_routes), label="route")
     query = data.draw(queries(target), label="query")
     token = data.draw(st.sampled_from(target.weighted_tokens), label="token")
     path = route + ("?" + query if query else "")
