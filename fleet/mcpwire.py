@@ -165,6 +165,12 @@ class RpcError(Exception):
 # ---------------------------------------------------------------- the server
 
 
+def _frame(message: JsonObject) -> str:
+    """One message as one line: ASCII-escaped JSON (so no embedded newline, valid even with lone
+    surrogates), compact, newline-terminated."""
+    return json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n"
+
+
 def _valid_id(value: object) -> bool:
     # bool is an int subclass but never a valid id; null is not allowed by MCP.
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -192,7 +198,8 @@ class Server:
         self._output = output
         self._write_lock = threading.Lock()
         self._phase: Literal["new", "initializing", "ready"] = "new"
-        self._pending: list[JsonObject] = []
+        self._pending: list[str] = []
+        """Framed notifications waiting for ``notifications/initialized``."""
         self._in_flight: set[RequestId] = set()
         self._cancelled: set[RequestId] = set()
         self._flight_lock = threading.Lock()
@@ -206,7 +213,7 @@ class Server:
 
     def _write(self, message: JsonObject) -> bool:
         """Write one message; False when the output is gone (the connection is then closed)."""
-        line = json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n"
+        line = _frame(message)
         with self._write_lock:
             return self._write_locked(line)
 
@@ -232,12 +239,12 @@ class Server:
         message: JsonObject = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        line = json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n"
+        line = _frame(message)
         with self._write_lock:
             if self.closed.is_set():
                 return False
             if self._phase != "ready":
-                self._pending.append(message)
+                self._pending.append(line)
                 return True
             return self._write_locked(line)
 
@@ -344,8 +351,7 @@ class Server:
         with self._write_lock:
             self._phase = "ready"
             pending, self._pending = self._pending, []
-            for message in pending:
-                line = json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n"
+            for line in pending:
                 if not self._write_locked(line):
                     break
         self.initialized.set()
