@@ -8,7 +8,7 @@ blip id arriving on that channel's stdout. Prints p50/p90/p99/max, lost deliveri
 channel's resident memory (VmRSS, peak VmHWM) from /proc. Targets (issue 3): p50 <= 20 ms,
 p99 <= 100 ms, RSS <= 40 MB per channel. It asserts nothing.
 
-    python bench/delivery.py [--channels 20] [--blips 500] [--rate 50]
+    python bench/delivery.py [--channels 20] [--blips 500] [--rate 50]   (--rate 0: a burst)
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--channels", type=int, default=20)
     ap.add_argument("--blips", type=int, default=500)
-    ap.add_argument("--rate", type=float, default=50.0, help="posts per second")
+    ap.add_argument("--rate", type=float, default=50.0, help="posts per second (0: back to back)")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
@@ -152,7 +152,7 @@ def main() -> None:
 
         cpu_before = [cpu_seconds(p.pid) for p in (daemon, *procs)]
         acks: dict[str, float] = {}
-        interval = 1.0 / args.rate
+        interval = 1.0 / args.rate if args.rate > 0 else 0.0
         t_start = time.monotonic()
         for i in range(args.blips):
             due = t_start + i * interval
@@ -172,7 +172,8 @@ def main() -> None:
         lat = [(a[b] - t) * 1000 for a in rx.arrivals for b, t in acks.items() if b in a]
         lost = args.blips * args.channels - len(lat)
         print(
-            f"channels {args.channels}, blips {args.blips} at {args.rate:g}/s (posting took {posting:.1f} s)"
+            f"channels {args.channels}, blips {args.blips} "
+            f"{f'at {args.rate:g}/s' if args.rate > 0 else 'back to back'} (posting took {posting:.1f} s)"
         )
         print(f"deliveries measured {len(lat)}, missing {lost}")
         if lat:
