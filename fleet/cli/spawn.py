@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -11,9 +11,9 @@ from fleet import errors, layouts
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
 from fleet.paths import get_paths
-from fleet.spawn import Spawner, SpawnReport
-from fleet.tmux import Tmux
-from fleet.tmux import server as tmux_server
+
+if TYPE_CHECKING:  # tmux and spawning are imported when a command needs them, not by every fleet run
+    from fleet.spawn import Spawner, SpawnReport
 
 LayoutOpt = Annotated[
     str,
@@ -56,6 +56,10 @@ def _transport(value: str) -> Literal["channel", "hook"]:
 
 def make_spawner(socket: str | None, agent: str | None, transport: str, trust: bool, wait: float) -> Spawner:
     """The spawner for the CLI's daemon and tmux server."""
+    from fleet.spawn import Spawner
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
+
     return Spawner(
         client(),
         Tmux(tmux_server(socket)),
@@ -111,6 +115,9 @@ def attach(
     name = wave or os.environ.get("FLEET_WAVE")
     if not name:
         raise errors.UsageError("which wave? `fleet attach WAVE` (or set FLEET_WAVE)")
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
+
     w = client().get_wave(name)
     srv = tmux_server(socket)
     session = Tmux(srv).find_session(w.id)
@@ -150,6 +157,8 @@ def demo(
 ) -> None:
     """Run a three-agent conversation with scripted stand-in agents (no Claude, no model needed)."""
     from fleet.cli.demo import run
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
 
     raise typer.Exit(run(client(), Tmux(tmux_server(socket)), get_paths(), timeout=wait))
 
