@@ -61,6 +61,7 @@ from fleet.models import (
     NewFork,
     NewSession,
     NewSurface,
+    NewSystemBlip,
     NewWave,
     PresenceReport,
     PresenceRow,
@@ -69,6 +70,7 @@ from fleet.models import (
     SessionRecord,
     TokenInfo,
     Wave,
+    WaveActivity,
     Wavelet,
     Whoami,
 )
@@ -468,6 +470,14 @@ class Client:
         req = NewBlip.model_validate({"text": text, "as": as_})
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/blips", Blip, req)
 
+    def post_system(self, wavelet_id: str, text: str) -> Blip:
+        """Post a ``system`` blip (author ``system``) so the transcript records an operator tool's act.
+
+        Operator only; never retried (a write that may have landed is not sent twice).
+        """
+        req = NewSystemBlip(text=text)
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/system", Blip, req)
+
     def surface(
         self, wavelet_id: str, text: str, source_blip_id: str | None = None, as_: str | None = None
     ) -> Blip:
@@ -523,6 +533,19 @@ class Client:
 
     def presence(self, wave: str) -> list[PresenceRow]:
         return self._call("GET", f"/v1/waves/{_q(wave)}/presence", _Presence).presence
+
+    def read_wave(self, wave: str, after: str = "", wait: float = 0, limit: int = 500) -> BlipPage:
+        """Every blip of ``wave`` with id > ``after``, oldest first, replaced versions too (operator only).
+
+        A long-poll like :meth:`read`: with ``wait`` it returns as soon as one exists, or empty at the
+        deadline with ``cursor == after``. Start at ``activity(wave).head`` to see only what comes next.
+        """
+        query = {"after": after, "wait": f"{wait:g}", "limit": str(limit)}
+        return self._call("GET", f"/v1/waves/{_q(wave)}/blips?{urlencode(query)}", BlipPage, wait=wait)
+
+    def activity(self, wave: str) -> WaveActivity:
+        """Who wrote how much where, and when last; and the wave's newest blip id (operator only)."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/activity", WaveActivity)
 
     def mint_token(self, wave: str, participant: str) -> MintedToken:
         """A new token for (wave, participant). The secret is in the answer only (operator only)."""

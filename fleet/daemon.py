@@ -56,6 +56,7 @@ from fleet.models import (
     NewFork,
     NewSession,
     NewSurface,
+    NewSystemBlip,
     NewWave,
     PresenceReport,
     PresenceRow,
@@ -491,12 +492,15 @@ class Daemon:
             ("POST", f"/v1/waves/{seg}/feed", self._feed),
             ("POST", f"/v1/waves/{seg}/presence", self._report_presence),
             ("GET", f"/v1/waves/{seg}/presence", self._presence),
+            ("GET", f"/v1/waves/{seg}/blips", self._read_wave),
+            ("GET", f"/v1/waves/{seg}/activity", self._activity),
             ("GET", "/v1/resolve", self._resolve),
             ("GET", f"/v1/wavelets/{seg}", self._get_wavelet),
             ("POST", f"/v1/wavelets/{seg}/fork", self._fork),
             ("POST", f"/v1/wavelets/{seg}/invite", self._invite),
             ("POST", f"/v1/wavelets/{seg}/leave", self._leave_roster),
             ("POST", f"/v1/wavelets/{seg}/blips", self._post),
+            ("POST", f"/v1/wavelets/{seg}/system", self._post_system),
             ("GET", f"/v1/wavelets/{seg}/blips", self._read),
             ("POST", f"/v1/wavelets/{seg}/surface", self._surface),
             ("GET", f"/v1/wavelets/{seg}/context", self._context),
@@ -580,6 +584,12 @@ class Daemon:
         self._wrote(blip.wave_id, blip.author)
         return 201, blip
 
+    def _post_system(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+        body = r.model(NewSystemBlip)
+        blip = self._s.post_system(r.who, unquote(m[1]), body.text)
+        self._wrote(blip.wave_id, blip.author)
+        return 201, blip
+
     def _surface(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
         body = r.model(NewSurface)
         blip = self._s.surface(
@@ -609,6 +619,24 @@ class Daemon:
         if blips:
             cursor = blips[-1].id
         return 200, {"blips": blips, "cursor": cursor}
+
+    def _read_wave(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+        """Every blip of the wave after ``after`` (long-poll): the operator's whole-wave stream."""
+        if not r.who.is_operator:
+            raise errors.Forbidden("only the operator reads a whole wave's stream: read a wavelet")
+        wave = self._s.get_wave(r.who, unquote(m[1]))
+        after = r.query.get("after") or ""
+        limit = r.q_int("limit", 500)
+        wait = r.q_float("wait", 0.0)
+        blips = self._long_poll(
+            wait,
+            lambda: _BlipList(items=self._s.read_wave_after(wave.id, after, limit=limit)),
+            lambda res: not res.items,
+        ).items
+        return 200, {"blips": blips, "cursor": blips[-1].id if blips else after}
+
+    def _activity(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+        return 200, self._s.activity(r.who, unquote(m[1]))
 
     def _context(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
         return 200, self._s.context(r.who, unquote(m[1]))

@@ -134,6 +134,26 @@ class PresenceRow(Lenient):
     delivered: int = 0
 
 
+class Activity(Lenient):
+    """What one participant wrote in one wavelet (system blips are not counted)."""
+
+    wavelet_id: str
+    participant: str
+    blips: int
+    """Blips it authored there, replaced versions included."""
+    last_blip_id: str
+    last_blip_at: str
+
+
+class WaveActivity(Lenient):
+    """``GET /v1/waves/{wave}/activity``: who wrote where, and the wave's newest blip."""
+
+    wave_id: str
+    head: str
+    """The greatest blip id in the wave ('' if none): ``after=`` for the wave's blip stream to start now."""
+    activity: list[Activity] = Field(default_factory=list)
+
+
 class SessionRecord(Lenient):
     """The agent session a participant runs in a wave: what ``fleet respawn`` needs on any machine."""
 
@@ -216,6 +236,12 @@ class NewBlip(Model):
     as_: str | None = Field(default=None, alias="as")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NewSystemBlip(Model):
+    """``POST /v1/wavelets/{wavelet}/system`` (operator only): a ``system`` blip, authored ``system``."""
+
+    text: str
 
 
 class NewSurface(Model):

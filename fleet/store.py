@@ -54,6 +54,7 @@ from fleet.models import (
     OPERATOR,
     PARTICIPANT_RE,
     ROOT_WAVELET,
+    Activity,
     Blip,
     BlipKind,
     Context,
@@ -66,6 +67,7 @@ from fleet.models import (
     SessionRecord,
     TokenInfo,
     Wave,
+    WaveActivity,
     Wavelet,
 )
 
@@ -911,6 +913,21 @@ class Store:
             self._record(conn, "blip.posted", {"blip": blip})
         return Blip(**blip)
 
+    def post_system(self, who: Principal, ref: str, text: str) -> Blip:
+        """Post a ``system`` blip (author ``system``) into ``ref``: operator only.
+
+        How the operator's own tools (``fleet supervise``, ``fleet kill``) put what they did into the
+        transcript. Participants can never write one, so a system blip is always provenance.
+        """
+        if not who.is_operator:
+            raise errors.Forbidden("only the operator posts system blips")
+        wl = self._visible_wavelet(who, ref)
+        self._check_text(text)
+        with self._write() as conn:
+            blip = self._new_blip(wl, "system", "system", text, now())
+            self._record(conn, "blip.posted", {"blip": blip})
+        return Blip(**blip)
+
     def surface(
         self,
         who: Principal,
@@ -1044,6 +1061,36 @@ class Store:
             .fetchone()
         )
         return str(row[0] or "")
+
+    def activity(self, who: Principal, wave: str) -> WaveActivity:
+        """Per (wavelet, author): blips written (system blips aside) and the latest; plus the head.
+
+        Operator only (it spans private wavelets). Reads through the wavelet index, one group per
+        wavelet and author; the bare ``created_at`` comes from the row holding ``max(id)`` (SQLite).
+        """
+        if not who.is_operator:
+            raise errors.Forbidden("only the operator reads a wave's activity")
+        w = self._visible_wave(who, wave)
+        rows = self._r().execute(
+            "SELECT wavelet_id, author, count(*) AS n, max(id) AS last_id, created_at FROM blips"
+            " WHERE wavelet_id IN (SELECT id FROM wavelets WHERE wave_id = ?) AND kind != 'system'"
+            " GROUP BY wavelet_id, author ORDER BY wavelet_id, author",
+            (w["id"],),
+        )
+        return WaveActivity(
+            wave_id=w["id"],
+            head=self.wave_head(w["id"]),
+            activity=[
+                Activity(
+                    wavelet_id=r["wavelet_id"],
+                    participant=r["author"],
+                    blips=r["n"],
+                    last_blip_id=r["last_id"],
+                    last_blip_at=r["created_at"],
+                )
+                for r in rows
+            ],
+        )
 
     def get_blip(self, who: Principal, ref: str) -> Blip:
         return self._blip_model(self._visible_blip(who, ref))
