@@ -257,14 +257,15 @@ class Spawner:
             raise errors.UsageError(
                 f"{wl.path} has no agents on its roster: invite some (`fleet invite {wl.path} NAME`)"
             )
+        records = {r.participant: r for r in self.client.sessions(wave.id)}
         if self.agent:
             require_agent(agent_words(self.agent))
-        else:
+        else:  # a resumed session runs its recorded agent
             for name in roster:
-                require_agent(agent_words(layout.profile(name).agent))
+                rec = records.get(name)
+                require_agent(agent_words(rec.agent if rec and rec.agent else layout.profile(name).agent))
         main = layout.main_pane(roster)
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
-        records = {r.participant: r for r in self.client.sessions(wave.id)}
 
         panes = self.tmux.fleet_panes(wave.id)
         session_id, window_id, spare = self._window(wave, wl)
