@@ -9,6 +9,7 @@ Data goes to stdout; notices and errors go to stderr.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -16,7 +17,8 @@ import typer
 from pydantic import BaseModel
 
 from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
-from fleet.spawn import SpawnReport
+from fleet.spawn import PaneReport, SpawnReport
+from fleet.supervise import KillReport, SupervisorEvent, WaveStatus
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
@@ -178,3 +180,96 @@ def spawn_report(report: SpawnReport) -> None:
         why = f" ({p.why})" if p.why else ""
         out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}")
     out(f"attach: {report.attach}")
+
+
+# ---------------------------------------------------------------- supervision
+
+
+def ago(ts: str | float | None, now: float | None = None) -> str:
+    """An ISO timestamp or Unix time as ``5s ago``, ``3m ago``, ``2h ago``, ``4d ago`` ('-' if None)."""
+    if ts is None or ts == "":
+        return "-"
+    try:
+        t = ts if isinstance(ts, float | int) else datetime.fromisoformat(ts).timestamp()
+    except ValueError:
+        return str(ts)
+    s = max(0, int((time.time() if now is None else now) - t))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return f"{s}s ago"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Columns aligned to their widest cell; the last column is not padded."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        out(("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]).rstrip())
+
+
+def status_table(st: WaveStatus) -> None:
+    """One wave's ``fleet status``: a header line, then one row per (wavelet, participant)."""
+    where = f"tmux session {st.tmux_session}" if st.tmux_session else "no tmux session"
+    out(f"wave {st.wave}  ({where})")
+    if not st.rows:
+        out("  no agents on any roster")
+        return
+    rows = []
+    for r in st.rows:
+        pane = "-" if r.pane_id is None else f"{r.pane_id} {r.pane}" + (f" ({r.exit})" if r.exit else "")
+        cap = "-" if r.cap_used is None else f"{r.cap_used}/{r.cap}" + (" capped" if r.capped else "")
+        rows.append(
+            [
+                r.wavelet.split("/", 1)[-1],
+                r.participant,
+                pane,
+                r.presence,
+                ago(r.last_blip_at),
+                str(r.delivered),
+                cap,
+                (r.session_id or "-")[:8],
+                r.host or "-",
+                r.note,
+            ]
+        )
+    head = ["WAVELET", "NAME", "PANE", "PRESENCE", "LAST BLIP", "DELIVERED", "CAP", "SESSION", "HOST", "NOTE"]
+    table(head, rows)
+
+
+def status_tables(items: Sequence[WaveStatus]) -> None:
+    if not items:
+        note("no waves yet: create one with `fleet wave new NAME`")
+    for i, st in enumerate(items):
+        if i:
+            out()
+        status_table(st)
+
+
+def status_frame(items: Sequence[WaveStatus], interval: float, *, clear: bool) -> None:
+    """One redraw of ``fleet status --watch``: in place on a terminal, separated by a stamp otherwise."""
+    if clear:
+        typer.echo("\x1b[H\x1b[2J", nl=False)
+    out(f"fleet status  {datetime.now().strftime('%H:%M:%S')}  (every {interval:g}s; Ctrl-C stops)")
+    status_tables(items)
+    if not clear:
+        out()
+
+
+def pane_report(p: PaneReport) -> None:
+    """What ``fleet respawn`` did: the pane, the resumed session, ready or why not."""
+    state = "ready" if p.ready else "NOT READY"
+    why = f" ({p.why})" if p.why else ""
+    out(f"{p.participant}  {p.pane_id}  {p.action} (session {p.session_id})  {state}{why}")
+
+
+def supervisor_event(e: SupervisorEvent) -> None:
+    out(f"[{clock(e.at)}] {e.text}")
+
+
+def kill_report(r: KillReport) -> None:
+    if r.killed is None:
+        note(f"nothing of {r.target} runs in tmux: nothing to kill")
+        return
+    what = "window" if r.scope == "wavelet" else "session"
+    who = ", ".join(r.participants) or "no agents"
+    out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")

@@ -1,0 +1,145 @@
+"""``fleet status``, ``fleet respawn``, ``fleet supervise``, ``fleet kill``: a running fleet, looked after."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from fleet import errors, supervise
+from fleet.cli import render
+from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
+from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
+from fleet.paths import get_paths
+from fleet.tmux import Tmux
+from fleet.tmux import server as tmux_server
+
+WaveArg = Annotated[
+    str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].")
+]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The participant.")]
+
+
+def _wave_name(wave: str | None, what: str) -> str:
+    name = wave or os.environ.get("FLEET_WAVE")
+    if not name:
+        raise errors.UsageError(f"which wave? `fleet {what} WAVE` (or set FLEET_WAVE)")
+    return name
+
+
+def status(
+    wave: WaveArg = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Redraw every --interval until Ctrl-C.")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", help="--watch's period.")] = 2.0,
+    socket: SocketOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One row per (wavelet, participant): pane, presence, last blip, deliveries, cap, session, host.
+
+    With --json: a WaveStatus object for one wave, an array of them for every wave; with --watch
+    --json, one line per redraw.
+    """
+    if interval <= 0:
+        raise errors.UsageError("--interval must be a positive number of seconds")
+    c, tmux, paths = client(), Tmux(tmux_server(socket)), get_paths()
+    named = wave or os.environ.get("FLEET_WAVE")
+    waves = [named] if named else [w.name for w in c.list_waves()]
+
+    def frame() -> list[supervise.WaveStatus]:
+        return [supervise.status(c, tmux, paths, w) for w in waves]
+
+    if not watch:
+        shown = frame()
+        if as_json:
+            render.dump(shown[0] if named else shown)
+        else:
+            render.status_tables(shown)
+        return
+    try:
+        while True:
+            shown = frame()
+            if as_json:
+                render.dump(shown[0] if named else shown, compact=True)
+            else:
+                render.status_frame(shown, interval, clear=sys.stdout.isatty())
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def respawn(
+    wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
+    name: NameArg,
+    force: Annotated[
+        bool, typer.Option("--force", help="Restart a live agent too (its screen is saved first).")
+    ] = False,
+    socket: SocketOpt = None,
+    wait: WaitOpt = 30.0,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Relaunch NAME's agent resuming its recorded session, in its pane (works from any machine)."""
+    spawner = make_spawner(socket, None, "channel", False, wait)
+    report = supervise.respawn(client(), spawner, wavelet_ref, name, force=force, wave_hint=wave)
+    if as_json:
+        render.dump(report)
+    else:
+        render.pane_report(report)
+    if not report.ready:
+        raise errors.FleetError(f"{name} was respawned but is not ready: {report.why}")
+
+
+def supervise_(
+    wave: Annotated[
+        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].")
+    ] = None,
+    socket: SocketOpt = None,
+    wait: WaitOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Watch WAVE and bring dead agents back: on a ladder (5m, 15m, 45m, ...), or at once when the
+    operator mentions them. Every act is posted as a system blip. Runs until Ctrl-C."""
+    name = _wave_name(wave, "supervise")
+    spawner = make_spawner(socket, None, "channel", False, wait)
+    sup = supervise.Supervisor(client(), spawner.tmux, spawner, name)
+    rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
+    render.note(f"supervising wave {sup.wave.name} (respawn ladder {rungs}, ...); Ctrl-C stops")
+
+    def show(event: supervise.SupervisorEvent) -> None:
+        if as_json:
+            render.dump(event, compact=True)
+        else:
+            render.supervisor_event(event)
+
+    try:
+        sup.run(on_event=show, on_outage=lambda why: render.note(f"{why}; retrying"))
+    except KeyboardInterrupt:
+        return
+
+
+def kill(
+    target: Annotated[
+        str, typer.Argument(metavar="WAVELET|WAVE", help="WAVE/WAVELET (its window) or a wave (its session).")
+    ],
+    socket: SocketOpt = None,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Kill a wavelet's window or a wave's tmux session; keep all data (`fleet spawn` resumes them)."""
+    report = supervise.kill(client(), Tmux(tmux_server(socket)), target, wave_hint=wave)
+    if as_json:
+        render.dump(report)
+    else:
+        render.kill_report(report)
+
+
+def register(root: typer.Typer) -> None:
+    root.command()(status)
+    root.command()(respawn)
+    root.command("supervise")(supervise_)
+    root.command()(kill)

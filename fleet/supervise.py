@@ -1,0 +1,630 @@
+"""Supervision: who in a wave is working, idle or dead; bringing the dead back; tearing panes down.
+
+fleet leaves process lifetime to tmux (DESIGN §6). Everything here *asks* tmux and the daemon and
+owns no process. What a caller may rely on:
+
+- :func:`status` gives one :class:`StatusRow` per (wavelet, participant): every agent on a wavelet's
+  roster, plus anyone whose pane lives in the wavelet's window but who left its roster (noted
+  ``left: receives nothing``). Pane facts (id, alive or dead, exit status) come from tmux; presence
+  (``working`` / ``idle`` / ``gone``) and blips delivered come from the daemon, which hears them from
+  the channels (deliveries, posts, pings), never from a screen; the last blip from the store; the
+  session id from the recorded session. **Cap use** lives only in the channel's delivery state file,
+  which the daemon never sees: it is read when that file is on this machine (the channel runs here,
+  against the same daemon URL), and is ``None`` otherwise.
+- :func:`respawn` relaunches one participant with ``--resume`` of its recorded session (through
+  :meth:`fleet.spawn.Spawner.respawn`), from any machine: everything it needs comes from the daemon.
+  Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
+- :class:`Supervisor` is ``fleet supervise``: a dead pane is respawned on a :class:`Ladder` (5 m,
+  15 m, 45 m, the last rung repeating; back to the first once the participant posts again); an
+  operator blip that mentions a dead participant respawns it at once. Each act is posted into the
+  transcript as a ``system`` blip. A participant with no pane at all (killed, window closed) or on
+  no roster is left alone: that was somebody's decision.
+- :func:`kill` kills a wavelet's window or a wave's session, reports the participants in it
+  ``gone``, and keeps every record: ``fleet spawn`` later resumes the same sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from fleet import errors
+from fleet.client import Client
+from fleet.delivery import DEFAULT_CAP, DeliveryState, StateFile
+from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
+from fleet.paths import Paths
+from fleet.spawn import PaneReport, Spawner, zombie_status
+from fleet.tmux import PaneInfo, Tmux
+
+log = logging.getLogger(__name__)
+
+LADDER: tuple[float, ...] = (300.0, 900.0, 2700.0)
+"""Seconds a dead pane waits before each respawn: 5 m, 15 m, 45 m; the last rung repeats."""
+
+TICK = 5.0
+"""Seconds between looks at tmux when no blip arrives (a blip wakes the loop at once)."""
+
+PaneState = Literal["alive", "dead", "none"]
+
+
+# ---------------------------------------------------------------- status
+
+
+class StatusRow(BaseModel):
+    """One (wavelet, participant) of ``fleet status``."""
+
+    wavelet: str
+    """``WAVE/WAVELET``."""
+    wavelet_id: str
+    participant: str
+    member: bool
+    """On the wavelet's roster now. False: it left, but its pane still lives in this window."""
+    pane_id: str | None = None
+    """The participant's pane (one per participant per wave; it may live in another window)."""
+    pane: PaneState = "none"
+    exit: str | None = None
+    """For a dead pane: ``status N``, ``signal N`` or ``unknown``."""
+    pane_wavelet: str | None = None
+    """``WAVE/WAVELET`` whose window holds the pane."""
+    presence: PresenceState = "gone"
+    last_blip_at: str | None = None
+    """When the participant last wrote in this wavelet (ISO 8601), from the store."""
+    blips: int = 0
+    """Blips it wrote in this wavelet."""
+    delivered: int = 0
+    """Blips its channel reported delivered in the whole wave since the daemon started."""
+    last_delivery: float | None = None
+    """Unix time of its channel's last delivery report (daemon clock)."""
+    cap_used: int | None = None
+    """Pushes in this wavelet since the cap last reset; None when the state file is not on this machine."""
+    cap: int | None = None
+    capped: bool = False
+    """The cap was reached here: further blips are not pushed until the operator posts here."""
+    session_id: str | None = None
+    """The Claude Code session id (recorded at launch; ``--resume`` uses it)."""
+    host: str | None = None
+    """Where its channel runs (from presence), else where it was launched."""
+    note: str = ""
+
+
+class WaveStatus(BaseModel):
+    """``fleet status WAVE --json``."""
+
+    wave: str
+    wave_id: str
+    tmux_session: str | None = None
+    generated_at: str
+    rows: list[StatusRow] = Field(default_factory=list)
+
+
+def exit_of(pane: PaneInfo) -> str | None:
+    """How a dead pane's process ended, as tmux (or, for tmux 3.3a's lost SIGCHLD, /proc) tells it."""
+    if not pane.dead:
+        return None
+    if pane.dead_status is not None:
+        return f"status {pane.dead_status}"
+    if pane.dead_signal is not None:
+        return f"signal {pane.dead_signal}"
+    zombie = zombie_status(pane.pid) if pane.pid else None
+    if zombie:
+        return zombie if zombie.startswith("signal") else f"status {zombie}"
+    return "unknown"
+
+
+def settled_exit(tmux: Tmux, pane: PaneInfo, timeout: float = 2.0) -> str | None:
+    """:func:`exit_of`, after giving tmux up to ``timeout`` s to record it (it may mark a pane dead a
+    moment before it records how its process ended)."""
+    deadline = time.monotonic() + timeout
+    while exit_of(pane) == "unknown" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pane = next((p for p in tmux.panes() if p.pane_id == pane.pane_id), pane)
+    return exit_of(pane)
+
+
+def panes_by_participant(panes: Iterable[PaneInfo]) -> dict[str, PaneInfo]:
+    """Each participant's pane: a live one if any, else the first dead one."""
+    out: dict[str, PaneInfo] = {}
+    for p in panes:
+        if p.participant not in out or (p.alive and out[p.participant].dead):
+            out[p.participant] = p
+    return out
+
+
+def delivery_state(paths: Paths, daemon_url: str, wave: str, participant: str) -> DeliveryState | None:
+    """The channel's delivery state file for (daemon, wave name, participant), if it is on this machine."""
+    path = StateFile(paths.channels, daemon_url, wave, participant).path
+    try:
+        return DeliveryState.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError) as exc:
+        log.debug("cannot read delivery state %s: %s", path, exc)
+        return None
+
+
+def _note(
+    wl: Wavelet,
+    name: str,
+    member: bool,
+    pane: PaneInfo | None,
+    record: SessionRecord | None,
+    rosters: set[str],
+) -> str:
+    if not member:
+        return "left: receives nothing" if name not in rosters else "left: receives nothing from here"
+    if pane is None:
+        if record is None:
+            return f"not spawned: `fleet spawn {wl.path}`"
+        return f"no pane: `fleet spawn {wl.path}` resumes it" if record.wavelet_id == wl.id else "no pane"
+    if pane.dead:
+        return f"dead: `fleet respawn {wl.path} {name}`"
+    return ""
+
+
+def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatus:
+    """The rows of ``fleet status`` for one wave (see the module docstring for where each fact comes from)."""
+    wave = client.get_wave(wave_ref)
+    records = {r.participant: r for r in client.sessions(wave.id)}
+    presence: dict[str, PresenceRow] = {p.participant: p for p in client.presence(wave.id)}
+    activity = {(a.wavelet_id, a.participant): a for a in client.activity(wave.id).activity}
+    all_panes = tmux.fleet_panes(wave.id)
+    panes = panes_by_participant(all_panes)
+    path_of = {wl.id: wl.path for wl in wave.wavelets}
+    rosters = {m.name for wl in wave.wavelets for m in wl.roster if m.kind == "agent"}
+    states: dict[str, DeliveryState | None] = {}
+    rows: list[StatusRow] = []
+    for wl in wave.wavelets:
+        members = [m.name for m in wl.roster if m.kind == "agent"]
+        left = sorted({p.participant for p in all_panes if p.wavelet == wl.id} - set(members))
+        for name in members + left:
+            member = name in members
+            pane, record, seen = panes.get(name), records.get(name), presence.get(name)
+            if name not in states:
+                states[name] = delivery_state(paths, client.base_url, wave.name, name)
+            state, act = states[name], activity.get((wl.id, name))
+            rows.append(
+                StatusRow(
+                    wavelet=wl.path,
+                    wavelet_id=wl.id,
+                    participant=name,
+                    member=member,
+                    pane_id=pane.pane_id if pane else None,
+                    pane="none" if pane is None else ("dead" if pane.dead else "alive"),
+                    exit=exit_of(pane) if pane else None,
+                    pane_wavelet=path_of.get(pane.wavelet, pane.wavelet) if pane else None,
+                    presence=seen.state if seen else "gone",
+                    last_blip_at=act.last_blip_at if act else None,
+                    blips=act.blips if act else 0,
+                    delivered=seen.delivered if seen else 0,
+                    last_delivery=seen.last_delivery if seen else None,
+                    cap_used=state.delivered.get(wl.id, 0) if state else None,
+                    cap=DEFAULT_CAP if state else None,
+                    capped=bool(state and wl.id in state.exhausted),
+                    session_id=(record.session_id if record else None) or (seen.session_id if seen else None),
+                    host=(seen.host if seen else None) or (record.host if record else None),
+                    note=_note(wl, name, member, pane, record, rosters),
+                )
+            )
+    return WaveStatus(
+        wave=wave.name,
+        wave_id=wave.id,
+        tmux_session=tmux.find_session(wave.id),
+        generated_at=datetime.now(UTC).isoformat(),
+        rows=rows,
+    )
+
+
+# ---------------------------------------------------------------- respawn
+
+
+def respawn(
+    client: Client, spawner: Spawner, wavelet_ref: str, participant: str, *, force: bool = False,
+    wave_hint: str | None = None,
+) -> PaneReport:  # fmt: skip
+    """Relaunch ``participant`` of ``wavelet_ref`` resuming its recorded session (``fleet respawn``).
+
+    The participant must be on the wavelet's roster, or have its pane recorded there (one who left
+    keeps its pane). A live pane needs ``force`` (its screen is saved first). Raises
+    :class:`~fleet.errors.NotFound` for an unknown wavelet or participant.
+    """
+    wl = client.resolve(wavelet_ref, wave=wave_hint)
+    records = client.sessions(wl.wave_id, participant)
+    on_roster = any(m.name == participant for m in wl.roster)
+    if not on_roster and not any(r.wavelet_id == wl.id for r in records):
+        raise errors.NotFound(
+            f"{participant!r} is not on the roster of {wl.path} and has no pane there:"
+            f" `fleet status {wl.wave}` shows who runs where"
+        )
+    return spawner.respawn(wl.wave_id, participant, force=force)
+
+
+# ---------------------------------------------------------------- the ladder
+
+
+@dataclass
+class _Rung:
+    attempts: int = 0
+    dead_since: float | None = None
+
+
+class Ladder:
+    """When a dead participant is due: ``rungs[n]`` seconds after its pane is seen dead for the n-th
+    time since it last posted (the last rung repeating). Time comes from ``clock`` (injectable).
+    """
+
+    def __init__(self, rungs: Sequence[float] = LADDER, clock: Callable[[], float] = time.monotonic) -> None:
+        if not rungs:
+            raise errors.UsageError("the respawn ladder needs at least one rung")
+        self.rungs = tuple(rungs)
+        self.clock = clock
+        self._rungs: dict[str, _Rung] = {}
+
+    def _r(self, name: str) -> _Rung:
+        return self._rungs.setdefault(name, _Rung())
+
+    def delay(self, name: str) -> float:
+        """The wait before ``name``'s next respawn."""
+        return self.rungs[min(self._r(name).attempts, len(self.rungs) - 1)]
+
+    def dead(self, name: str) -> bool:
+        """Note that ``name``'s pane is dead; True when this is a new death (the wait starts now)."""
+        r = self._r(name)
+        if r.dead_since is not None:
+            return False
+        r.dead_since = self.clock()
+        return True
+
+    def remaining(self, name: str) -> float | None:
+        """Seconds until ``name`` is due (0 when due), or None when it is not known dead."""
+        r = self._r(name)
+        if r.dead_since is None:
+            return None
+        return max(0.0, r.dead_since + self.delay(name) - self.clock())
+
+    def due(self, name: str) -> bool:
+        return self.remaining(name) == 0.0
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the first dead participant is due, or None when nobody is waiting."""
+        waits = [w for w in (self.remaining(n) for n in self._rungs) if w is not None]
+        return min(waits, default=None)
+
+    def respawned(self, name: str) -> None:
+        """A respawn was attempted: the next death waits one rung longer."""
+        r = self._r(name)
+        r.attempts += 1
+        r.dead_since = None
+
+    def alive(self, name: str) -> None:
+        """Its pane is alive (or gone): no wait runs; the rung is kept until it posts."""
+        self._r(name).dead_since = None
+
+    def posted(self, name: str) -> None:
+        """It posted: back to the first rung."""
+        self._r(name).attempts = 0
+
+    def attempts(self, name: str) -> int:
+        return self._r(name).attempts
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether ``text`` names ``name`` (word boundary or ``[[name]]``, as the attention layer reads it)."""
+    n = re.escape(name)
+    return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
+
+
+def span(seconds: float) -> str:
+    """``45s``, ``5m``, ``1h30m``: a wait as people say it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m" + (f"{s % 60}s" if s % 60 else "")
+    return f"{s // 3600}h" + (f"{s % 3600 // 60}m" if s % 3600 // 60 else "")
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+class SupervisorEvent(BaseModel):
+    """One thing ``fleet supervise`` noticed or did (also posted as a ``system`` blip)."""
+
+    at: str
+    participant: str
+    event: Literal["died", "respawned", "failed"]
+    text: str
+    pane_id: str | None = None
+    session_id: str | None = None
+
+
+class Supervisor:
+    """``fleet supervise WAVE``: watches the wave's blips (long-poll) and its panes (tmux), and respawns.
+
+    :meth:`step` does one round and returns what it did; :meth:`run` loops until stopped. The
+    supervisor starts at the wave's newest blip: blips written before it started are history.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        tmux: Tmux,
+        spawner: Spawner,
+        wave: str,
+        *,
+        ladder: Ladder | None = None,
+        tick: float = TICK,
+    ) -> None:
+        self.client = client
+        self.tmux = tmux
+        self.spawner = spawner
+        self.wave: Wave = client.get_wave(wave)
+        self.ladder = ladder or Ladder()
+        self.tick = tick
+        self.cursor = client.activity(self.wave.id).head
+
+    def step(self, wait: float = 0.0) -> list[SupervisorEvent]:
+        """Read new blips (waiting up to ``wait`` s for one), look at the panes, act. Never raises for
+        one participant's failure; raises :class:`~fleet.errors.DaemonUnreachable` when the daemon is."""
+        page = self.client.read_wave(self.wave.id, after=self.cursor, wait=wait)
+        self.cursor = page.cursor
+        self.wave = self.client.get_wave(self.wave.id)
+        agents = {m.name for wl in self.wave.wavelets for m in wl.roster if m.kind == "agent"}
+        mentioned: set[str] = set()
+        for blip in page.blips:
+            if blip.kind == "system":
+                continue
+            if blip.author == OPERATOR:
+                mentioned |= {n for n in agents if mentions(blip.text, n)}
+            else:
+                self.ladder.posted(blip.author)
+        records = {r.participant: r for r in self.client.sessions(self.wave.id)}
+        panes = panes_by_participant(self.tmux.fleet_panes(self.wave.id))
+        events: list[SupervisorEvent] = []
+        for name in sorted(records):
+            pane = panes.get(name)
+            if pane is None or pane.alive or name not in agents:
+                self.ladder.alive(name)
+                continue
+            rec = records[name]
+            if self.ladder.dead(name):
+                # its channel may have died without a word (SIGHUP): say so now, not at the ping TTL
+                await_exit([pane])
+                self.client.report_presence(self.wave.id, PresenceReport(participant=name, event="gone"))
+                how = settled_exit(self.tmux, pane)
+                events.append(
+                    self._event(
+                        rec, "died", pane.pane_id,
+                        f"{name}'s pane {pane.pane_id} died ({how}); respawning it in"
+                        f" {span(self.ladder.delay(name))}, or at once if the operator mentions {name}",
+                    )
+                )  # fmt: skip
+            if name in mentioned:
+                got = self._respawn(rec, "the operator mentioned it")
+            elif self.ladder.due(name):
+                got = self._respawn(rec, f"after {span(self.ladder.delay(name))} dead")
+            else:
+                continue
+            if got is not None:
+                events.append(got)
+        return events
+
+    def _respawn(self, rec: SessionRecord, why: str) -> SupervisorEvent | None:
+        name = rec.participant
+        try:
+            report = self.spawner.respawn(self.wave.id, name)
+        except errors.DaemonUnreachable:
+            raise
+        except errors.Conflict:  # somebody brought it back meanwhile
+            self.ladder.alive(name)
+            return None
+        except errors.FleetError as exc:
+            self.ladder.respawned(name)
+            return self._event(
+                rec, "failed", None,
+                f"could not respawn {name} ({why}): {exc.message}; next try {span(self.ladder.delay(name))}"
+                " after it is seen dead again",
+            )  # fmt: skip
+        self.ladder.respawned(name)
+        if report.ready:
+            return self._event(
+                rec, "respawned", report.pane_id,
+                f"respawned {name} in pane {report.pane_id} ({why}), resuming session {report.session_id}",
+                session_id=report.session_id,
+            )  # fmt: skip
+        return self._event(
+            rec, "failed", report.pane_id,
+            f"respawned {name} in pane {report.pane_id} ({why}) but it is not connected: {report.why}",
+            session_id=report.session_id,
+        )  # fmt: skip
+
+    def _event(
+        self,
+        rec: SessionRecord,
+        kind: Literal["died", "respawned", "failed"],
+        pane_id: str | None,
+        text: str,
+        session_id: str | None = None,
+    ) -> SupervisorEvent:
+        event = SupervisorEvent(
+            at=datetime.now(UTC).isoformat(),
+            participant=rec.participant,
+            event=kind,
+            text=text,
+            pane_id=pane_id,
+            session_id=session_id,
+        )
+        try:
+            self.client.post_system(rec.wavelet_id, f"supervise: {text}")
+        except errors.DaemonUnreachable:
+            raise
+        except errors.FleetError as exc:  # the act happened; the transcript just misses it
+            log.warning("could not post %r as a system blip: %s", text, exc)
+        return event
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        on_event: Callable[[SupervisorEvent], None] | None = None,
+        on_outage: Callable[[str], None] | None = None,
+    ) -> None:
+        """Loop until ``stop`` is set. A blip wakes a round at once; otherwise tmux is looked at
+        every ``tick`` seconds (sooner when a respawn falls due). A daemon outage is reported to
+        ``on_outage`` and retried with backoff, never fatal."""
+        stop = stop or threading.Event()
+        backoff = 1.0
+        while not stop.is_set():
+            due = self.ladder.next_due_in()
+            wait = self.tick if due is None else min(self.tick, due)
+            try:
+                events = self.step(wait=wait)
+            except errors.DaemonUnreachable as exc:
+                if on_outage is not None:
+                    on_outage(exc.message)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            backoff = 1.0
+            for event in events:
+                log.info("%s", event.text)
+                if on_event is not None:
+                    on_event(event)
+
+
+# ---------------------------------------------------------------- kill
+
+
+class KillReport(BaseModel):
+    """What ``fleet kill`` did (``--json``)."""
+
+    wave: str
+    target: str
+    """The wave's name, or ``WAVE/WAVELET``."""
+    scope: Literal["wave", "wavelet"]
+    killed: str | None = None
+    """The tmux session (wave) or window (wavelet) killed; None when nothing was running."""
+    panes: list[str] = Field(default_factory=list)
+    participants: list[str] = Field(default_factory=list)
+    """Reported ``gone``. Their sessions stay recorded: ``fleet spawn`` resumes them."""
+
+
+def resolve_target(client: Client, ref: str, wave_hint: str | None) -> tuple[Wave, Wavelet | None]:
+    """What ``fleet kill`` names: ``WAVE/WAVELET`` or a wavelet of the current wave is a wavelet;
+    otherwise a wave (name or id); otherwise a wavelet id. (wave, None) means the whole wave."""
+    if "/" not in ref:
+        if wave_hint:
+            try:
+                wl = client.resolve(ref, wave=wave_hint)
+                return client.get_wave(wl.wave_id), wl
+            except errors.NotFound:
+                pass
+        try:
+            return client.get_wave(ref), None
+        except errors.NotFound:
+            pass
+    try:
+        wl = client.resolve(ref, wave=wave_hint)
+    except errors.NotFound:
+        raise errors.NotFound(
+            f"no wave or wavelet {ref!r}: `fleet wave list` shows the waves, `fleet tree WAVE` their wavelets"
+        ) from None
+    return client.get_wave(wl.wave_id), wl
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a live (not zombie) process of process group ``pgid`` exists.
+
+    Linux: read from ``/proc``, since an orphaned channel may stay a zombie for a while before init
+    reaps it. Elsewhere: whether the group exists at all.
+    """
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def await_exit(panes: Iterable[PaneInfo], timeout: float = 5.0) -> bool:
+    """Wait (bounded) until no process of the panes' process groups runs; True if none does.
+
+    A pane's agent leads its own session and process group, and its channel is in that group. tmux
+    hangs them up asynchronously, so a channel can outlive ``kill-pane`` by a moment and report one
+    last delivery; a ``gone`` sent before it is really gone would be overwritten.
+    """
+    groups = {p.pid for p in panes if p.pid}
+    deadline = time.monotonic() + timeout
+    while groups:
+        groups = {g for g in groups if group_running(g)}
+        if not groups:
+            break
+        if time.monotonic() > deadline:
+            log.warning("process groups %s still run %.0fs after their panes were killed", groups, timeout)
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def kill(client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None) -> KillReport:
+    """Kill a wavelet's window or a wave's whole session; mark the participants in it gone; keep all data.
+
+    Idempotent: with nothing running it kills nothing and reports so. What was killed is posted as a
+    ``system`` blip (into the wavelet, or the wave's root).
+    """
+    wave, wl = resolve_target(client, ref, wave_hint)
+    session = tmux.find_session(wave.id)
+    panes = tmux.fleet_panes(wave.id) if session else []
+    killed: str | None = None
+    if wl is not None:
+        window = tmux.find_window(session, wl.id) if session else None
+        victims = [p for p in panes if p.window_id == window] if window else []
+        if window:
+            tmux.kill_window(window)
+            killed = window
+    else:
+        victims = [p for p in panes if p.session_id == session]
+        if session:
+            tmux.kill_session(session)
+            killed = session
+    await_exit(victims)
+    names = sorted({p.participant for p in victims})
+    for name in names:
+        client.report_presence(wave.id, PresenceReport(participant=name, event="gone"))
+    report = KillReport(
+        wave=wave.name,
+        target=wl.path if wl else wave.name,
+        scope="wavelet" if wl else "wave",
+        killed=killed,
+        panes=[p.pane_id for p in victims],
+        participants=names,
+    )
+    if killed:
+        where = f"the tmux window of {wl.path}" if wl else f"the tmux session of wave {wave.name}"
+        who = ", ".join(names) or "no agents"
+        again = f"fleet spawn {wl.path}" if wl else f"fleet spawn {wave.name}/WAVELET"
+        client.post_system(
+            wl.id if wl else wave.root_id,
+            f"kill: the operator killed {where} ({who}); their sessions are kept: `{again}` resumes them",
+        )
+    return report
