@@ -12,6 +12,16 @@ notifications, ``fleet watch --hook``, the attention layer). The rules (DESIGN �
   it produces one exhaustion notice instead of itself; every blip after that is stepped over
   silently (it stays readable with ``wavelet_read``). A blip authored by the operator in that
   wavelet resets the wavelet's count, and is itself delivered.
+* **Attention** (DESIGN §4, opt-in per participant): with ``attention="full"`` (the default) every
+  blip of others is its own push, exactly as above. With ``attention="targeted"`` each blip is
+  routed by :func:`route`: in full when it names the participant (:func:`mentions`), is the
+  operator's, or is a ``surface``; everything else (``system`` provenance included) is *digested*.
+  A wavelet's share of one feed batch becomes its full blips, one frame each, in order, then one
+  digest frame listing every digested blip (:func:`digest_text`). Frames, not blips, count toward
+  the cap, and a wavelet batch commits whole: if any of its frames fails to push, none of it is
+  committed and the whole batch is handed out again (a frame pushed before the failure may then be
+  pushed twice; nothing is skipped). Nothing is ever dropped: every blip of others is in exactly
+  one committed frame, or stepped over by the cap as in full mode.
 * **State** lives in one JSON file per (daemon, wave, participant) under the state dir, replaced
   atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
   (``fcntl.flock``), so two transports never deliver the same blips twice. A restarted holder
@@ -31,7 +41,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 from urllib.parse import urlsplit
@@ -91,16 +101,160 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
+    """What happens to one blip (full attention) or one frame (targeted attention)."""
+
     action: Action
     blip: Blip
+    """The blip pushed, or for a digest frame the last (newest) blip it lists."""
     reset: bool
-    """The blip is the operator's: the wavelet's cap count starts over."""
+    """The blip is the operator's (targeted: the batch holds one): the cap count starts over."""
     count: int
     """Pushes in the wavelet after this decision is committed."""
+    digest: tuple[Blip, ...] = ()
+    """Non-empty for a digest frame: every blip it lists, oldest first (``blip`` is the last)."""
+    rule: Rule | None = None
+    """Targeted attention, a full frame: the rule that sent ``blip`` in full. None otherwise."""
 
     @property
     def pushes(self) -> bool:
         return self.action in (Action.DELIVER, Action.NOTICE)
+
+    @property
+    def blips(self) -> tuple[Blip, ...]:
+        """Every blip this decision covers: the digest's, or just ``blip``."""
+        return self.digest or (self.blip,)
+
+
+# ---------------------------------------------------------------- attention rules
+
+Attention = Literal["full", "targeted"]
+"""``full``: every blip of others is pushed as itself. ``targeted``: :func:`route` decides."""
+
+
+class Rule(enum.StrEnum):
+    """Why targeted attention routed a blip as it did (the routing log's ``rule``)."""
+
+    OPERATOR = "operator"
+    """Full: the operator wrote it (a human in the loop is never summarised)."""
+    SURFACE = "surface"
+    """Full: a conclusion surfaced from a sub-wavelet (already distilled)."""
+    MENTION = "mention"
+    """Full: it names the participant (:func:`mentions`)."""
+    ATTENDANT = "attendant"
+    """Full: the rules digested it and the external attendant promoted it."""
+    SYSTEM = "system"
+    """Digest: fleet's provenance (a fork, join or leave), whoever caused it."""
+    UNADDRESSED = "unaddressed"
+    """Digest: a message that does not name the participant."""
+
+    @property
+    def full(self) -> bool:
+        return self in _FULL_RULES
+
+
+_FULL_RULES = frozenset({Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT})
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether ``text`` names the participant ``name``, case-insensitively.
+
+    ``name`` must stand alone: not inside a longer word or name, so for ``bob`` the texts ``bob``,
+    ``Bob,``, ``@bob``, ``(bob)`` and ``[[bob]]`` match, while ``bobby``, ``bob_2``, ``bob-2`` and
+    ``jim-bob`` do not (``-`` and ``_`` are name characters, DESIGN §1). ``[[name]]`` always matches.
+    """
+    n = re.escape(name)
+    return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
+
+
+def route(blip: Blip, participant: str) -> Rule:
+    """The targeted-attention rule for a blip of someone else, first match wins.
+
+    ``system`` blips are provenance and always digested, even when they name the participant (an
+    invitation still shows up as a digest line in the new wavelet; its blips then follow). Then the
+    operator's blips, surfaces and mentions go in full; everything else is digested.
+    """
+    if blip.kind == "system":
+        return Rule.SYSTEM
+    if blip.author == OPERATOR:
+        return Rule.OPERATOR
+    if blip.kind == "surface":
+        return Rule.SURFACE
+    if mentions(blip.text, participant):
+        return Rule.MENTION
+    return Rule.UNADDRESSED
+
+
+EXCERPT_CHARS = 80
+"""Characters of a blip's text on its digest line (whitespace collapsed)."""
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` on one line, cut to at most ``limit`` characters (an ellipsis marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def digest_line(blip: Blip) -> str:
+    """One digest line: ``author: excerpt [blip id]`` (the kind after the author unless a message)."""
+    kind = "" if blip.kind == "message" else f" ({blip.kind})"
+    return f"{blip.author}{kind}: {excerpt(blip.text)} [{blip.id}]"
+
+
+def digest_text(blips: Iterable[Blip]) -> str:
+    """A digest frame's text: one :func:`digest_line` per blip, oldest first."""
+    return "\n".join(digest_line(b) for b in blips)
+
+
+def digest_ids(blips: Iterable[Blip]) -> str:
+    """A digest frame's blip ids as one meta string: comma-separated, oldest first."""
+    return ",".join(b.id for b in blips)
+
+
+@dataclass
+class Batch:
+    """One wavelet's share of a feed under targeted attention: its new blips, each routed.
+
+    Built by :meth:`Delivery.batches`; an attendant may :meth:`promote` digested blips before
+    :meth:`Delivery.deliver` turns it into frames.
+    """
+
+    wavelet_id: str
+    blips: list[Blip] = field(default_factory=list)
+    """Every blip past the cursor, oldest first (the participant's own included: they move the cursor)."""
+    rules: dict[str, Rule] = field(default_factory=dict)
+    """Blip id -> rule, for every blip of others."""
+
+    @property
+    def full(self) -> list[Blip]:
+        return [b for b in self.blips if b.id in self.rules and self.rules[b.id].full]
+
+    @property
+    def digested(self) -> list[Blip]:
+        return [b for b in self.blips if b.id in self.rules and not self.rules[b.id].full]
+
+    def promote(self, blip_ids: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Send these digested blips in full (rule ``attendant``). Promotion can only rescue: an id
+        that is not a digested blip of this batch changes nothing. Returns (promoted, unknown)."""
+        promoted: list[str] = []
+        unknown: list[str] = []
+        for blip_id in dict.fromkeys(blip_ids):
+            rule = self.rules.get(blip_id)
+            if rule is None or rule.full:
+                unknown.append(blip_id)
+            else:
+                self.rules[blip_id] = Rule.ATTENDANT
+                promoted.append(blip_id)
+        return promoted, unknown
+
+
+@dataclass(frozen=True)
+class Routed:
+    """One committed routing decision (targeted attention): what the routing log records."""
+
+    blip: Blip
+    rule: Rule
+    action: Action
+    """What became of the frame carrying it: delivered, replaced by the cap notice, or capped."""
 
 
 def exhaustion_notice(wavelet: str, cap: int) -> str:
@@ -115,16 +269,30 @@ def exhaustion_notice(wavelet: str, cap: int) -> str:
 class Delivery:
     """Applies the rules to blips for one participant over one :class:`DeliveryState`.
 
-    :meth:`decide` is pure; :meth:`commit` applies a decision. Callers decide, push, and commit only
-    a push that succeeded, in the order the blips came (oldest first per wavelet).
+    Full attention: :meth:`decide` is pure; :meth:`commit` applies a decision. Callers decide, push,
+    and commit only a push that succeeded, in the order the blips came (oldest first per wavelet);
+    :meth:`process` does exactly that.
+
+    Targeted attention: :meth:`batches` groups and routes a feed's blips (pure), :meth:`frames` turns
+    a batch into decisions (pure), :meth:`deliver` pushes and commits batches whole; :meth:`process`
+    chains them. Each committed routing decision is kept until :meth:`take_routed` hands it over
+    (the transport logs them).
     """
 
-    def __init__(self, participant: str, state: DeliveryState, cap: int = DEFAULT_CAP) -> None:
+    def __init__(
+        self,
+        participant: str,
+        state: DeliveryState,
+        cap: int = DEFAULT_CAP,
+        attention: Attention = "full",
+    ) -> None:
         self.participant = participant
         self.state = state
         self.cap = cap
+        self.attention: Attention = attention
         self.dirty = False
         """True when the state changed since the last :meth:`mark_saved`."""
+        self._routed: list[Routed] = []
 
     @property
     def cursors(self) -> dict[str, str]:
@@ -165,9 +333,12 @@ class Delivery:
     def process(self, blips: Iterable[Blip], push: Callable[[Decision], bool]) -> tuple[int, bool]:
         """Decide, push and commit ``blips`` in order. ``push`` is called for DELIVER and NOTICE.
 
-        Stops at the first push returning False, leaving that blip and those after it uncommitted.
+        Stops at the first push returning False, leaving that blip and those after it uncommitted
+        (targeted attention: that blip's whole wavelet batch, and the batches after it).
         Returns (pushes made, whether every blip was handled).
         """
+        if self.attention == "targeted":
+            return self.deliver(self.batches(blips), push)
         pushed = 0
         for blip in blips:
             decision = self.decide(blip)
@@ -177,6 +348,100 @@ class Delivery:
                 pushed += 1
             self.commit(decision)
         return pushed, True
+
+    # ------------------------------------------------------------ targeted attention
+
+    def batches(self, blips: Iterable[Blip]) -> list[Batch]:
+        """Group the blips past their cursors by wavelet (in order of first appearance), each routed
+        by :func:`route`; stale blips are left out. Pure: nothing is committed."""
+        by_wavelet: dict[str, Batch] = {}
+        for blip in blips:
+            wavelet = blip.wavelet_id
+            batch = by_wavelet.get(wavelet)
+            last = batch.blips[-1].id if batch and batch.blips else self.state.cursors.get(wavelet, "")
+            if blip.id <= last:
+                continue
+            if batch is None:
+                batch = by_wavelet[wavelet] = Batch(wavelet)
+            batch.blips.append(blip)
+            if blip.author != self.participant:
+                batch.rules[blip.id] = route(blip, self.participant)
+        return list(by_wavelet.values())
+
+    def frames(self, batch: Batch) -> list[Decision]:
+        """The batch's frames, in push order: each full blip, then one digest of the rest.
+
+        Pure. Each frame counts once toward the cap; an operator's blip anywhere in the batch
+        starts the count over for the whole batch (and is itself always a full frame).
+        """
+        wavelet = batch.wavelet_id
+        reset = any(b.author == OPERATOR for b in batch.blips)
+        count = 0 if reset else self.state.delivered.get(wavelet, 0)
+        noticed = not reset and wavelet in self.state.exhausted
+        units: list[tuple[Blip, tuple[Blip, ...], Rule | None]] = [
+            (b, (), batch.rules[b.id]) for b in batch.full
+        ]
+        digested = tuple(batch.digested)
+        if digested:
+            units.append((digested[-1], digested, None))
+        out: list[Decision] = []
+        for blip, digest, rule in units:
+            if self.cap <= 0 or count < self.cap:
+                count += 1
+                action = Action.DELIVER
+            elif not noticed:
+                noticed = True
+                action = Action.NOTICE
+            else:
+                action = Action.CAPPED
+            out.append(Decision(action, blip, reset, count, digest=digest, rule=rule))
+        return out
+
+    def deliver(self, batches: Iterable[Batch], push: Callable[[Decision], bool]) -> tuple[int, bool]:
+        """Push each batch's frames (DELIVER and NOTICE) and commit the batch once all succeeded.
+
+        Stops at the first push returning False: that batch and the ones after it stay uncommitted,
+        to be handed out again whole. Returns (pushes in committed batches, whether all committed).
+        """
+        pushed = 0
+        for batch in batches:
+            frames = self.frames(batch)
+            made = 0
+            for frame in frames:
+                if frame.pushes:
+                    if not push(frame):
+                        return pushed, False
+                    made += 1
+            self._commit_batch(batch, frames)
+            pushed += made
+        return pushed, True
+
+    def _commit_batch(self, batch: Batch, frames: list[Decision]) -> None:
+        if not batch.blips:
+            return
+        state = self.state
+        wavelet = batch.wavelet_id
+        reset = any(b.author == OPERATOR for b in batch.blips)
+        if reset:
+            state.exhausted.pop(wavelet, None)
+        start = 0 if reset else state.delivered.get(wavelet, 0)
+        count = frames[-1].count if frames else start  # no frames: only the participant's own blips
+        if count:
+            state.delivered[wavelet] = count
+        else:
+            state.delivered.pop(wavelet, None)
+        for frame in frames:
+            if frame.action is Action.NOTICE:
+                state.exhausted[wavelet] = frame.blip.id
+            for blip in frame.blips:
+                self._routed.append(Routed(blip, batch.rules[blip.id], frame.action))
+        state.cursors[wavelet] = batch.blips[-1].id
+        self.dirty = True
+
+    def take_routed(self) -> list[Routed]:
+        """The routing decisions committed since the last call, in commit order (then forgotten)."""
+        routed, self._routed = self._routed, []
+        return routed
 
     def retain(self, wavelet_ids: Iterable[str]) -> None:
         """Forget wavelets the participant is no longer on, so a later rejoin starts at its join."""

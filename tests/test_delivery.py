@@ -14,13 +14,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.delivery import (
+    EXCERPT_CHARS,
     Action,
     CorruptState,
     Decision,
     Delivery,
     DeliveryState,
+    Rule,
     StateFile,
+    digest_ids,
+    digest_line,
+    digest_text,
+    excerpt,
     exhaustion_notice,
+    mentions,
+    route,
     state_path,
 )
 from fleet.ids import IdMinter
@@ -294,3 +302,213 @@ def test_state_path_is_per_daemon_wave_participant(tmp_path: Path) -> None:
     assert base not in others and len(others) == 4
     assert base.parent == tmp_path and base.name.startswith("alice@w@127.0.0.1_8086")
     assert os.sep not in base.name
+
+
+# ---------------------------------------------------------------- targeted attention (DESIGN §4)
+
+
+@pytest.mark.parametrize(
+    ("text", "hit"),
+    [
+        ("bob", True),
+        ("Bob, can you check the parser?", True),
+        ("ping @bob about it", True),
+        ("see [[bob]]", True),
+        ("BOB: status?", True),
+        ("(bob) and carol", True),
+        ("ask bob.", True),
+        ("bob's branch", True),
+        ("bobby will do it", False),
+        ("the bob-2 run", False),
+        ("bob_x is another agent", False),
+        ("jim-bob says hi", False),
+        ("kabob", False),
+        ("", False),
+    ],
+)
+def test_mentions_word_boundary_case_insensitive_or_wiki_link(text: str, hit: bool) -> None:
+    assert mentions(text, "bob") is hit
+
+
+def test_mentions_of_a_hyphenated_name_are_not_mentions_of_its_prefix() -> None:
+    assert mentions("bob-2: over to you", "bob-2")
+    assert mentions("[[bob-2]]", "bob-2")
+    assert not mentions("bob: over to you", "bob-2")
+    assert not mentions("bob-2: over to you", "bob")
+    assert not mentions("bob-22 is busy", "bob-2")
+
+
+def test_route_rules_first_match_wins() -> None:
+    s = Stream()
+    assert route(s.blip("a", "system", "operator invited bob", kind="system"), "bob") is Rule.SYSTEM
+    assert route(s.blip("a", "operator", "everyone stop"), "bob") is Rule.OPERATOR
+    assert route(s.blip("a", "carol", "side: settled", kind="surface"), "bob") is Rule.SURFACE
+    assert route(s.blip("a", "carol", "bob: please review"), "bob") is Rule.MENTION
+    assert route(s.blip("a", "carol", "bobby: please review"), "bob") is Rule.UNADDRESSED
+    assert {r for r in Rule if r.full} == {Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT}
+
+
+def test_excerpt_and_digest_lines() -> None:
+    s = Stream()
+    assert excerpt("  two\n\nlines  ") == "two lines"
+    long = excerpt("word " * 50)
+    assert len(long) == EXCERPT_CHARS and long.endswith("…")
+    sys_blip = s.blip("a", "system", "carol joined", kind="system")
+    assert digest_line(sys_blip) == f"system (system): carol joined [{sys_blip.id}]"
+    pair = [s.blip("a", "carol", "one"), s.blip("a", "dave", "two")]
+    assert digest_text(pair).splitlines() == [f"carol: one [{pair[0].id}]", f"dave: two [{pair[1].id}]"]
+    assert digest_ids(pair) == f"{pair[0].id},{pair[1].id}"
+
+
+def targeted(cap: int = 0, participant: str = "bob") -> Delivery:
+    return Delivery(participant, fresh(participant), cap=cap, attention="targeted")
+
+
+def test_targeted_full_frames_in_order_then_one_digest_per_wavelet() -> None:
+    s = Stream()
+    blips = [
+        s.blip("a", "alice", "chatter one"),
+        s.blip("b", "carol", "chatter in b"),
+        s.blip("a", "carol", "bob: please review"),
+        s.blip("a", "bob", "my own"),
+        s.blip("a", "dave", "side: done", kind="surface"),
+        s.blip("a", "dave", "chatter two"),
+        s.blip("a", "operator", "carry on"),
+    ]
+    core = targeted()
+    pushed = run(core, blips)
+    frames = [(d.blip.wavelet_id, d.rule, [b.text for b in d.blips], bool(d.digest)) for d in pushed]
+    assert frames == [
+        ("a", Rule.MENTION, ["bob: please review"], False),
+        ("a", Rule.SURFACE, ["side: done"], False),
+        ("a", Rule.OPERATOR, ["carry on"], False),
+        ("a", None, ["chatter one", "chatter two"], True),
+        ("b", None, ["chatter in b"], True),
+    ]
+    assert all(d.action is Action.DELIVER for d in pushed)
+    assert core.cursors == {"a": blips[-1].id, "b": blips[1].id}
+    routed = core.take_routed()
+    assert sorted(r.blip.id for r in routed) == sorted(b.id for b in blips if b.author != "bob")
+    assert {r.blip.text: r.rule for r in routed}["chatter one"] is Rule.UNADDRESSED
+    assert core.take_routed() == []
+
+
+def test_targeted_own_blips_only_move_the_cursor() -> None:
+    s = Stream()
+    core = targeted()
+    own = [s.blip("a", "bob"), s.blip("a", "bob")]
+    assert run(core, own) == []
+    assert core.cursors == {"a": own[-1].id} and core.take_routed() == []
+
+
+def test_targeted_frames_not_blips_count_toward_the_cap() -> None:
+    s = Stream()
+    core = targeted(cap=2)
+    # 30 unaddressed blips in one batch: one frame
+    pushed = run(core, [s.blip("a", "alice", f"c{i}") for i in range(30)])
+    assert [(d.action, len(d.blips)) for d in pushed] == [(Action.DELIVER, 30)]
+    # two more batches: the second frame, then the notice in place of the third
+    assert [d.action for d in run(core, [s.blip("a", "alice")])] == [Action.DELIVER]
+    notice = run(core, [s.blip("a", "alice"), s.blip("a", "carol", "bob?")])
+    assert [d.action for d in notice] == [Action.NOTICE]
+    assert notice[0].rule is Rule.MENTION
+    capped = [s.blip("a", "carol", "bob!"), s.blip("a", "alice")]
+    assert run(core, capped) == []  # stepped over silently, still routed and logged
+    assert {r.action for r in core.take_routed()[-2:]} == {Action.CAPPED}
+    assert core.cursors["a"] == capped[-1].id
+    # an operator blip anywhere in a batch starts the count over for the whole batch
+    after = [s.blip("a", "alice", "before op"), s.blip("a", "operator", "go"), s.blip("a", "dave")]
+    pushed = run(core, after)
+    assert [(d.rule, [b.text for b in d.blips]) for d in pushed] == [
+        (Rule.OPERATOR, ["go"]),
+        (None, ["before op", after[2].text]),
+    ]
+    assert core.state.delivered == {"a": 2} and "a" not in core.state.exhausted
+
+
+def test_targeted_failed_batch_keeps_the_cursor_and_retries_whole() -> None:
+    s = Stream()
+    core = targeted()
+    first = [s.blip("a", "alice", "x"), s.blip("a", "carol", "bob: y"), s.blip("a", "dave", "z")]
+    second = [s.blip("b", "alice", "w")]
+    assert [d.blip.text for d in run(core, first + second, fail_at=1)] == ["bob: y"]  # digest failed
+    assert core.cursors == {} and core.take_routed() == [] and not core.dirty
+    again = run(core, first + second)
+    assert [[b.text for b in d.blips] for d in again] == [["bob: y"], ["x", "z"], ["w"]]
+    assert len(core.take_routed()) == 4
+    # a later batch of the first wavelet failing leaves the committed one alone
+    third = [s.blip("a", "alice", "late")]
+    assert run(core, third, fail_at=0) == []
+    assert core.cursors == {"a": first[-1].id, "b": second[0].id}
+
+
+def test_targeted_stale_blips_are_left_out() -> None:
+    s = Stream()
+    blips = [s.blip("a", "alice") for _ in range(3)]
+    core = targeted()
+    run(core, blips)
+    core.mark_saved()
+    assert core.batches(blips) == [] and run(core, blips) == [] and not core.dirty
+
+
+def test_promotion_only_rescues_digested_blips_of_the_batch() -> None:
+    s = Stream()
+    blips = [s.blip("a", "alice", "x"), s.blip("a", "carol", "bob: y"), s.blip("a", "bob", "own")]
+    core = targeted()
+    (batch,) = core.batches(blips)
+    promoted, unknown = batch.promote([blips[0].id, blips[1].id, blips[2].id, "no-such-id", blips[0].id])
+    assert promoted == [blips[0].id]
+    assert unknown == [blips[1].id, blips[2].id, "no-such-id"]
+    assert batch.rules[blips[1].id] is Rule.MENTION  # a full blip stays full
+    frames = core.frames(batch)
+    assert [(d.rule, d.blip.text, bool(d.digest)) for d in frames] == [
+        (Rule.ATTENDANT, "x", False),
+        (Rule.MENTION, "bob: y", False),
+    ]
+
+
+def test_full_attention_is_todays_delivery() -> None:
+    s = Stream()
+    blips = [s.blip("a", "alice", f"m{i}") for i in range(5)] + [s.blip("a", "carol", "bob: hi")]
+    default = run(Delivery("bob", fresh("bob"), cap=3), blips)
+    full = Delivery("bob", fresh("bob"), cap=3, attention="full")
+    assert run(full, blips) == default
+    assert [d.action for d in default] == [Action.DELIVER] * 3 + [Action.NOTICE]
+    assert all(d.digest == () and d.rule is None for d in default)
+    assert full.take_routed() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from(["alice", "bob", "carol", "operator"]),
+            st.sampled_from(["chatter", "bob: look", "[[bob]]", "bobby", "done"]),
+            st.sampled_from(["message", "message", "surface", "system"]),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.integers(min_value=0, max_value=5), max_size=8),
+)
+def test_targeted_every_blip_of_others_is_in_exactly_one_committed_frame(
+    spec: list[tuple[str, str, str, str]], failures: list[int]
+) -> None:
+    """Uncapped, whatever pushes fail and however often it restarts from the saved state: each blip
+    of others is routed once and lands in exactly one committed frame (full iff a rule says so)."""
+    s = Stream()
+    blips = [s.blip(w, a, t, kind=k) for w, a, t, k in spec]
+    saved = fresh("bob").model_dump_json()
+    committed: list[tuple[str, bool]] = []
+    routed: list[str] = []
+    for fail_at in [*failures, None]:
+        core = Delivery("bob", DeliveryState.model_validate_json(saved), cap=0, attention="targeted")
+        todo = [b for b in blips if b.id > core.cursors.get(b.wavelet_id, "")]
+        pushed = run(core, todo, fail_at=fail_at)
+        done = {r.blip.id for r in core.take_routed()}
+        routed += sorted(done)
+        committed += [(b.id, not d.digest) for d in pushed for b in d.blips if b.id in done]
+        saved = core.state.model_dump_json()
+    others = [b for b in blips if b.author != "bob"]
+    assert sorted(routed) == sorted(b.id for b in others)
+    assert sorted(committed) == sorted((b.id, route(b, "bob").full) for b in others)
