@@ -42,11 +42,19 @@ def channel(
         Path | None,
         typer.Option(metavar="DIR", help="Where delivery cursors are kept [default: the fleet state dir]."),
     ] = None,
+    deliver: Annotated[
+        bool,
+        typer.Option(
+            "--deliver/--no-deliver",
+            help="--no-deliver: serve tools only; `fleet watch --hook` delivers (spawn --transport hook).",
+        ),
+    ] = True,
 ) -> None:
     """Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel delivery."""
     from fleet.channel import default_config, run
 
     config = default_config(participant, wave, daemon, token_file, cap, state_dir)
+    config.deliver = deliver
     logging.getLogger("fleet").setLevel(logging.INFO)
     raise typer.Exit(run(config))
 
