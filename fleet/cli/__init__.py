@@ -17,7 +17,7 @@ import typer
 
 import fleet
 from fleet import errors
-from fleet.cli import blips, channel, daemon, render, spawn, supervise, tokens, wave, wavelet
+from fleet.cli import blips, channel, daemon, render, spawn, supervise, tokens, watch, wave, wavelet
 from fleet.cli.common import JsonOpt
 from fleet.paths import get_paths
 
@@ -59,6 +59,7 @@ app.command()(tokens.whoami)
 channel.register(app)
 spawn.register(app)
 supervise.register(app)
+watch.register(app)
 
 
 @app.command("paths")

@@ -1,0 +1,176 @@
+"""``fleet watch`` and ``fleet hook-config``: wake a session without channel notifications (DESIGN §5).
+
+The logic is in :mod:`fleet.watch`; these commands parse, call it, and print. In ``--hook`` mode
+stdout stays empty (Claude Code reads stderr) and logging goes to stderr only when ``FLEET_DEBUG``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleet import errors
+from fleet.cli import render
+from fleet.delivery import DEFAULT_CAP
+
+ParticipantOpt = Annotated[
+    str | None,
+    typer.Option(envvar="FLEET_PARTICIPANT", metavar="NAME", help="Whose blips to watch."),
+]
+WaveOpt = Annotated[str | None, typer.Option(envvar="FLEET_WAVE", metavar="WAVE", help="The wave.")]
+DaemonOpt = Annotated[
+    str | None,
+    typer.Option(envvar="FLEET_DAEMON", metavar="URL", help="The store daemon [default: the local one]."),
+]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="FLEET_TOKEN_FILE",
+        metavar="PATH",
+        help="A file holding the participant's token [default: the local operator token].",
+    ),
+]
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="DIR", help="Where the channel keeps delivery state [default: the fleet state dir]."
+    ),
+]
+
+
+def watch(
+    participant: ParticipantOpt = None,
+    wave: WaveOpt = None,
+    wavelet: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--wavelet", metavar="WAVELET", help="Only this wavelet (repeatable) [default: all of yours]."
+        ),
+    ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option(metavar="VALUE", help="Resume from the after=VALUE line a previous watch printed."),
+    ] = None,
+    hook: Annotated[
+        bool,
+        typer.Option(
+            "--hook",
+            help="Run as a Claude Code asyncRewake hook: position in the channel's state file, blips on "
+            "stderr, exit 2 = wake, 0 = nothing.",
+        ),
+    ] = False,
+    daemon: DaemonOpt = None,
+    token_file: TokenFileOpt = None,
+    state_dir: StateDirOpt = None,
+    cap: Annotated[
+        int, typer.Option(min=0, help="Blips handed out per wavelet before one cap notice (0: no cap).")
+    ] = DEFAULT_CAP,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Give up after this long with nothing new (0: never) [default: never; --hook: 7 days "
+            "less 10 minutes, inside the hook's timeout].",
+        ),
+    ] = None,
+    unreachable_after: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="How long the daemon may be unreachable before watch gives up (--hook: wakes to say so).",
+        ),
+    ] = 30.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='One JSON object per blip, then {"after": VALUE}.')
+    ] = False,
+) -> None:
+    """Block until a blip lands for PARTICIPANT, print what is new and an `after=` line, and exit 0.
+
+    Re-arm with the printed value: `eval "$(fleet watch … | tail -n 1)"; fleet watch --after "$after"`.
+    With --hook (for Claude Code's asyncRewake hooks; see `fleet hook-config`): the position is the
+    channel's state file, a second arm exits 0 at once, exit 2 wakes the session with the blips on
+    stderr, and a daemon unreachable for --unreachable-after seconds also exits 2.
+    """
+    from fleet import watch as core
+
+    if hook and (after or as_json):
+        raise errors.UsageError("--hook keeps its position in the state file: drop --after and --json")
+    if not hook and state_dir is not None:
+        raise errors.UsageError("--state-dir is for --hook only (plain watch keeps its position in --after)")
+    config = core.resolve_config(
+        participant=participant,
+        wave=wave,
+        daemon=daemon,
+        token_file=token_file,
+        state_dir=state_dir,
+        cap=cap,
+        wavelets=list(wavelet or []),
+        wait=(core.HOOK_WAIT if hook else 0.0) if wait is None else wait,
+        unreachable_after=unreachable_after,
+        hook=hook,
+    )
+    if hook:
+        if not os.environ.get("FLEET_DEBUG"):  # stderr is read by the model on a wake: no stray logs
+            logging.getLogger("fleet").setLevel(logging.ERROR)
+        raise typer.Exit(core.run_hook(config))
+    items, next_after = core.watch(config, after)
+    if as_json:
+        for item in items:
+            render.dump(item, compact=True)
+        render.dump(core.AfterLine(after=next_after), compact=True)
+    else:
+        for item in items:
+            render.out(core.as_text(item))
+            render.out()
+        render.out(f"after={next_after}")
+    sys.stdout.flush()
+
+
+def hook_config(
+    participant: ParticipantOpt = None,
+    wave: WaveOpt = None,
+    daemon: DaemonOpt = None,
+    token_file: TokenFileOpt = None,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Print the Claude Code `--settings` JSON that delivers PARTICIPANT's blips through `fleet watch --hook`.
+
+    Launch with `claude --settings="$(fleet hook-config …)"`, or merge its "hooks" into a settings
+    file. `fleet spawn --transport hook` injects exactly this.
+    """
+    from fleet import watch as core
+
+    config = core.resolve_config(
+        participant=participant,
+        wave=wave,
+        daemon=daemon,
+        token_file=token_file,
+        state_dir=state_dir,
+        cap=DEFAULT_CAP,
+        wavelets=[],
+        wait=0,
+        unreachable_after=core.UNREACHABLE_AFTER,
+        hook=True,
+    )
+    assert config.token_file is not None or config.participant == "operator"
+    from fleet.paths import get_paths
+
+    tokens = config.token_file or get_paths().operator_token
+    render.out(
+        core.hook_settings(
+            config.participant, config.wave, tokens, daemon=config.daemon, state_dir=config.state_dir
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``fleet watch`` and ``fleet hook-config`` to the root app."""
+    app.command("watch")(watch)
+    app.command("hook-config")(hook_config)
