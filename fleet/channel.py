@@ -3,7 +3,7 @@
 Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
 
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
-        [--cap 40] [--state-dir DIR]
+        [--cap 40] [--state-dir DIR] [--attention full|targeted] [--attendant CMD [--attendant-timeout 2]]
 
 Each option falls back to an environment variable: ``FLEET_PARTICIPANT``, ``FLEET_WAVE``,
 ``FLEET_DAEMON``, ``FLEET_TOKEN_FILE``. The token is only ever read from the file (0600), never taken
@@ -32,17 +32,25 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
 
   with ``kind`` one of ``message``, ``system``, ``surface``, or ``cap`` for the one exhaustion
   notice (author ``fleet``); a replacement blip also carries ``replaces``. All meta values are strings.
+* Targeted attention (``--attention targeted``, DESIGN §4; rules in :mod:`fleet.delivery`): only
+  blips that name the participant, the operator's blips and surfaces are pushed as above; the rest
+  of a wavelet's batch (``system`` provenance included) follows them as one digest frame::
+
+      {"content": "carol: excerpt… [ID]\\ndave (system): excerpt… [ID]",
+       "meta": {"wavelet": "WAVE/WAVELET", "wavelet_id": ID, "author": "fleet", "kind": "digest",
+                "blip_ids": "ID,ID"}}
+
+  Frames count toward the cap. Each committed decision, each attendant run and each
+  read-after-digest miss (``wavelet_read`` returned a digested blip) is a line of the routing log
+  (:mod:`fleet.attention`). ``--attendant CMD`` may promote digested blips to full delivery, never
+  the reverse; it runs before its batch is pushed, so a slow one delays that batch by at most
+  ``--attendant-timeout`` per wavelet. ``full`` (the default) changes nothing above.
   A state file that cannot be read stops delivery (tools keep working) with one notification of kind
   ``error`` naming the file and the fix; no blip is skipped.
 * Outages: the channel keeps answering; tool calls report the outage; delivery reconnects with
   backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
   delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
   ``claude mcp list`` health check — serves tools and stands by.
-* ``--no-deliver`` (what spawn's ``--transport hook`` passes): tools only. The channel never takes the
-  state-file lock and never delivers; ``fleet watch --hook`` (:mod:`fleet.watch`) delivers instead, on
-  the same state file. It still reports presence (pings from one second after
-  ``notifications/initialized``, ``gone`` at exit), so spawn sees the session start and the wave sees
-  it alive.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shlex
 import signal
 import socket
 import sys
@@ -59,7 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -69,15 +78,21 @@ from fleet.client import Client
 from fleet.delivery import (
     DEFAULT_CAP,
     Action,
+    Attention,
     CorruptState,
     Decision,
     Delivery,
     DeliveryState,
     StateFile,
+    digest_ids,
+    digest_text,
     exhaustion_notice,
 )
 from fleet.mcpwire import Server, ServerInfo, Tool, ToolResult, take_stdout
 from fleet.models import PARTICIPANT_RE, Blip, Context, FeedWavelet, PresenceReport, Wavelet
+
+if TYPE_CHECKING:  # imported when attention is targeted: a full-attention channel never loads it
+    from fleet.attention import Attendant, RoutingLog
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +124,11 @@ class ChannelConfig(BaseModel):
     token_file: Path
     state_dir: Path
     cap: int = DEFAULT_CAP
-    deliver: bool = True
-    """False (``--no-deliver``): serve tools only; ``fleet watch --hook`` delivers for this session."""
+    attention: Attention = "full"
+    attendant: str | None = None
+    """The attendant command (targeted attention only); None: the rules alone decide."""
+    attendant_timeout: float | None = None
+    """Seconds per attendant run; None: :data:`fleet.attention.ATTENDANT_TIMEOUT`."""
     session_id: str | None = None
     host: str = Field(default_factory=socket.gethostname)
     poll_wait: float = POLL_WAIT
@@ -118,8 +136,11 @@ class ChannelConfig(BaseModel):
     delivery_grace: float = DELIVERY_GRACE
 
 
-def instructions(participant: str, wave: str) -> str:
-    """The ``initialize`` instructions: identity first, then how delivery works, then the contract."""
+def instructions(participant: str, wave: str, attention: Attention = "full") -> str:
+    """The ``initialize`` instructions: identity first, then how delivery works, then the contract.
+
+    Targeted attention adds one paragraph on digests; full attention's text is unchanged.
+    """
     return f"""You are {participant}.
 
 You are the participant "{participant}" in the fleet wave "{wave}". Every blip authored by {participant} in \
@@ -131,7 +152,7 @@ wavelet (WAVE/WAVELET), wavelet_id, blip_id, author and kind. kind is "message" 
 it), "system" (fleet records a fork, join or leave), "surface" (a conclusion reported up from a \
 sub-wavelet) or "cap" (a notice that delivery paused in that wavelet). Your own blips are never \
 delivered back to you.
-
+{_targeted_paragraph(participant) if attention == "targeted" else ""}
 Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip you answer). \
 wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \
 wave's wavelets and rosters. wavelet_fork starts a sub-conversation with chosen participants (private \
@@ -148,6 +169,16 @@ someone gives you something new.
 5. Input typed into your terminal is the operator controlling you: answer it locally in the terminal \
 and do not post about it, unless the operator asks you to relay something; then post it as one blip \
 prefixed "operator asks:".
+"""
+
+
+def _targeted_paragraph(participant: str) -> str:
+    return f"""
+Your attention is targeted: a blip reaches you in full only when it names you ("{participant}" or \
+[[{participant}]]), comes from the operator, or is a surface. Everything else in a wavelet arrives \
+as one message of kind "digest": one line per blip with its author, the start of its text and its \
+id in brackets (the ids are also in the blip_ids attribute). A digest is not a request. Read a \
+digested blip in full with wavelet_read (wavelet and blip_id) only when it bears on your task.
 """
 
 
@@ -181,6 +212,11 @@ class ReadArgs(Args):
         ge=1,
         le=READ_LIMIT_MAX,
         description="At most this many blips, the newest ones.",
+    )
+    blip_id: str = Field(
+        default="",
+        description="Only this blip, in full (for example an id from a digest line); "
+        "after and limit are then ignored.",
     )
 
 
@@ -420,17 +456,25 @@ class Channel:
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: _Outage | None = None
         self._threads: list[threading.Thread] = []
-        self._tools_only = False
-        """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
         self._presence = threading.Condition()
         self._undelivered_report = 0
         """Pushes not yet reported to the daemon (the presence thread sends them)."""
+        self._routing: RoutingLog | None = None
+        """Targeted attention only: the routing log (decisions, attendant runs, misses)."""
+        self._attendant: Attendant | None = None
+        if config.attention == "targeted":
+            from fleet.attention import ATTENDANT_TIMEOUT, Attendant, RoutingLog, routing_log_path
+
+            self._routing = RoutingLog(routing_log_path(self.state_file), self.participant, self.wave)
+            if config.attendant:
+                timeout = config.attendant_timeout or ATTENDANT_TIMEOUT
+                self._attendant = Attendant(config.attendant, self._routing, timeout)
         self._load_token()
         self.server = Server(
             ServerInfo(
                 name="fleet",
                 version=fleet.__version__,
-                instructions=instructions(self.participant, self.wave),
+                instructions=instructions(self.participant, self.wave, config.attention),
                 experimental={"claude/channel": {}},
             ),
             self._tools(),
@@ -472,8 +516,6 @@ class Channel:
                 self._write_state(self._snapshot())
                 self._presence_quietly("gone", timeout=1.0)
                 self.state_file.release()
-            elif self._tools_only:
-                self._presence_quietly("gone", timeout=1.0)
         finally:
             if got:
                 self._busy.release()
@@ -542,11 +584,6 @@ class Channel:
             self._undelivered_report += delivered
             self._presence.notify_all()
 
-    @property
-    def _reports_presence(self) -> bool:
-        """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
-        return self.state_file.held or self._tools_only
-
     def _ping_forever(self) -> None:
         """Report presence while this channel delivers: a ping at once and every ``ping_interval``,
         and pushes as ``delivered`` (coalesced under load), off the delivery thread."""
@@ -554,12 +591,12 @@ class Channel:
 
         def due() -> bool:
             return self._stop.is_set() or (
-                self._reports_presence and (self._undelivered_report > 0 or time.monotonic() >= next_ping)
+                self.state_file.held and (self._undelivered_report > 0 or time.monotonic() >= next_ping)
             )
 
         while True:
             with self._presence:
-                timeout = max(0.0, next_ping - time.monotonic()) if self._reports_presence else None
+                timeout = max(0.0, next_ping - time.monotonic()) if self.state_file.held else None
                 self._presence.wait_for(due, timeout)
                 if self._stop.is_set():
                     return
@@ -576,13 +613,6 @@ class Channel:
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
         if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
-            return
-        if not self.config.deliver:
-            self._set_delivery(
-                "stopped", "tools only (--no-deliver): blips reach this session through `fleet watch --hook`"
-            )
-            self._tools_only = True
-            self._wake_presence()
             return
         try:
             core = self._claim()
@@ -636,18 +666,27 @@ class Channel:
             self.state_file.release()
             raise
         self._set_delivery("running", "connecting")
-        return Delivery(self.participant, state, cap=self.config.cap)
+        return Delivery(self.participant, state, cap=self.config.cap, attention=self.config.attention)
 
     def _handle(self, core: Delivery, wavelets: list[FeedWavelet], blips: list[Blip]) -> bool:
         """Push one feed batch (the saver thread then writes the state); False when the connection is gone."""
         labels = {w.id: f"{w.wave}/{w.name}" for w in wavelets}
+        batches = None
+        if self._routing is not None:  # targeted: route, and let the attendant rescue, before pushing
+            batches = core.batches(blips)
+            if self._attendant is not None:
+                for batch in batches:
+                    self._attendant.review(batch, labels.get(batch.wavelet_id, batch.wavelet_id))
         with self._busy:
             if self._stop.is_set():
                 return False
             self._labels = labels
             core.retain(labels)
             before = core.cursors
-            pushed, complete = core.process(blips, lambda d: self._push(d, labels))
+            push = lambda d: self._push(d, labels)  # noqa: E731
+            pushed, complete = core.process(blips, push) if batches is None else core.deliver(batches, push)
+        if self._routing is not None:
+            self._routing.routed(core.take_routed(), labels)
         if core.dirty:
             self._save_wanted.set()
         if pushed:
@@ -674,6 +713,10 @@ class Channel:
         if decision.action is Action.NOTICE:
             meta.update(author="fleet", kind="cap")
             content = exhaustion_notice(label, self.config.cap)
+        elif decision.digest:
+            del meta["blip_id"]
+            meta.update(author="fleet", kind="digest", blip_ids=digest_ids(decision.digest))
+            content = digest_text(decision.digest)
         elif blip.replaces:
             meta["replaces"] = blip.replaces
         return self.server.notify(NOTIFICATION, {"content": content, "meta": meta})
@@ -885,6 +928,8 @@ class Channel:
     def _read(self, args: ReadArgs) -> ToolResult:
         w = self._resolve(args.wavelet)
         c = self._client()
+        if args.blip_id:
+            return self._read_blip(w, args.blip_id.strip())
         if args.after:
             page = c.read(w.id, after=args.after, limit=args.limit)
             chain, blips = [w], page.blips
@@ -893,6 +938,8 @@ class Channel:
             chain, blips = ctx.path, ctx.blips
         labels = {x.id: x.path for x in chain}
         omitted = max(0, len(blips) - args.limit)
+        if self._routing is not None:
+            self._routing.misses(blips[omitted:], "read", labels)
         shown = [_blip_out(b, labels.get(b.wavelet_id, b.wavelet_id)) for b in blips[omitted:]]
         cursor = shown[-1].id if shown else args.after
         out = ReadOut(
@@ -909,6 +956,23 @@ class Channel:
             head += f"; {omitted} older blip(s) omitted (raise limit to see them)"
         body = "\n\n".join(_blip_line(b) for b in shown) or "(no blips)"
         return ToolResult.ok(f"{head}\n\n{body}", out)
+
+    def _read_blip(self, w: Wavelet, blip_id: str) -> ToolResult:
+        """One blip in full (typically from a digest line): in ``w`` or in its fork context."""
+        c = self._client()
+        blip = c.get_blip(blip_id)
+        label = w.path if blip.wavelet_id == w.id else c.get_wavelet(blip.wavelet_id).path
+        if self._routing is not None:
+            self._routing.misses([blip], "blip", {blip.wavelet_id: label})
+        shown = _blip_out(blip, label)
+        out = ReadOut(
+            wavelet=_wavelet_out(w, self.participant),
+            path=[w.path],
+            blips=[shown],
+            omitted=0,
+            cursor=blip.id,
+        )
+        return ToolResult.ok(f"{label}: blip {blip.id}\n\n{_blip_line(shown)}", out)
 
     def _list(self, _args: NoArgs) -> ToolResult:
         wave = self._client().get_wave(self.wave)
@@ -1032,6 +1096,19 @@ def validate_config(config: ChannelConfig) -> None:
         )
     if not config.wave:
         raise errors.UsageError("no wave: pass --wave or set FLEET_WAVE")
+    if config.attendant is not None:
+        if config.attention != "targeted":
+            raise errors.UsageError("--attendant only rescues digested blips: add --attention targeted")
+        try:
+            argv = shlex.split(config.attendant)
+        except ValueError as exc:
+            raise errors.UsageError(
+                f"--attendant {config.attendant!r} cannot be split into words: {exc}"
+            ) from None
+        if not argv:
+            raise errors.UsageError("--attendant is empty: pass the attendant's command line")
+    if config.attendant_timeout is not None and config.attendant_timeout <= 0:
+        raise errors.UsageError("--attendant-timeout must be a positive number of seconds")
 
 
 def run(config: ChannelConfig) -> int:
@@ -1050,11 +1127,12 @@ def run(config: ChannelConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     log.info(
-        "channel for %s in %s via %s (cap %d, state %s)",
+        "channel for %s in %s via %s (cap %d, attention %s, state %s)",
         config.participant,
         config.wave,
         config.daemon,
         config.cap,
+        config.attention,
         channel.state_file.path,
     )
     try:
@@ -1071,6 +1149,10 @@ def default_config(
     token_file: Path | None,
     cap: int,
     state_dir: Path | None,
+    *,
+    attention: Attention = "full",
+    attendant: str | None = None,
+    attendant_timeout: float | None = None,
 ) -> ChannelConfig:
     """Fill in what the command line left out from the environment and the local paths."""
     from fleet.client import read_endpoint
@@ -1107,5 +1189,8 @@ def default_config(
         token_file=token_file.expanduser(),
         state_dir=(state_dir or paths.channels).expanduser(),
         cap=cap,
+        attention=attention,
+        attendant=attendant or None,
+        attendant_timeout=attendant_timeout,
         session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or None,
     )

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from fleet.delivery import DEFAULT_CAP
+
+Attention = Literal["full", "targeted"]
 
 
 def channel(
@@ -42,19 +44,40 @@ def channel(
         Path | None,
         typer.Option(metavar="DIR", help="Where delivery cursors are kept [default: the fleet state dir]."),
     ] = None,
-    deliver: Annotated[
-        bool,
+    attention: Annotated[
+        Attention,
         typer.Option(
-            "--deliver/--no-deliver",
-            help="--no-deliver: serve tools only; `fleet watch --hook` delivers (spawn --transport hook).",
+            help="full: every blip is pushed. targeted: only blips naming you, the operator's and "
+            "surfaces; the rest as one digest per wavelet batch (DESIGN §4)."
         ),
-    ] = True,
+    ] = "full",
+    attendant: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CMD",
+            help="Targeted only: a command given each digest batch as JSON on stdin; it may answer "
+            '{"promote": [blip ids]} to deliver those in full. Errors never suppress anything.',
+        ),
+    ] = None,
+    attendant_timeout: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help="How long the attendant may take per batch [default: 2]."),
+    ] = None,
 ) -> None:
     """Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel delivery."""
     from fleet.channel import default_config, run
 
-    config = default_config(participant, wave, daemon, token_file, cap, state_dir)
-    config.deliver = deliver
+    config = default_config(
+        participant,
+        wave,
+        daemon,
+        token_file,
+        cap,
+        state_dir,
+        attention=attention,
+        attendant=attendant,
+        attendant_timeout=attendant_timeout,
+    )
     logging.getLogger("fleet").setLevel(logging.INFO)
     raise typer.Exit(run(config))
 

@@ -1,0 +1,419 @@
+"""The attention layer's I/O: the routing log and the external attendant (DESIGN §4).
+
+The rules themselves (who gets what in full, what is digested, how frames count toward the cap) are
+pure and live in :mod:`fleet.delivery`, so every transport applies them the same way. This module
+holds what touches the outside world, for the transports to call:
+
+* **The routing log** (:class:`RoutingLog`): a client-local JSONL file beside the participant's
+  delivery state file (:func:`routing_log_path`), mode 0600, appended to and never rewritten. One
+  line per committed routing decision (:class:`RouteEntry`: blip, wavelet, the rule that fired,
+  ``full`` or ``digest``, and what the cap made of its frame), one per read-after-digest miss
+  (:class:`MissEntry`: the agent read, with ``wavelet_read``, a blip it had only been given as a
+  digest line; at most one per blip), and one per attendant run (:class:`AttendantEntry`). Only
+  targeted attention writes decisions; a blip decided twice (a batch retried after a failed push) is
+  logged once, when its batch commits. Each append is a single ``write`` on an ``O_APPEND`` file,
+  so the channel and ``fleet watch --hook`` can share one log. It is the training corpus for a
+  future learned attendant; nothing in fleet reads it back except miss detection.
+* **The attendant** (:class:`Attendant`): an optional external command given each digest batch as
+  JSON on stdin (:class:`AttendantRequest`); it may answer on stdout with blip ids to promote to
+  full delivery (:class:`AttendantVerdict`). It can only rescue: a non-zero exit, a timeout, output
+  that is not a verdict, or ids that are not digested blips of the batch leave the rules' outcome
+  standing, and each such fallback is logged with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from fleet.delivery import Action, Batch, Routed, Rule, StateFile
+from fleet.models import Blip
+from fleet.paths import ensure_private_dir
+
+log = logging.getLogger(__name__)
+
+ATTENDANT_TIMEOUT = 2.0
+"""Seconds an attendant run may take before its verdict is ignored (and the process killed)."""
+ATTENDANT_OUTPUT_MAX = 1 << 20
+"""Bytes of attendant stdout considered; more is an invalid verdict."""
+MISS_WINDOW = 1 << 20
+"""Bytes of an existing log read at start to learn which blips were digested before."""
+MISS_MEMORY = 50_000
+"""Digested blip ids remembered for miss detection (the oldest are forgotten first)."""
+
+
+def routing_log_path(state_file: StateFile) -> Path:
+    """The routing log of a (daemon, wave, participant): beside its state file, ``.routing.jsonl``."""
+    return state_file.path.with_suffix(".routing.jsonl")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- log lines
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    at: str = Field(default_factory=_now)
+    """When the line was written (UTC, ISO 8601)."""
+    participant: str
+    wave: str
+
+
+class RouteEntry(Entry):
+    """One routing decision: a blip of someone else, committed to the participant's delivery."""
+
+    event: Literal["route"] = "route"
+    blip_id: str
+    wavelet_id: str
+    wavelet: str
+    """WAVE/WAVELET (the id when the label was unknown)."""
+    author: str
+    kind: str
+    rule: Rule
+    """The rule that fired (``attendant``: digested by the rules, promoted by the attendant)."""
+    route: Literal["full", "digest"]
+    outcome: Literal["delivered", "notice", "capped"]
+    """What the cap made of the frame carrying it: pushed, replaced by the cap notice, stepped over."""
+
+
+class MissEntry(Entry):
+    """A read-after-digest miss: the agent read a blip it had only been given as a digest line."""
+
+    event: Literal["miss"] = "miss"
+    blip_id: str
+    wavelet_id: str
+    wavelet: str
+    rule: Rule
+    """The rule that digested it."""
+    via: Literal["blip", "read"]
+    """``blip``: asked for by id (``wavelet_read`` with ``blip_id``); ``read``: came with a wider read."""
+
+
+AttendantOutcome = Literal["promoted", "none", "exit", "timeout", "invalid", "unknown_ids", "error"]
+
+
+class AttendantEntry(Entry):
+    """One attendant run over one digest batch. Every outcome but ``promoted``/``none`` is a fallback
+    (``unknown_ids`` still promotes the ids it got right)."""
+
+    event: Literal["attendant"] = "attendant"
+    wavelet_id: str
+    wavelet: str
+    offered: int
+    """Digested blips given to it."""
+    outcome: AttendantOutcome
+    promoted: list[str] = Field(default_factory=list)
+    unknown: list[str] = Field(default_factory=list)
+    """Ids it answered that were not digested blips of the batch (ignored)."""
+    detail: str = ""
+    elapsed_ms: float = 0.0
+
+
+LogEntry = Annotated[RouteEntry | MissEntry | AttendantEntry, Field(discriminator="event")]
+_ENTRY: TypeAdapter[RouteEntry | MissEntry | AttendantEntry] = TypeAdapter(LogEntry)
+
+
+def parse_entry(line: str | bytes) -> RouteEntry | MissEntry | AttendantEntry:
+    """One log line as its model; raises :class:`pydantic.ValidationError` on anything else."""
+    return _ENTRY.validate_json(line)
+
+
+_OUTCOMES: dict[Action, Literal["delivered", "notice", "capped"]] = {
+    Action.DELIVER: "delivered",
+    Action.NOTICE: "notice",
+    Action.CAPPED: "capped",
+}
+
+
+# ---------------------------------------------------------------- the log
+
+
+class RoutingLog:
+    """The routing log of one participant in one wave, plus what miss detection needs from it.
+
+    Thread-safe. Write failures are logged (to stderr) and otherwise ignored: the log is telemetry,
+    and delivery never waits on it. Misses are found by following the file (its own appends and
+    another transport's alike), so a channel that only serves tools still notices misses on blips a
+    ``fleet watch --hook`` digested.
+    """
+
+    def __init__(self, path: Path, participant: str, wave: str) -> None:
+        self.path = path
+        self.participant = participant
+        self.wave = wave
+        self._lock = threading.Lock()
+        self._offset: int | None = None
+        self._partial = b""
+        self._digested: OrderedDict[str, tuple[str, Rule]] = OrderedDict()
+        """Digested blip id -> (wavelet id, rule), not yet missed."""
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, entries: Iterable[Entry]) -> None:
+        """Append lines in one write (nothing when ``entries`` is empty)."""
+        data = b"".join(e.model_dump_json().encode() + b"\n" for e in entries)
+        if not data:
+            return
+        with self._lock:
+            try:
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                except FileNotFoundError:
+                    ensure_private_dir(self.path.parent)
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.error("cannot append to the routing log %s: %s", self.path, exc)
+
+    def routed(self, routed: Iterable[Routed], labels: dict[str, str]) -> None:
+        """Log committed routing decisions (from :meth:`fleet.delivery.Delivery.take_routed`)."""
+        self.append(
+            RouteEntry(
+                participant=self.participant,
+                wave=self.wave,
+                blip_id=r.blip.id,
+                wavelet_id=r.blip.wavelet_id,
+                wavelet=labels.get(r.blip.wavelet_id, r.blip.wavelet_id),
+                author=r.blip.author,
+                kind=r.blip.kind,
+                rule=r.rule,
+                route="full" if r.rule.full else "digest",
+                outcome=_OUTCOMES[r.action],
+            )
+            for r in routed
+        )
+
+    # ------------------------------------------------------------ misses
+
+    def misses(
+        self, blips: Iterable[Blip], via: Literal["blip", "read"], labels: dict[str, str]
+    ) -> list[str]:
+        """Log a miss for each of ``blips`` that was digested and not yet missed; returns their ids."""
+        with self._lock:
+            self._follow()
+            found = [(b, self._digested.pop(b.id)) for b in blips if b.id in self._digested]
+        self.append(
+            MissEntry(
+                participant=self.participant,
+                wave=self.wave,
+                blip_id=b.id,
+                wavelet_id=wavelet_id,
+                wavelet=labels.get(wavelet_id, wavelet_id),
+                rule=rule,
+                via=via,
+            )
+            for b, (wavelet_id, rule) in found
+        )
+        return [b.id for b, _ in found]
+
+    def _follow(self) -> None:
+        """Read what was appended since the last call (the caller holds the lock)."""
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if self._offset is None or size < self._offset:  # first look, or the log was replaced
+                    self._offset = max(0, size - MISS_WINDOW)
+                    self._partial = b""
+                    skip_first = self._offset > 0
+                else:
+                    skip_first = False
+                f.seek(self._offset)
+                data = self._partial + f.read(size - self._offset)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("cannot read the routing log %s: %s", self.path, exc)
+            return
+        self._offset = size
+        *lines, self._partial = data.split(b"\n")
+        if skip_first and lines:
+            lines = lines[1:]  # started mid-line
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                entry = parse_entry(line)
+            except ValidationError:
+                continue
+            if isinstance(entry, RouteEntry) and entry.route == "digest":
+                self._digested[entry.blip_id] = (entry.wavelet_id, entry.rule)
+                self._digested.move_to_end(entry.blip_id)
+                while len(self._digested) > MISS_MEMORY:
+                    self._digested.popitem(last=False)
+            elif isinstance(entry, MissEntry):
+                self._digested.pop(entry.blip_id, None)
+
+
+# ---------------------------------------------------------------- the attendant
+
+
+class AttendantBlip(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    author: str
+    kind: str
+    text: str
+    created_at: str
+    replaces: str | None = None
+
+
+class AttendantRequest(BaseModel):
+    """What an attendant reads on stdin: one wavelet's digested blips from one feed batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    participant: str
+    """Whose attention this is."""
+    wave: str
+    wavelet: str
+    """WAVE/WAVELET."""
+    wavelet_id: str
+    blips: list[AttendantBlip]
+    """The blips the rules digested, oldest first, full text included."""
+
+
+class AttendantVerdict(BaseModel):
+    """What an attendant may print on stdout: ``{"promote": [blip ids]}`` (empty output: none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    promote: list[str] = Field(default_factory=list)
+
+
+class Attendant:
+    """Runs the external attendant command over digest batches; rescue-only, fallback-open.
+
+    ``command`` is split like a shell would split it, then run without a shell (wrap it in
+    ``sh -c '...'`` for shell features), in its own process group so a timeout kills it whole.
+    """
+
+    def __init__(
+        self,
+        command: str,
+        log: RoutingLog,
+        timeout: float = ATTENDANT_TIMEOUT,
+    ) -> None:
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise ValueError("the attendant command is empty")
+        self.timeout = timeout
+        self.routing_log = log
+
+    def review(self, batch: Batch, label: str) -> list[str]:
+        """Offer the batch's digested blips; promote what the verdict names. Returns promoted ids."""
+        digested = batch.digested
+        if not digested:
+            return []
+        request = AttendantRequest(
+            participant=self.routing_log.participant,
+            wave=self.routing_log.wave,
+            wavelet=label,
+            wavelet_id=batch.wavelet_id,
+            blips=[
+                AttendantBlip(
+                    id=b.id,
+                    author=b.author,
+                    kind=b.kind,
+                    text=b.text,
+                    created_at=b.created_at,
+                    replaces=b.replaces,
+                )
+                for b in digested
+            ],
+        )
+        t0 = time.monotonic()
+        verdict, outcome, detail = self._run(request.model_dump_json().encode())
+        promoted: list[str] = []
+        unknown: list[str] = []
+        if verdict is not None:
+            promoted, unknown = batch.promote(verdict.promote)
+            outcome = "unknown_ids" if unknown else ("promoted" if promoted else "none")
+            if unknown:
+                detail = f"{len(unknown)} id(s) are not digested blips of this batch; ignored"
+        if outcome not in ("promoted", "none"):
+            log.warning("attendant fell back to the rules for %s: %s (%s)", label, outcome, detail)
+        self.routing_log.append(
+            [
+                AttendantEntry(
+                    participant=self.routing_log.participant,
+                    wave=self.routing_log.wave,
+                    wavelet_id=batch.wavelet_id,
+                    wavelet=label,
+                    offered=len(digested),
+                    outcome=outcome,
+                    promoted=promoted,
+                    unknown=unknown,
+                    detail=detail,
+                    elapsed_ms=round((time.monotonic() - t0) * 1000, 1),
+                )
+            ]
+        )
+        return promoted
+
+    def _run(self, payload: bytes) -> tuple[AttendantVerdict | None, AttendantOutcome, str]:
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return None, "error", f"cannot run {self.argv[0]!r}: {exc.strerror or exc}"
+        try:
+            out, err = proc.communicate(payload, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._kill(proc)
+            return None, "timeout", f"no verdict within {self.timeout:g}s; killed"
+        except OSError as exc:
+            self._kill(proc)
+            return None, "error", str(exc)
+        if proc.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip()[-300:]
+            return None, "exit", f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
+        if len(out) > ATTENDANT_OUTPUT_MAX:
+            return None, "invalid", f"{len(out)} bytes of output (at most {ATTENDANT_OUTPUT_MAX})"
+        if not out.strip():
+            return AttendantVerdict(), "none", ""
+        try:
+            return AttendantVerdict.model_validate_json(out), "none", ""
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "output"
+            return None, "invalid", f"not a verdict ({where}: {first['msg']}): {out[:120]!r}"
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.communicate(timeout=2.0)
+        except (subprocess.TimeoutExpired, OSError):  # a grandchild escaped the group holding a pipe
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            proc.wait()
