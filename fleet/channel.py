@@ -51,6 +51,11 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
   backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
   delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
   ``claude mcp list`` health check — serves tools and stands by.
+* ``--no-deliver`` (what spawn's ``--transport hook`` passes): tools only. The channel never takes the
+  state-file lock and never delivers; ``fleet watch --hook`` (:mod:`fleet.watch`) delivers instead, on
+  the same state file. It still reports presence (pings from one second after
+  ``notifications/initialized``, ``gone`` at exit), so spawn sees the session start and the wave sees
+  it alive.
 """
 
 from __future__ import annotations
@@ -124,6 +129,8 @@ class ChannelConfig(BaseModel):
     token_file: Path
     state_dir: Path
     cap: int = DEFAULT_CAP
+    deliver: bool = True
+    """False (``--no-deliver``): serve tools only; ``fleet watch --hook`` delivers for this session."""
     attention: Attention = "full"
     attendant: str | None = None
     """The attendant command (targeted attention only); None: the rules alone decide."""
@@ -456,6 +463,8 @@ class Channel:
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: _Outage | None = None
         self._threads: list[threading.Thread] = []
+        self._tools_only = False
+        """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
         self._presence = threading.Condition()
         self._undelivered_report = 0
         """Pushes not yet reported to the daemon (the presence thread sends them)."""
@@ -516,6 +525,8 @@ class Channel:
                 self._write_state(self._snapshot())
                 self._presence_quietly("gone", timeout=1.0)
                 self.state_file.release()
+            elif self._tools_only:
+                self._presence_quietly("gone", timeout=1.0)
         finally:
             if got:
                 self._busy.release()
@@ -584,6 +595,11 @@ class Channel:
             self._undelivered_report += delivered
             self._presence.notify_all()
 
+    @property
+    def _reports_presence(self) -> bool:
+        """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
+        return self.state_file.held or self._tools_only
+
     def _ping_forever(self) -> None:
         """Report presence while this channel delivers: a ping at once and every ``ping_interval``,
         and pushes as ``delivered`` (coalesced under load), off the delivery thread."""
@@ -591,12 +607,12 @@ class Channel:
 
         def due() -> bool:
             return self._stop.is_set() or (
-                self.state_file.held and (self._undelivered_report > 0 or time.monotonic() >= next_ping)
+                self._reports_presence and (self._undelivered_report > 0 or time.monotonic() >= next_ping)
             )
 
         while True:
             with self._presence:
-                timeout = max(0.0, next_ping - time.monotonic()) if self.state_file.held else None
+                timeout = max(0.0, next_ping - time.monotonic()) if self._reports_presence else None
                 self._presence.wait_for(due, timeout)
                 if self._stop.is_set():
                     return
@@ -613,6 +629,13 @@ class Channel:
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
         if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
+            return
+        if not self.config.deliver:
+            self._set_delivery(
+                "stopped", "tools only (--no-deliver): blips reach this session through `fleet watch --hook`"
+            )
+            self._tools_only = True
+            self._wake_presence()
             return
         try:
             core = self._claim()

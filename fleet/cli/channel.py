@@ -63,6 +63,13 @@ def channel(
         float | None,
         typer.Option(metavar="SECONDS", help="How long the attendant may take per batch [default: 2]."),
     ] = None,
+    deliver: Annotated[
+        bool,
+        typer.Option(
+            "--deliver/--no-deliver",
+            help="--no-deliver: serve tools only; `fleet watch --hook` delivers (spawn --transport hook).",
+        ),
+    ] = True,
 ) -> None:
     """Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel delivery."""
     from fleet.channel import default_config, run
@@ -78,6 +85,7 @@ def channel(
         attendant=attendant,
         attendant_timeout=attendant_timeout,
     )
+    config.deliver = deliver
     logging.getLogger("fleet").setLevel(logging.INFO)
     raise typer.Exit(run(config))
 
