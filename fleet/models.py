@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 """Participant names (DESIGN §1). ``operator`` is the reserved human."""
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
 """Wave and wavelet names: no ``/`` (it separates WAVE/WAVELET), no upper case, no spaces."""
 
 OPERATOR = "operator"

@@ -12,13 +12,16 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import BaseModel
 
 from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
-from fleet.spawn import PaneReport, SpawnReport
-from fleet.supervise import KillReport, SupervisorEvent, WaveStatus
+
+if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
+    from fleet.spawn import PaneReport, SpawnReport
+    from fleet.supervise import KillReport, SupervisorEvent, WaveStatus
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""

@@ -5,22 +5,30 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleet import errors, supervise
+from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
 from fleet.paths import get_paths
-from fleet.tmux import Tmux
-from fleet.tmux import server as tmux_server
+
+if TYPE_CHECKING:  # tmux and the supervisor load when a command runs, not with every fleet process
+    from fleet.tmux import Tmux
 
 WaveArg = Annotated[
     str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].")
 ]
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The participant.")]
+
+
+def _tmux(socket: str | None) -> Tmux:
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
+
+    return Tmux(tmux_server(socket))
 
 
 def _wave_name(wave: str | None, what: str) -> str:
@@ -46,7 +54,9 @@ def status(
     """
     if interval <= 0:
         raise errors.UsageError("--interval must be a positive number of seconds")
-    c, tmux, paths = client(), Tmux(tmux_server(socket)), get_paths()
+    from fleet import supervise
+
+    c, tmux, paths = client(), _tmux(socket), get_paths()
     named = wave or os.environ.get("FLEET_WAVE")
     waves = [named] if named else [w.name for w in c.list_waves()]
 
@@ -84,6 +94,8 @@ def respawn(
     as_json: JsonOpt = False,
 ) -> None:
     """Relaunch NAME's agent resuming its recorded session, in its pane (works from any machine)."""
+    from fleet import supervise
+
     spawner = make_spawner(socket, None, "channel", False, wait)
     report = supervise.respawn(client(), spawner, wavelet_ref, name, force=force, wave_hint=wave)
     if as_json:
@@ -104,6 +116,8 @@ def supervise_(
 ) -> None:
     """Watch WAVE and bring dead agents back: on a ladder (5m, 15m, 45m, ...), or at once when the
     operator mentions them. Every act is posted as a system blip. Runs until Ctrl-C."""
+    from fleet import supervise
+
     name = _wave_name(wave, "supervise")
     spawner = make_spawner(socket, None, "channel", False, wait)
     sup = supervise.Supervisor(client(), spawner.tmux, spawner, name)
@@ -131,7 +145,9 @@ def kill(
     as_json: JsonOpt = False,
 ) -> None:
     """Kill a wavelet's window or a wave's tmux session; keep all data (`fleet spawn` resumes them)."""
-    report = supervise.kill(client(), Tmux(tmux_server(socket)), target, wave_hint=wave)
+    from fleet import supervise
+
+    report = supervise.kill(client(), _tmux(socket), target, wave_hint=wave)
     if as_json:
         render.dump(report)
     else:
