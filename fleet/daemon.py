@@ -74,6 +74,9 @@ M = TypeVar("M", bound=BaseModel)
 
 MAX_WAIT = 60.0
 BODY_SLACK = 64 * 1024
+DRAIN_LIMIT = 64 * 1024 * 1024
+DRAIN_SECONDS = 2.0
+"""How much of a refused body is read and dropped (so the client sees its 413), and for how long."""
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -807,8 +810,24 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     f" blips are limited to {daemon.max_blip_bytes} bytes"
                 )
             )
+            self._drain(length)
             return None
         return self.rfile.read(length) if length else b""
+
+    def _drain(self, length: int) -> None:
+        """After refusing a body, read and drop what the client is still sending (bounded in bytes
+        and time), so that it finishes its send and reads the 413 instead of a reset connection."""
+        budget = min(length, DRAIN_LIMIT)
+        deadline = time.monotonic() + DRAIN_SECONDS
+        try:
+            self.connection.settimeout(DRAIN_SECONDS)
+            while budget > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(budget, 65536))
+                if not chunk:
+                    break
+                budget -= len(chunk)
+        except OSError:
+            pass
 
     def _handle(self) -> None:
         daemon = self.server.fleet

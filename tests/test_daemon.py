@@ -1123,3 +1123,24 @@ def test_presence_working_idle_gone(fleet_env: Paths) -> None:
         assert r.status == 403
     finally:
         d.stop()
+
+
+def test_a_large_refused_body_still_gets_its_413_not_a_reset(world: World) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    d = world.daemon
+    u = urlsplit(d.url)
+    for size in (5 * 1024 * 1024, 20 * 1024 * 1024):
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        body = b'{"text": "' + b"x" * size + b'"}'
+        conn.request(
+            "POST",
+            f"/v1/wavelets/{world.main}/blips",
+            body=body,
+            headers={"Authorization": f"Bearer {d.operator_token}", "Content-Type": "application/json"},
+        )
+        resp = conn.getresponse()
+        assert resp.status == 413
+        assert json.loads(resp.read())["error"]["kind"] == "too_large"
+        conn.close()
