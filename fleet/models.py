@@ -86,6 +86,8 @@ class Blip(Lenient):
     created_at: str
     superseded_by: str | None = None
     """Set on reads that include history: the id of the blip that replaced this one."""
+    actor: str | None = None
+    """On a ``system`` blip: the participant whose act (fork, invite, leave) it records, if any."""
 
 
 class BlipPage(Lenient):

@@ -200,9 +200,15 @@ def _m0002_sessions(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
+    """Who caused a ``system`` blip (a fork, join or leave), so their own provenance does not wake them."""
+    conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
+    ("0003_blip_actor", _m0003_blip_actor),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -236,7 +242,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
 def _insert_blip(conn: sqlite3.Connection, b: Event) -> None:
     conn.execute(
         "INSERT INTO blips(id, wavelet_id, wave_id, author, kind, text, replaces,"
-        " source_wavelet_id, source_blip_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        " source_wavelet_id, source_blip_id, created_at, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (
             b["id"],
             b["wavelet_id"],
@@ -248,6 +254,7 @@ def _insert_blip(conn: sqlite3.Connection, b: Event) -> None:
             b.get("source_wavelet_id"),
             b.get("source_blip_id"),
             b["created_at"],
+            b.get("actor"),
         ),
     )
 
@@ -657,6 +664,7 @@ class Store:
             source_blip_id=b["source_blip_id"],
             created_at=b["created_at"],
             superseded_by=b["superseded_by"],
+            actor=b["actor"],
         )
 
     def _new_blip(
@@ -722,6 +730,7 @@ class Store:
                 "kind": "system",
                 "text": text,
                 "created_at": at,
+                "actor": who.name,
             }
             self._record(
                 conn,
@@ -816,6 +825,7 @@ class Store:
                         f"{author} forked {name} with {who_txt}",
                         at,
                         source_wavelet_id=wavelet_id,
+                        actor=author,
                     )
                 )
             blips.append(
@@ -828,6 +838,7 @@ class Store:
                     at,
                     source_wavelet_id=parent["id"],
                     source_blip_id=fork_point,
+                    actor=author,
                 )
             )
             self._record(
@@ -869,7 +880,9 @@ class Store:
                     "wave_id": wl["wave_id"],
                     "at": at,
                     "member": {"name": name, "kind": _kind_of(name), "since": since},
-                    "blip": self._new_blip(wl, "system", "system", f"{actor} invited {name}", at),
+                    "blip": self._new_blip(
+                        wl, "system", "system", f"{actor} invited {name}", at, actor=actor
+                    ),
                 },
             )
         return self.resolve(OPERATOR_PRINCIPAL, wl["id"])
@@ -896,7 +909,7 @@ class Store:
                     "wave_id": wl["wave_id"],
                     "name": name,
                     "at": at,
-                    "blip": self._new_blip(wl, "system", "system", text, at),
+                    "blip": self._new_blip(wl, "system", "system", text, at, actor=actor),
                 },
             )
         return self.resolve(OPERATOR_PRINCIPAL, wl["id"])

@@ -38,7 +38,7 @@ def participant(store: Store, wave: str, name: str) -> Principal:
 
 def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> None:
     conn = connect(tmp_path / "x.sqlite3")
-    assert migrate(conn) == ["0001_initial", "0002_sessions"]
+    assert migrate(conn) == ["0001_initial", "0002_sessions", "0003_blip_actor"]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert set(MATERIALISED) | {"events", "migrations"} <= tables
@@ -55,6 +55,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "source_blip_id",
         "created_at",
         "superseded_by",
+        "actor",
     }
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -338,3 +339,19 @@ def test_agent_sessions_are_recorded_for_respawn_and_replayed(store: Store, tmp_
     rebuilt = connect(tmp_path / "rebuilt")
     assert dump_tables(rebuilt) == store.dump()
     rebuilt.close()
+
+
+def test_provenance_blips_name_the_participant_who_acted(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "bob"])
+    alice = participant(store, "demo", "alice")
+    store.fork(alice, "demo/main", "side", ["bob"])
+    store.invite(alice, "demo/side", "carol")
+    store.leave(participant(store, "demo", "bob"), "demo/side", "bob")
+    actors = {b.text: b.actor for b in store.read(OP, "demo/side") if b.kind == "system"}
+    assert actors == {
+        "alice forked side from main with alice, bob": "alice",
+        "alice invited carol": "alice",
+        "bob left": "bob",
+    }
+    assert [b.actor for b in store.read(OP, "demo/main") if b.kind == "system"] == ["operator", "alice"]
+    assert all(b.actor is None for b in store.read(OP, "demo/main") if b.kind == "message")
