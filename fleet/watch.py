@@ -13,7 +13,7 @@ suppression and the cap hold across calls. The value is base64url (``[A-Za-z0-9_
 where a fresh channel starts: at the participant's join of each wavelet.
 
 **Hook mode** (``fleet watch --hook``), run by Claude Code as an ``asyncRewake`` hook
-(``SessionStart`` and ``Stop``; :func:`hook_settings` builds the ``--settings`` JSON):
+(``SessionStart``, ``Stop`` and ``StopFailure``; :func:`hook_settings` builds the ``--settings`` JSON):
 
 * The position is the channel's own state file (:func:`fleet.delivery.state_path`), so a session
   moving from the channel to the hook, or back, resumes exactly: no replay, no gap.
@@ -627,8 +627,10 @@ def hook_settings(
 ) -> str:
     """The ``--settings`` JSON that installs ``fleet watch --hook`` for ``participant``.
 
-    ``SessionStart`` arms it when the session starts (or resumes, clears, compacts) and ``Stop``
-    re-arms it at the end of every turn; a second arm while one waits exits 0 at once. The
+    ``SessionStart`` arms it when the session starts (or resumes, clears, compacts), ``Stop``
+    re-arms it at the end of every turn, and ``StopFailure`` at the end of a turn that failed (an API
+    error ends a turn without ``Stop``: without it, one failure would leave the session deaf). A
+    second arm while one waits exits 0 at once. The
     ``rewakeSummary``/``rewakeMessage`` fields label the wake (Claude Code 2.1.332 shows them; a
     version without them ignores them and shows "Stop hook feedback").
     """
@@ -641,4 +643,5 @@ def hook_settings(
         "rewakeMessage": f"New blips from the fleet wave {wave} for {participant}:",
     }
     entry = [{"hooks": [handler]}]
-    return json.dumps({"hooks": {"SessionStart": entry, "Stop": entry}}, separators=(",", ":"))
+    events = ("SessionStart", "Stop", "StopFailure")
+    return json.dumps({"hooks": {event: entry for event in events}}, separators=(",", ":"))
