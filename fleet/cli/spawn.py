@@ -55,19 +55,25 @@ def _transport(value: str) -> Literal["channel", "hook"]:
 
 
 def make_spawner(socket: str | None, agent: str | None, transport: str, trust: bool, wait: float) -> Spawner:
-    """The spawner for the CLI's daemon and tmux server."""
+    """The spawner for the CLI's daemon and tmux server (``--transport hook`` panes get
+    :func:`fleet.watch.hook_settings` for that daemon)."""
+    from functools import partial
+
     from fleet.spawn import Spawner
     from fleet.tmux import Tmux
     from fleet.tmux import server as tmux_server
+    from fleet.watch import hook_settings
 
+    c = client()
     return Spawner(
-        client(),
+        c,
         Tmux(tmux_server(socket)),
         get_paths(),
         agent=agent,
         transport=_transport(transport),
         trust=trust,
         ready_timeout=wait,
+        hook_settings=partial(hook_settings, daemon=c.base_url),
     )
 
 
