@@ -12,8 +12,10 @@ notifications by a script instead of by judgement:
   the same wavelet. TEXT may use ``{author}``, ``{name}``, ``{n}`` (the reply number).
 - ``--turns N``: after N replies, post one ``DONE: …`` blip (``--done TEXT``) and go silent.
 - With ``--settings`` carrying fleet's hook (``--transport hook``), it emulates Claude Code's
-  ``asyncRewake``: runs the ``SessionStart``/``Stop`` hook commands in the background and treats an
-  exit code 2 as a wake whose stderr is the new blips.
+  ``asyncRewake``: it arms the ``SessionStart`` hook command in the background at start; exit 2 is a
+  wake whose stderr carries the new blips (``<channel source="fleet" …>`` blocks, as
+  ``fleet watch --hook`` writes them), acted on as one turn, after which the ``Stop`` hook is armed
+  again. Any other exit leaves the session unarmed, as it would leave an idle Claude Code session.
 
 It never answers ``system``, ``surface`` or ``cap`` blips (the prompt contract). Everything it does
 goes to its terminal (the tmux pane) and, one JSON line per event, to
@@ -24,6 +26,7 @@ read. Run it as ``fleet-standin`` in a layout or ``--agent`` (spawn resolves tha
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import logging
 import os
@@ -249,20 +252,20 @@ class Agent:
             self.record("done", f"{self.name}: DONE")
 
     def run_hooks(self, commands: list[str]) -> None:
-        """Emulate asyncRewake: rerun each hook; exit 2 = wake with its stderr."""
+        """Emulate asyncRewake: arm the hook; exit 2 = a wake (its stderr is the turn's input); when
+        that turn is over, the Stop hook arms again. Any other exit ends the arming, as in Claude Code."""
 
         def loop(cmd: str) -> None:
             while True:
                 proc = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, input="{}")
                 self.record("hook", None, command=cmd, rc=proc.returncode, stderr=proc.stderr[-2000:])
-                if proc.returncode == 2:
-                    self.record(
-                        "wake", f"● Stop hook feedback: {proc.stderr.strip()[:300]}", text=proc.stderr
-                    )
-                    for block in _hook_blips(proc.stderr):
-                        self.inbox.put(block)
-                elif proc.returncode != 0:
-                    time.sleep(1.0)
+                if proc.returncode != 2:
+                    self.record("unarmed", f"hook exited {proc.returncode}: not armed until the next turn")
+                    return
+                self.record("wake", f"● Stop hook feedback: {proc.stderr.strip()[:300]}", text=proc.stderr)
+                for block in _hook_blips(proc.stderr):
+                    self.inbox.put(block)
+                self.inbox.join()  # the turn: every woken blip acted on; then Stop re-arms
 
         for cmd in commands[:1]:  # one arm at a time, like a session re-arming its Stop hook
             threading.Thread(target=loop, args=(cmd,), daemon=True).start()
@@ -306,25 +309,24 @@ class Agent:
                 self.act(content, meta)
             except StandinError as exc:
                 self.record("error", f"✗ {exc}", error=str(exc))
+            finally:
+                self.inbox.task_done()
             if self.done and args.exit_after_done:
                 self.client.close()
                 return 0
 
 
+_CHANNEL_TAG = re.compile(r'<channel source="fleet"((?: [a-z_]+="[^"]*")*)>\n(.*?)\n</channel>', re.S)
+_ATTR = re.compile(r' ([a-z_]+)="([^"]*)"')
+
+
 def _hook_blips(text: str) -> list[tuple[str, dict[str, str]]]:
-    """Blips from ``fleet watch --hook`` output: its ``--json`` lines if present, else one raw wake."""
+    """Blips from ``fleet watch --hook``'s stderr: its ``<channel source="fleet" …>`` blocks, read back
+    the way the model reads them (attributes unescaped, ``<\\/channel`` restored) as (content, meta)."""
     out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                b = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(b, dict) and "text" in b:
-                meta = {k: str(b.get(k, "")) for k in ("author", "kind", "wavelet", "wavelet_id")}
-                meta["blip_id"] = str(b.get("id", ""))
-                out.append((str(b["text"]), meta))
+    for m in _CHANNEL_TAG.finditer(text):
+        meta = {k: html.unescape(v) for k, v in _ATTR.findall(m[1])}
+        out.append((m[2].replace("<\\/channel", "</channel"), meta))
     return out
 
 
