@@ -280,7 +280,7 @@ class WatchConfig(BaseModel):
     wave: str
     daemon: str
     token_file: Path | None = None
-    """None: the operator token of the local daemon."""
+    """None: ``FLEET_TOKEN`` if set, else the operator token of the local daemon."""
     state_dir: Path
     """Where the channel keeps its state files (hook mode reads and writes its one file there)."""
     cap: int = DEFAULT_CAP
@@ -354,7 +354,9 @@ def resolve_config(
 
 
 def read_token(config: WatchConfig) -> str:
-    """The bearer token: the token file's content, else the local operator token."""
+    """The bearer token: the token file's content, else ``FLEET_TOKEN``, else the local operator token."""
+    if config.token_file is None and os.environ.get("FLEET_TOKEN", "").strip():
+        return os.environ["FLEET_TOKEN"].strip()
     path = config.token_file or get_paths().operator_token
     try:
         token = path.read_text(encoding="utf-8").strip()

@@ -17,6 +17,7 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.delivery import DEFAULT_CAP
+from fleet.paths import get_paths
 
 ParticipantOpt = Annotated[
     str | None,
@@ -32,7 +33,7 @@ TokenFileOpt = Annotated[
     typer.Option(
         envvar="FLEET_TOKEN_FILE",
         metavar="PATH",
-        help="A file holding the participant's token [default: the local operator token].",
+        help="A file holding the participant's token [default: FLEET_TOKEN, else the local operator token].",
     ),
 ]
 StateDirOpt = Annotated[
@@ -159,10 +160,7 @@ def hook_config(
         unreachable_after=core.UNREACHABLE_AFTER,
         hook=True,
     )
-    assert config.token_file is not None or config.participant == "operator"
-    from fleet.paths import get_paths
-
-    tokens = config.token_file or get_paths().operator_token
+    tokens = config.token_file or get_paths().operator_token  # no file: only the operator gets here
     render.out(
         core.hook_settings(
             config.participant, config.wave, tokens, daemon=config.daemon, state_dir=config.state_dir
