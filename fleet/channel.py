@@ -3,7 +3,8 @@
 Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
 
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
-        [--cap 40] [--state-dir DIR] [--attention full|targeted] [--attendant CMD [--attendant-timeout 2]]
+        [--cap 40] [--state-dir DIR] [--attention full|targeted [--digest-hold 30]
+        [--attendant CMD [--attendant-timeout 2]]]
 
 Each option falls back to an environment variable: ``FLEET_PARTICIPANT``, ``FLEET_WAVE``,
 ``FLEET_DAEMON``, ``FLEET_TOKEN_FILE``. The token is only ever read from the file (0600), never taken
@@ -32,6 +33,8 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
 
   with ``kind`` one of ``message``, ``system``, ``surface``, or ``cap`` for the one exhaustion
   notice (author ``fleet``); a replacement blip also carries ``replaces``. All meta values are strings.
+  A state file that cannot be read stops delivery (tools keep working) with one notification of kind
+  ``error`` naming the file and the fix; no blip is skipped.
 * Targeted attention (``--attention targeted``, DESIGN §4; rules in :mod:`fleet.delivery`): only
   blips that name the participant, the operator's blips and surfaces are pushed as above; the rest
   of a wavelet's batch (``system`` provenance included) follows them as one digest frame::
@@ -40,13 +43,14 @@ What the session gets (wire rules in :mod:`fleet.mcpwire`):
        "meta": {"wavelet": "WAVE/WAVELET", "wavelet_id": ID, "author": "fleet", "kind": "digest",
                 "blip_ids": "ID,ID"}}
 
-  Frames count toward the cap. Each committed decision, each attendant run and each
-  read-after-digest miss (``wavelet_read`` returned a digested blip) is a line of the routing log
-  (:mod:`fleet.attention`). ``--attendant CMD`` may promote digested blips to full delivery, never
-  the reverse; it runs before its batch is pushed, so a slow one delays that batch by at most
-  ``--attendant-timeout`` per wavelet. ``full`` (the default) changes nothing above.
-  A state file that cannot be read stops delivery (tools keep working) with one notification of kind
-  ``error`` naming the file and the fix; no blip is skipped.
+  Frames count toward the cap. A digest with nothing in full beside it waits up to
+  ``--digest-hold`` seconds (30) for more chatter, so a stream of unaddressed blips wakes the
+  session once rather than once per blip; a full blip in that wavelet takes it along at once.
+  Each committed decision, each attendant run and each read-after-digest miss (``wavelet_read``
+  returned a digested blip) is a line of the routing log (:mod:`fleet.attention`).
+  ``--attendant CMD`` may promote digested blips to full delivery, never the reverse; it runs
+  before its batch is pushed, so a slow one delays that batch by at most ``--attendant-timeout``
+  per wavelet. ``full`` (the default) changes nothing above.
 * Outages: the channel keeps answering; tool calls report the outage; delivery reconnects with
   backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
   delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
@@ -82,6 +86,7 @@ from fleet import errors
 from fleet.client import Client
 from fleet.delivery import (
     DEFAULT_CAP,
+    DIGEST_HOLD,
     Action,
     Attention,
     CorruptState,
@@ -136,6 +141,8 @@ class ChannelConfig(BaseModel):
     """The attendant command (targeted attention only); None: the rules alone decide."""
     attendant_timeout: float | None = None
     """Seconds per attendant run; None: :data:`fleet.attention.ATTENDANT_TIMEOUT`."""
+    digest_hold: float = DIGEST_HOLD
+    """Targeted attention: seconds a digest-only batch waits for more chatter (0: push at once)."""
     session_id: str | None = None
     host: str = Field(default_factory=socket.gethostname)
     poll_wait: float = POLL_WAIT
@@ -327,6 +334,10 @@ class WaveletDelivery(Out):
     delivered: int
     """Pushes since the cap last reset."""
     capped: bool
+    held: int = 0
+    """Targeted attention: blips read but held back for a later digest (not yet committed)."""
+    seen: str = ""
+    """The newest blip id read there: ``cursor``, or the last held blip."""
 
 
 DeliveryPhase = Literal["starting", "running", "reconnecting", "standby", "stopped"]
@@ -656,10 +667,12 @@ class Channel:
         self._wake_presence()  # the first ping says this channel delivers now
         backoff = BACKOFF_FIRST
         while not self._stop.is_set() and not self.server.closed.is_set():
+            wait = self.config.poll_wait
+            deadline = core.hold_deadline()
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
             try:
-                feed = self._client(feed=True).feed(
-                    self.wave, self.participant, core.cursors, wait=self.config.poll_wait
-                )
+                feed = self._client(feed=True).feed(self.wave, self.participant, core.feed_cursors, wait=wait)
             except errors.FleetError as exc:
                 backoff = self._feed_failed(exc, backoff)
                 continue
@@ -689,27 +702,26 @@ class Channel:
             self.state_file.release()
             raise
         self._set_delivery("running", "connecting")
-        return Delivery(self.participant, state, cap=self.config.cap, attention=self.config.attention)
+        return Delivery(
+            self.participant,
+            state,
+            cap=self.config.cap,
+            attention=self.config.attention,
+            hold=self.config.digest_hold,
+        )
 
     def _handle(self, core: Delivery, wavelets: list[FeedWavelet], blips: list[Blip]) -> bool:
         """Push one feed batch (the saver thread then writes the state); False when the connection is gone."""
         labels = {w.id: f"{w.wave}/{w.name}" for w in wavelets}
-        batches = None
-        if self._routing is not None:  # targeted: route, and let the attendant rescue, before pushing
-            batches = core.batches(blips)
-            if self._attendant is not None:
-                for batch in batches:
-                    self._attendant.review(batch, labels.get(batch.wavelet_id, batch.wavelet_id))
+        if self._routing is not None:
+            return self._handle_targeted(core, self._routing, labels, blips)
         with self._busy:
             if self._stop.is_set():
                 return False
             self._labels = labels
             core.retain(labels)
             before = core.cursors
-            push = lambda d: self._push(d, labels)  # noqa: E731
-            pushed, complete = core.process(blips, push) if batches is None else core.deliver(batches, push)
-        if self._routing is not None:
-            self._routing.routed(core.take_routed(), labels)
+            pushed, complete = core.process(blips, lambda d: self._push(d, labels))
         if core.dirty:
             self._save_wanted.set()
         if pushed:
@@ -718,6 +730,38 @@ class Channel:
             log.info("protocol output closed; delivery stops with the cursors saved")
             return False
         if blips and core.cursors == before:
+            log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
+            self._stop.wait(BACKOFF_MAX)
+        return True
+
+    def _handle_targeted(
+        self, core: Delivery, routing: RoutingLog, labels: dict[str, str], blips: list[Blip]
+    ) -> bool:
+        """:meth:`_handle` under targeted attention: gather (the digest hold), let the attendant
+        rescue (outside ``_busy``: it may take seconds), push and commit, log the decisions."""
+        with self._busy:
+            if self._stop.is_set():
+                return False
+            self._labels = labels
+            core.retain(labels)
+        before = core.feed_cursors
+        batches = core.gather(blips, time.monotonic())
+        if self._attendant is not None:
+            for batch in batches:
+                self._attendant.review(batch, labels.get(batch.wavelet_id, batch.wavelet_id))
+        with self._busy:
+            if self._stop.is_set():
+                return False
+            pushed, complete = core.deliver(batches, lambda d: self._push(d, labels))
+        routing.routed(core.take_routed(), labels)
+        if core.dirty:
+            self._save_wanted.set()
+        if pushed:
+            self._wake_presence(pushed)
+        if not complete:
+            log.info("protocol output closed; delivery stops with the cursors saved")
+            return False
+        if blips and core.feed_cursors == before:
             log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
             self._stop.wait(BACKOFF_MAX)
         return True
@@ -1092,6 +1136,7 @@ class Channel:
             with self._busy:
                 state = core.state.model_copy(deep=True)
                 labels = dict(self._labels)
+                held, seen = core.held, core.feed_cursors
             for wid, label in sorted(labels.items(), key=lambda kv: kv[1]):
                 rows.append(
                     WaveletDelivery(
@@ -1100,6 +1145,8 @@ class Channel:
                         cursor=state.cursors.get(wid, ""),
                         delivered=state.delivered.get(wid, 0),
                         capped=wid in state.exhausted,
+                        held=held.get(wid, 0),
+                        seen=seen.get(wid, ""),
                     )
                 )
         return DeliveryOut(
@@ -1132,6 +1179,8 @@ def validate_config(config: ChannelConfig) -> None:
             raise errors.UsageError("--attendant is empty: pass the attendant's command line")
     if config.attendant_timeout is not None and config.attendant_timeout <= 0:
         raise errors.UsageError("--attendant-timeout must be a positive number of seconds")
+    if config.digest_hold < 0:
+        raise errors.UsageError("--digest-hold must be 0 (push digests at once) or a number of seconds")
 
 
 def run(config: ChannelConfig) -> int:
@@ -1176,6 +1225,7 @@ def default_config(
     attention: Attention = "full",
     attendant: str | None = None,
     attendant_timeout: float | None = None,
+    digest_hold: float = DIGEST_HOLD,
 ) -> ChannelConfig:
     """Fill in what the command line left out from the environment and the local paths."""
     from fleet.client import read_endpoint
@@ -1215,5 +1265,6 @@ def default_config(
         attention=attention,
         attendant=attendant or None,
         attendant_timeout=attendant_timeout,
+        digest_hold=digest_hold,
         session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or None,
     )

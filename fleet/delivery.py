@@ -22,6 +22,11 @@ notifications, ``fleet watch --hook``, the attention layer). The rules (DESIGN ย
   committed and the whole batch is handed out again (a frame pushed before the failure may then be
   pushed twice; nothing is skipped). Nothing is ever dropped: every blip of others is in exactly
   one committed frame, or stepped over by the cap as in full mode.
+* **The digest hold** (targeted, ``hold`` > 0, :meth:`Delivery.gather`): a wavelet batch with
+  nothing to deliver in full is held back, uncommitted, for up to ``hold`` seconds so that later
+  chatter joins the same digest frame (one wake instead of one per blip). A full blip in that
+  wavelet, the deadline, or :data:`HOLD_MAX_LINES` digested blips release it. Held blips are in
+  memory only: after a restart they are simply handed out again.
 * **State** lives in one JSON file per (daemon, wave, participant) under the state dir, replaced
   atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
   (``fcntl.flock``), so two transports never deliver the same blips twice. A restarted holder
@@ -56,6 +61,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CAP = 40
 """Pushes per wavelet before the exhaustion notice (DESIGN ยง3); configurable per channel."""
+DIGEST_HOLD = 30.0
+"""Seconds a digest-only batch may wait for more chatter (targeted attention); 0 pushes at once."""
+HOLD_MAX_LINES = 100
+"""Digested blips after which a held digest goes out without waiting for its deadline."""
 
 
 class CorruptState(FleetError):
@@ -285,19 +294,42 @@ class Delivery:
         state: DeliveryState,
         cap: int = DEFAULT_CAP,
         attention: Attention = "full",
+        hold: float = 0.0,
     ) -> None:
         self.participant = participant
         self.state = state
         self.cap = cap
         self.attention: Attention = attention
+        self.hold = hold
+        """Targeted attention: seconds :meth:`gather` holds a digest-only batch (0: never)."""
         self.dirty = False
         """True when the state changed since the last :meth:`mark_saved`."""
         self._routed: list[Routed] = []
+        self._held: dict[str, list[Blip]] = {}
+        self._held_since: dict[str, float] = {}
 
     @property
     def cursors(self) -> dict[str, str]:
-        """A copy of the per-wavelet cursors (what a feed request sends)."""
+        """A copy of the per-wavelet (committed) cursors."""
         return dict(self.state.cursors)
+
+    @property
+    def feed_cursors(self) -> dict[str, str]:
+        """What a feed request sends: the cursors, moved past held blips (the daemon must not hand
+        them out again); the same as :attr:`cursors` when nothing is held."""
+        cursors = dict(self.state.cursors)
+        for wavelet, held in self._held.items():
+            cursors[wavelet] = held[-1].id
+        return cursors
+
+    @property
+    def held(self) -> dict[str, int]:
+        """Wavelet id -> blips held back for a later digest (see :meth:`gather`)."""
+        return {w: len(held) for w, held in self._held.items()}
+
+    def hold_deadline(self) -> float | None:
+        """When the earliest held digest is due (the clock :meth:`gather` is given), or None."""
+        return min((t + self.hold for t in self._held_since.values()), default=None)
 
     def decide(self, blip: Blip) -> Decision:
         wavelet = blip.wavelet_id
@@ -367,6 +399,38 @@ class Delivery:
             if blip.author != self.participant:
                 batch.rules[blip.id] = route(blip, self.participant)
         return list(by_wavelet.values())
+
+    def gather(self, blips: Iterable[Blip], now: float) -> list[Batch]:
+        """:meth:`batches` with the digest hold: the batches to deliver now, held blips included.
+
+        A wavelet's held blips join its new ones (in front). The batch is returned when it has a
+        full blip, when ``hold`` is 0, when its first held blip waited ``hold`` seconds (``now`` on
+        the caller's monotonic clock), when it has :data:`HOLD_MAX_LINES` digested blips, when it has
+        nothing to push (only the participant's own blips, or the wavelet is capped); otherwise it is
+        held (nothing committed) and :attr:`feed_cursors` moves past it.
+        """
+        held = [b for blips_ in self._held.values() for b in blips_]
+        since = self._held_since
+        self._held, self._held_since = {}, {}
+        ready: list[Batch] = []
+        for batch in self.batches([*held, *blips]):
+            wavelet = batch.wavelet_id
+            start = since.get(wavelet, now)
+            digested = len(batch.digested)
+            due = (
+                self.hold <= 0
+                or not digested
+                or len(batch.full) > 0
+                or digested >= HOLD_MAX_LINES
+                or now >= start + self.hold
+                or (wavelet in self.state.exhausted and not any(b.author == OPERATOR for b in batch.blips))
+            )
+            if due:
+                ready.append(batch)
+            else:
+                self._held[wavelet] = batch.blips
+                self._held_since[wavelet] = start
+        return ready
 
     def frames(self, batch: Batch) -> list[Decision]:
         """The batch's frames, in push order: each full blip, then one digest of the rest.
@@ -446,6 +510,9 @@ class Delivery:
     def retain(self, wavelet_ids: Iterable[str]) -> None:
         """Forget wavelets the participant is no longer on, so a later rejoin starts at its join."""
         keep = set(wavelet_ids)
+        for wavelet in [w for w in self._held if w not in keep]:
+            del self._held[wavelet]
+            self._held_since.pop(wavelet, None)
         for table in (self.state.cursors, self.state.delivered, self.state.exhausted):
             for wavelet in [w for w in table if w not in keep]:
                 del table[wavelet]

@@ -12,6 +12,7 @@ not count as mentions. Text lengths are those of agents' prose: a few hundred to
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleet.client import Client
@@ -90,8 +91,11 @@ def run(
     seed: int = 4,
     addressed: float = 0.10,
     focus: str = FOCUS,
+    after: Callable[[], None] | None = None,
 ) -> Chatter:
     """Post ``blips`` blips through the operator client (``as_`` each author); returns ``chatter``.
+
+    ``after`` is called after each post (a benchmark paces the run with it).
 
     About ``addressed`` of them name ``focus``, 4 % are the operator's, 3 % surfaces from ``side``,
     5 % are ``focus``'s own, 8 % are ``side`` chatter ``focus`` never sees; the rest is chatter in
@@ -135,4 +139,6 @@ def run(
             text = prose(rng)
             blip = op.post(ids[where], text, as_=author)
             chatter.posted.append(Posted(blip.id, where, author, "message", text, False))
+        if after is not None:
+            after()
     return chatter

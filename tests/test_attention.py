@@ -78,13 +78,13 @@ class Env:
                 out += [b for b in self.op.read(wid, limit=5000).blips if b.author != who]
         return out
 
-    def settle(self, proc: RawMcp, who: str) -> None:
+    def settle(self, proc: RawMcp, who: str, only: str | None = None) -> None:
         """Wait until ``proc`` has handled every blip there is (then all its frames are on stdout:
-        the ping's response is written after them)."""
+        the ping's response is written after them); ``only``: in that wavelet (by name)."""
         want = {
             wid: self.op.read(wid, limit=5000).cursor
             for name, wid in self.chat.wavelets.items()
-            if who in [m.name for m in self.op.get_wavelet(wid).roster]
+            if who in [m.name for m in self.op.get_wavelet(wid).roster] and only in (None, name)
         }
 
         def done() -> bool:
@@ -134,8 +134,8 @@ def meta_is_wire_safe(note: Note) -> bool:
 def test_chatter_targeted_gets_mentions_operator_and_surfaces_in_full_and_the_rest_digested(
     env: Env,
 ) -> None:
-    bob = env.channel("bob", "--attention", "targeted", "--cap", "0")
-    erin = env.channel("erin", "--attention", "targeted", "--cap", "0")
+    bob = env.channel("bob", "--attention", "targeted", "--digest-hold", "0", "--cap", "0")
+    erin = env.channel("erin", "--attention", "targeted", "--digest-hold", "0", "--cap", "0")
     alice = env.channel("alice", "--cap", "0")  # full attention: today's delivery
     chatter.run(env.op, env.chat, blips=300)
     for proc, who in ((bob, "bob"), (erin, "erin"), (alice, "alice")):
@@ -219,7 +219,7 @@ def test_chatter_targeted_gets_mentions_operator_and_surfaces_in_full_and_the_re
 def test_frames_not_blips_count_toward_the_cap(env: Env) -> None:
     main = env.chat.wavelets["main"]
     burst = [env.op.post(main, f"chatter {i}", as_="alice").id for i in range(25)]
-    bob = env.channel("bob", "--attention", "targeted", "--cap", "3")
+    bob = env.channel("bob", "--attention", "targeted", "--digest-hold", "0", "--cap", "3")
     env.settle(bob, "bob")
     # the setup's provenance and 25 blips of chatter: one batch, one frame
     (first,) = [n for n in bob.channel_notes() if n["meta"]["wavelet"] == "chat/main"]
@@ -291,7 +291,17 @@ def test_a_broken_slow_or_lying_attendant_never_suppresses_anything(
     if mode == "missing":
         cmd = str(env.tmp / "no-such-attendant")
     bob = env.channel(
-        "bob", "--attention", "targeted", "--cap", "0", "--attendant", cmd, "--attendant-timeout", "0.5"
+        "bob",
+        "--attention",
+        "targeted",
+        "--digest-hold",
+        "0",
+        "--cap",
+        "0",
+        "--attendant",
+        cmd,
+        "--attendant-timeout",
+        "0.5",
     )
     env.settle(bob, "bob")
     others = {b.id for b in env.blips_of_others("bob")}
@@ -316,7 +326,9 @@ def test_an_attendant_can_rescue_a_digested_blip(env: Env) -> None:
     env.op.post(main, "plain chatter", as_="alice")
     rescued = env.op.post(main, "rescue me: the schema is wrong", as_="carol").id
     addressed = env.op.post(main, "bob: and this one is yours", as_="dave").id
-    bob = env.channel("bob", "--attention", "targeted", "--attendant", _attendant(env, "rescue"))
+    bob = env.channel(
+        "bob", "--attention", "targeted", "--digest-hold", "0", "--attendant", _attendant(env, "rescue")
+    )
     env.settle(bob, "bob")
     full, digests, _ = frames(bob)
     assert [n["meta"]["blip_id"] for n in full if n["meta"]["wavelet"] == "chat/main"] == [rescued, addressed]
@@ -340,8 +352,8 @@ def test_a_runaway_pair_stays_under_twice_the_cap(env: Env) -> None:
     """alice and bob answer every frame they get, forever; frames stay bounded at about 2 x cap."""
     cap = 4
     pair = {
-        "alice": env.channel("alice", "--attention", "targeted", "--cap", str(cap)),
-        "bob": env.channel("bob", "--attention", "targeted", "--cap", str(cap)),
+        "alice": env.channel("alice", "--attention", "targeted", "--digest-hold", "0", "--cap", str(cap)),
+        "bob": env.channel("bob", "--attention", "targeted", "--digest-hold", "0", "--cap", str(cap)),
     }
     for who, proc in pair.items():
         env.settle(proc, who)
@@ -375,3 +387,53 @@ def test_a_runaway_pair_stays_under_twice_the_cap(env: Env) -> None:
     assert all(kinds.count("cap") <= 1 and len(kinds) <= cap + 1 for kinds in got.values())
     assert {"digest", "message"} <= {k for kinds in got.values() for k in kinds}
     assert sum(len(kinds) for kinds in got.values()) <= 2 * (cap + 1)
+
+
+# ---------------------------------------------------------------- the digest hold
+
+
+def _row(proc: RawMcp, wavelet_id: str) -> dict[str, Any]:
+    rows = proc.call("wavelet_ping")["structuredContent"]["delivery"]["wavelets"]
+    return next((r for r in rows if r["wavelet_id"] == wavelet_id), {})
+
+
+def test_digest_hold_gathers_chatter_until_a_full_blip_takes_it_along(env: Env) -> None:
+    main = env.chat.wavelets["main"]
+    bob = env.channel("bob", "--attention", "targeted", "--digest-hold", "600")
+    x = env.op.post(main, "chatter x", as_="alice").id
+    retry_until(lambda: _row(bob, main).get("seen") == x, what="bob's channel to read x")
+    y = env.op.post(main, "chatter y", as_="carol").id
+    retry_until(lambda: _row(bob, main).get("seen") == y, what="bob's channel to read y")
+    row = _row(bob, main)
+    assert row["held"] >= 2 and row["cursor"] < x  # read, held, not committed
+    assert [n for n in bob.channel_notes() if n["meta"]["wavelet"] == "chat/main"] == []
+    z = env.op.post(main, "bob: over to you", as_="dave").id
+    env.settle(bob, "bob", only="main")
+    notes = [n for n in bob.channel_notes() if n["meta"]["wavelet"] == "chat/main"]
+    assert [n["meta"]["kind"] for n in notes] == ["message", "digest"]
+    assert notes[0]["meta"]["blip_id"] == z and digest_ids(notes[1])[-2:] == [x, y]
+    assert {r.blip_id for r in env.routes("bob")} >= {x, y, z}
+    # the feed asked past the held blips meanwhile, instead of being handed them again and again
+    assert "behind the cursors" not in bob.stderr_text()
+
+
+def test_digest_hold_expires_without_more_blips(env: Env) -> None:
+    main = env.chat.wavelets["main"]
+    bob = env.channel("bob", "--attention", "targeted", "--digest-hold", "0.3")
+    x = env.op.post(main, "lonely chatter", as_="alice").id
+    note = bob.wait_notes(
+        lambda notes: next((n for n in notes if x in n["meta"].get("blip_ids", "")), None),
+        what="the held digest to go out at its deadline",
+    )
+    assert note["meta"]["kind"] == "digest"
+
+
+def test_held_blips_are_not_lost_when_the_channel_stops(env: Env) -> None:
+    main = env.chat.wavelets["main"]
+    bob = env.channel("bob", "--attention", "targeted", "--digest-hold", "600")
+    x = env.op.post(main, "held then stopped", as_="alice").id
+    retry_until(lambda: _row(bob, main).get("seen") == x, what="bob's channel to hold x")
+    assert bob.close() == 0
+    again = env.channel("bob", "--attention", "targeted", "--digest-hold", "0")
+    env.settle(again, "bob")
+    assert any(x in digest_ids(n) for n in again.channel_notes() if n["meta"]["kind"] == "digest")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fleet.delivery import (
     EXCERPT_CHARS,
+    HOLD_MAX_LINES,
     Action,
     CorruptState,
     Decision,
@@ -512,3 +513,46 @@ def test_targeted_every_blip_of_others_is_in_exactly_one_committed_frame(
     others = [b for b in blips if b.author != "bob"]
     assert sorted(routed) == sorted(b.id for b in others)
     assert sorted(committed) == sorted((b.id, route(b, "bob").full) for b in others)
+
+
+def test_digest_hold_waits_for_company_then_goes_out_whole() -> None:
+    s = Stream()
+    core = Delivery("bob", fresh("bob"), cap=0, attention="targeted", hold=30.0)
+    a, b = s.blip("w", "alice", "a"), s.blip("w", "carol", "b")
+    assert core.gather([a], now=100.0) == []  # only chatter: held, nothing committed
+    assert core.held == {"w": 1} and core.cursors == {} and core.feed_cursors == {"w": a.id}
+    assert core.hold_deadline() == 130.0
+    assert core.gather([b], now=110.0) == []  # more chatter joins; the deadline stays
+    assert core.held == {"w": 2} and core.hold_deadline() == 130.0
+    # a blip in full releases the held digest with it: one digest frame for all three
+    c = s.blip("w", "dave", "bob: you are needed")
+    (batch,) = core.gather([c], now=111.0)
+    frames = core.frames(batch)
+    assert [(f.rule, [x.text for x in f.blips]) for f in frames] == [
+        (Rule.MENTION, ["bob: you are needed"]),
+        (None, ["a", "b"]),
+    ]
+    assert core.held == {} and core.hold_deadline() is None
+
+
+def test_digest_hold_deadline_lines_own_blips_and_cap_release_it() -> None:
+    s = Stream()
+    core = Delivery("bob", fresh("bob"), cap=0, attention="targeted", hold=5.0)
+    x = s.blip("w", "alice")
+    assert core.gather([x], now=0.0) == []
+    assert [b.blips for b in core.gather([], now=5.0)] == [[x]]  # the deadline
+    flood = [s.blip("w", "alice") for _ in range(HOLD_MAX_LINES)]
+    assert len(core.gather(flood, now=6.0)) == 1  # enough lines: no wait
+    own = [s.blip("w", "bob")]
+    assert [b.blips for b in core.gather(own, now=7.0)] == [own]  # nothing to push: commit at once
+    # a wavelet already capped pushes nothing, so nothing is held there either
+    capped = Delivery("bob", fresh("bob"), cap=1, attention="targeted", hold=5.0)
+    capped.state.exhausted["w"] = x.id
+    capped.state.delivered["w"] = 1
+    assert len(capped.gather([s.blip("w", "alice")], now=0.0)) == 1
+    # hold 0: never held; a left wavelet's held blips are forgotten (replayed if it is rejoined)
+    assert len(Delivery("bob", fresh("bob"), attention="targeted").gather([s.blip("w", "a")], 0.0)) == 1
+    core.gather([s.blip("v", "alice")], now=8.0)
+    assert core.held == {"v": 1}
+    core.retain(["w"])
+    assert core.held == {} and core.feed_cursors == core.cursors

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from fleet.delivery import DEFAULT_CAP
+from fleet.delivery import DEFAULT_CAP, DIGEST_HOLD
 
 Attention = Literal["full", "targeted"]
 
@@ -63,6 +63,14 @@ def channel(
         float | None,
         typer.Option(metavar="SECONDS", help="How long the attendant may take per batch [default: 2]."),
     ] = None,
+    digest_hold: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="Targeted only: how long a digest with nothing addressed to you waits for more "
+            "chatter before it is pushed (0: at once). A full blip takes it along earlier.",
+        ),
+    ] = DIGEST_HOLD,
     deliver: Annotated[
         bool,
         typer.Option(
@@ -84,6 +92,7 @@ def channel(
         attention=attention,
         attendant=attendant,
         attendant_timeout=attendant_timeout,
+        digest_hold=digest_hold,
     )
     config.deliver = deliver
     logging.getLogger("fleet").setLevel(logging.INFO)
