@@ -549,7 +549,7 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
     assert "--no-deliver" in pane.argv[1] and any(a.startswith("--settings=") for a in pane.argv)
 
     def screen() -> str:
-        return "\n".join(tmux_server.cmd("capture-pane", "-p", "-t", pane.pane_id).stdout)
+        return "\n".join(tmux_server.cmd("capture-pane", "-p", "-S", "-", "-t", pane.pane_id).stdout)
 
     def armed() -> bool:
         probe = StateFile(fleet_env.channels, operator.base_url, "w", "alice")
@@ -558,13 +558,24 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
             return False
         return True
 
+    def transcript() -> str:  # what the model was given: ~/.claude/projects/<cwd>/<session>.jsonl
+        found = list((home / ".claude" / "projects").glob(f"*/{pane.session_id}.jsonl"))
+        lines = found[0].read_text(errors="replace").splitlines() if found else []
+        contents = []
+        for line in lines:
+            try:  # the last line may be half written
+                contents.append(str(json.loads(line).get("message", {}).get("content", "")))
+            except (ValueError, AttributeError):
+                continue
+        return "\n".join(contents)
+
     for n, text in enumerate(["alice: wake up", "alice: and again"], start=1):
         # SessionStart armed the hook; after a wake the (offline, failing) turn ends in StopFailure,
         # whose handler arms it again: each time the idle session waits with the lock held
         retry_until(armed, timeout=60, what=f"the idle session's armed hook before wake {n}")
         blip = operator.post(main, text)
-        retry_until(
-            lambda n=n: screen().count("fleet: new blips") >= n, timeout=60, what=f"wake {n} on the screen"
-        )
-        assert state.load().cursors[main] == blip.id  # committed when emitted
+        retry_until(lambda text=text: text in transcript(), timeout=60, what=f"wake {n} reaching the model")
+        retry_until(lambda b=blip: state.load().cursors.get(main) == b.id, what=f"wake {n}'s cursor saved")
+    assert "fleet: new blips" in screen()  # the hook's wake, as the terminal shows it
+    assert "New blips from the fleet wave w for alice" in transcript() and 'author="operator"' in transcript()
     retry_until(lambda: "Not logged in" in screen(), timeout=60, what="the woken turn (offline)")
