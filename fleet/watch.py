@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import binascii
 import html
-import json
 import logging
 import os
 import random
@@ -600,6 +599,36 @@ def _report_delivered(client: Client, config: WatchConfig, count: int) -> None:
 # ---------------------------------------------------------------- the hook's settings
 
 
+HOOK_EVENTS = ("SessionStart", "Stop", "StopFailure")
+
+
+class HookHandler(BaseModel):
+    """One command hook in Claude Code's settings (claude-code.md §4); field names are Claude Code's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["command"] = "command"
+    command: str
+    asyncRewake: bool = True
+    timeout: int = HOOK_TIMEOUT
+    rewakeSummary: str = REWAKE_SUMMARY
+    rewakeMessage: str
+
+
+class HookMatcher(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hooks: list[HookHandler]
+
+
+class HookSettings(BaseModel):
+    """The ``--settings`` JSON :func:`hook_settings` prints: event name -> matchers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hooks: dict[str, list[HookMatcher]]
+
+
 def hook_command(
     participant: str,
     wave: str,
@@ -636,14 +665,9 @@ def hook_settings(
     ``rewakeSummary``/``rewakeMessage`` fields label the wake (Claude Code 2.1.332 shows them; a
     version without them ignores them and shows "Stop hook feedback").
     """
-    handler = {
-        "type": "command",
-        "command": hook_command(participant, wave, daemon, token_file, state_dir=state_dir, python=python),
-        "asyncRewake": True,
-        "timeout": HOOK_TIMEOUT,
-        "rewakeSummary": REWAKE_SUMMARY,
-        "rewakeMessage": f"New blips from the fleet wave {wave} for {participant}:",
-    }
-    entry = [{"hooks": [handler]}]
-    events = ("SessionStart", "Stop", "StopFailure")
-    return json.dumps({"hooks": {event: entry for event in events}}, separators=(",", ":"))
+    handler = HookHandler(
+        command=hook_command(participant, wave, daemon, token_file, state_dir=state_dir, python=python),
+        rewakeMessage=f"New blips from the fleet wave {wave} for {participant}:",
+    )
+    entry = [HookMatcher(hooks=[handler])]
+    return HookSettings(hooks={event: entry for event in HOOK_EVENTS}).model_dump_json()
