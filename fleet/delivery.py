@@ -193,14 +193,22 @@ def route(blip: Blip, participant: str) -> Rule:
     return Rule.UNADDRESSED
 
 
-EXCERPT_CHARS = 80
-"""Characters of a blip's text on its digest line (whitespace collapsed)."""
+EXCERPT_CHARS = 60
+"""Characters of a blip's text on its digest line (whitespace collapsed): about ten words, enough
+to tell what it is about; the id is there to read the rest."""
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """``text`` on one line, cut to at most ``limit`` characters (an ellipsis marks a cut)."""
+    """``text`` on one line, cut to at most ``limit`` characters, at a word boundary when one is
+    near the end (an ellipsis marks a cut)."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 def digest_line(blip: Blip) -> str:

@@ -353,7 +353,9 @@ def test_excerpt_and_digest_lines() -> None:
     s = Stream()
     assert excerpt("  two\n\nlines  ") == "two lines"
     long = excerpt("word " * 50)
-    assert len(long) == EXCERPT_CHARS and long.endswith("…")
+    assert len(long) <= EXCERPT_CHARS and long.endswith(" word…")  # cut at a word boundary
+    unbroken = excerpt("x" * 200)
+    assert len(unbroken) == EXCERPT_CHARS and unbroken.endswith("x…")
     sys_blip = s.blip("a", "system", "carol joined", kind="system")
     assert digest_line(sys_blip) == f"system (system): carol joined [{sys_blip.id}]"
     pair = [s.blip("a", "carol", "one"), s.blip("a", "dave", "two")]
