@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 
 from fleet import errors
 from fleet.client import Client
-from fleet.layouts import DEFAULT_LAYOUT, Layout, ResolvedProfile
+from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
@@ -169,7 +169,7 @@ class Spawner:
         transport: Transport = "channel",
         trust: bool = False,
         ready_timeout: float = 30.0,
-        hook_settings: Callable[[str, str, Path], str] | None = None,
+        hook_settings: Callable[[str, str, Path, Attention], str] | None = None,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -219,7 +219,7 @@ class Spawner:
         if transport == "hook":
             if self.hook_settings is None:
                 raise errors.UsageError("--transport hook needs fleet's watch hook, which is not available")
-            hook = self.hook_settings(participant, wave.name, token_file)
+            hook = self.hook_settings(participant, wave.name, token_file, profile.attention)
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
             resume=resume, transport=transport, hook_settings=hook,

@@ -60,10 +60,12 @@ from fleet.client import Client, read_endpoint
 from fleet.delivery import (
     DEFAULT_CAP,
     Action,
+    Attention,
     Decision,
     Delivery,
     DeliveryState,
     StateFile,
+    digest_text,
     exhaustion_notice,
 )
 from fleet.models import OPERATOR, PARTICIPANT_RE, Feed, PresenceReport
@@ -109,10 +111,12 @@ class WatchItem(BaseModel):
     author: str
     """The blip's author; ``fleet`` for a cap notice."""
     kind: str
-    """``message``, ``system``, ``surface``, or ``cap``."""
+    """``message``, ``system``, ``surface``, ``cap``, or (targeted attention) ``digest``."""
     text: str
     created_at: str
     replaces: str | None = None
+    blip_ids: list[str] | None = None
+    """A digest: the blips it lists, oldest first (``id`` is the last); None otherwise."""
 
 
 class AfterLine(BaseModel):
@@ -133,6 +137,17 @@ def item_of(decision: Decision, label: str, cap: int) -> WatchItem:
             kind="cap",
             text=exhaustion_notice(label, cap),
             created_at=blip.created_at,
+        )
+    if decision.digest:  # targeted attention: the same digest frame the channel pushes
+        return WatchItem(
+            id=blip.id,
+            wavelet=label,
+            wavelet_id=blip.wavelet_id,
+            author="fleet",
+            kind="digest",
+            text=digest_text(decision.digest),
+            created_at=blip.created_at,
+            blip_ids=[b.id for b in decision.digest],
         )
     return WatchItem(
         id=blip.id,
@@ -235,6 +250,9 @@ def as_channel_tag(item: WatchItem) -> str:
     }
     if item.replaces:
         meta["replaces"] = item.replaces
+    if item.blip_ids is not None:
+        del meta["blip_id"]
+        meta["blip_ids"] = ",".join(item.blip_ids)
     attrs = "".join(f' {k}="{_attr(v)}"' for k, v in meta.items())
     text = item.text.replace("</channel", "<\\/channel")
     return f'<channel source="fleet"{attrs}>\n{text}\n</channel>'
@@ -283,6 +301,9 @@ class WatchConfig(BaseModel):
     state_dir: Path
     """Where the channel keeps its state files (hook mode reads and writes its one file there)."""
     cap: int = DEFAULT_CAP
+    attention: Attention = "full"
+    """Targeted: the attention rules of :mod:`fleet.delivery` (digests; hook mode logs its routing
+    decisions to the channel's routing log, :mod:`fleet.attention`). Digests are emitted at once."""
     wavelets: list[str] = Field(default_factory=list)
     """Only these wavelets (refs as typed: WAVE/WAVELET, a name in the wave, an id); empty: all."""
     wait: float = 0.0
@@ -303,6 +324,7 @@ def resolve_config(
     wait: float,
     unreachable_after: float,
     hook: bool,
+    attention: Attention = "full",
 ) -> WatchConfig:
     """Fill in what the command line left out, the way the channel does (env, then local paths).
 
@@ -346,6 +368,7 @@ def resolve_config(
         token_file=token_file.expanduser() if token_file else None,
         state_dir=(state_dir or paths.channels).expanduser(),
         cap=cap,
+        attention=attention,
         wavelets=wavelets,
         wait=wait,
         unreachable_after=unreachable_after,
@@ -389,6 +412,8 @@ class Watcher:
         self.config = config
         self.client = client
         self._only: frozenset[str] | None = None
+        self.labels: dict[str, str] = {}
+        """Wavelet id -> WAVE/WAVELET of every wavelet a feed named so far."""
         self._checked = False
 
     def _check(self, feed: Feed) -> None:
@@ -453,6 +478,7 @@ class Watcher:
             outage, backoff = None, BACKOFF_FIRST
             self._check(feed)
             before = ({**core.cursors}, dict(skip))
+            self.labels.update({w.id: f"{w.wave}/{w.name}" for w in feed.wavelets})
             items = take(core, feed, self._only)
             if self._only is not None:
                 for b in feed.blips:
@@ -490,7 +516,7 @@ def watch(config: WatchConfig, after: str | None) -> tuple[list[WatchItem], str]
         state = decode_after(after, config.daemon, config.wave, config.participant)
     else:
         state = DeliveryState(daemon=config.daemon, wave=config.wave, participant=config.participant)
-    core = Delivery(config.participant, state, cap=config.cap)
+    core = Delivery(config.participant, state, cap=config.cap, attention=config.attention)
     with _client(config) as client:
         outcome = Watcher(config, client).wait(core)
     if outcome.how == "unreachable":
@@ -551,14 +577,16 @@ def run_hook(config: WatchConfig, emit: Callable[[str], None] | None = None) -> 
     guard = _OrphanGuard()
     guard.start()
     try:
-        core = Delivery(config.participant, state_file.load(), cap=config.cap)
+        core = Delivery(config.participant, state_file.load(), cap=config.cap, attention=config.attention)
         with _client(config) as client:
-            outcome = Watcher(config, client).wait(core, before_emit=lambda: not guard.orphaned())
+            watcher = Watcher(config, client)
+            outcome = watcher.wait(core, before_emit=lambda: not guard.orphaned())
             if outcome.how == "items":
                 emit(hook_report(outcome.items, config.participant, config.wave))
             with guard.lock:  # an arm orphaned before emitting must not save what it skipped
                 if core.dirty and (outcome.how == "items" or not guard.orphaned()):
                     state_file.save(core.state)
+                    _log_routes(config, state_file, core, watcher.labels)
                 guard.stop()
             if outcome.how == "items":
                 _report_delivered(client, config, len(outcome.items))
@@ -569,6 +597,15 @@ def run_hook(config: WatchConfig, emit: Callable[[str], None] | None = None) -> 
     finally:
         guard.stop()
         state_file.release()
+
+
+def _log_routes(config: WatchConfig, state_file: StateFile, core: Delivery, labels: dict[str, str]) -> None:
+    """Targeted attention: the committed routing decisions go to the channel's routing log."""
+    if config.attention == "targeted":
+        from fleet.attention import RoutingLog, routing_log_path
+
+        log_ = RoutingLog(routing_log_path(state_file), config.participant, config.wave)
+        log_.routed(core.take_routed(), labels)
 
 
 def _to_stderr(text: str) -> None:
@@ -637,6 +674,7 @@ def hook_command(
     *,
     state_dir: Path | None = None,
     python: str | None = None,
+    attention: Attention = "full",
 ) -> str:
     """The shell command of the hook. ``exec`` makes the watch the session's direct child (so it can
     tell when the session is gone); every word is quoted; the token is named by its file only."""
@@ -644,6 +682,8 @@ def hook_command(
              "--participant", participant, "--wave", wave, "--daemon", daemon,
              "--token-file", str(token_file),
              "--state-dir", str(state_dir or get_paths().channels)]  # fmt: skip
+    if attention != "full":
+        words += ["--attention", attention]
     return "exec " + shlex.join(words)
 
 
@@ -651,6 +691,7 @@ def hook_settings(
     participant: str,
     wave: str,
     token_file: Path,
+    attention: Attention = "full",
     *,
     daemon: str,
     state_dir: Path | None = None,
@@ -666,7 +707,9 @@ def hook_settings(
     version without them ignores them and shows "Stop hook feedback").
     """
     handler = HookHandler(
-        command=hook_command(participant, wave, daemon, token_file, state_dir=state_dir, python=python),
+        command=hook_command(
+            participant, wave, daemon, token_file, state_dir=state_dir, python=python, attention=attention
+        ),
         rewakeMessage=f"New blips from the fleet wave {wave} for {participant}:",
     )
     entry = [HookMatcher(hooks=[handler])]

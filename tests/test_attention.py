@@ -6,7 +6,9 @@ goes (the routing log). The rules' edge cases are unit-tested in ``test_delivery
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -31,6 +33,7 @@ from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.delivery import StateFile
 from fleet.paths import Paths
+from fleet.watch import hook_settings
 
 Note = dict[str, Any]
 
@@ -437,3 +440,52 @@ def test_held_blips_are_not_lost_when_the_channel_stops(env: Env) -> None:
     again = env.channel("bob", "--attention", "targeted", "--digest-hold", "0")
     env.settle(again, "bob")
     assert any(x in digest_ids(n) for n in again.channel_notes() if n["meta"]["kind"] == "digest")
+
+
+# ---------------------------------------------------------------- the hook transport
+
+TAG = re.compile(r'<channel source="fleet"((?: \w+="[^"]*")*)>\n(.*?)\n</channel>', re.DOTALL)
+
+
+def hook_frames(stderr: str) -> list[Note]:
+    """The ``<channel>`` blocks a waking hook wrote, as notification params (meta unescaped)."""
+    return [
+        {"content": text, "meta": {k: html.unescape(v) for k, v in re.findall(r' (\w+)="([^"]*)"', attrs)}}
+        for attrs, text in TAG.findall(stderr)
+    ]
+
+
+def test_the_hook_transport_applies_the_same_rules_and_logs_to_the_same_log(env: Env) -> None:
+    chatter.run(env.op, env.chat, blips=60, seed=7)
+    expected_full = {p.id for p in env.chat.posted if p.full}
+    others = {b.id: b for b in env.blips_of_others("bob")}
+    argv = [sys.executable, "-m", "fleet", "watch", "--hook", "--participant", "bob", "--wave", chatter.WAVE,
+            "--daemon", env.daemon.url, "--token-file", str(env.token_file("bob")),
+            "--state-dir", str(env.paths.channels), "--attention", "targeted"]  # fmt: skip
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    notes = hook_frames(res.stderr)
+    full = [n for n in notes if n["meta"]["kind"] != "digest"]
+    digests = [n for n in notes if n["meta"]["kind"] == "digest"]
+    assert {n["meta"]["blip_id"] for n in full} == expected_full
+    assert all(n["content"] == others[n["meta"]["blip_id"]].text for n in full)
+    assert Counter(i for n in digests for i in digest_ids(n)) == Counter(set(others) - expected_full)
+    # every blip was handled in that one wake (the cursor is the channel's own state file) ...
+    state = StateFile(env.paths.channels, env.daemon.url, chatter.WAVE, "bob").load()
+    for name in ("main", "review"):
+        assert (
+            state.cursors[env.chat.wavelets[name]] == env.op.read(env.chat.wavelets[name], limit=5000).cursor
+        )
+    # ... and decided once each in the routing log the channel uses
+    assert Counter(r.blip_id for r in env.routes("bob")) == Counter(list(others))
+    # the tools-only channel beside the hook notices a read-after-digest miss
+    tools = env.channel("bob", "--no-deliver", "--attention", "targeted")
+    target = next(i for n in digests for i in digest_ids(n) if others[i].kind == "message")
+    assert tools.call("wavelet_read", {"wavelet": "main", "blip_id": target})["isError"] is False
+    assert [(m.blip_id, m.via) for m in env.log("bob") if isinstance(m, MissEntry)] == [(target, "blip")]
+
+
+def test_hook_settings_carry_the_attention() -> None:
+    targeted = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), "targeted", daemon="http://h:1")
+    full = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), daemon="http://h:1")
+    assert "--attention targeted" in targeted and "--attention" not in full

@@ -16,7 +16,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.delivery import DEFAULT_CAP
+from fleet.delivery import DEFAULT_CAP, Attention
 from fleet.paths import get_paths
 
 ParticipantOpt = Annotated[
@@ -34,6 +34,13 @@ TokenFileOpt = Annotated[
         envvar="FLEET_TOKEN_FILE",
         metavar="PATH",
         help="A file holding the participant's token [default: FLEET_TOKEN, else the local operator token].",
+    ),
+]
+AttentionOpt = Annotated[
+    Attention,
+    typer.Option(
+        help="full: every blip. targeted: only blips naming you, the operator's and surfaces in full; "
+        "the rest as one digest per wavelet batch (DESIGN §4)."
     ),
 ]
 StateDirOpt = Annotated[
@@ -91,6 +98,7 @@ def watch(
     as_json: Annotated[
         bool, typer.Option("--json", help='One JSON object per blip, then {"after": VALUE}.')
     ] = False,
+    attention: AttentionOpt = "full",
 ) -> None:
     """Block until a blip lands for PARTICIPANT, print what is new and an `after=` line, and exit 0.
 
@@ -116,6 +124,7 @@ def watch(
         wait=(core.HOOK_WAIT if hook else 0.0) if wait is None else wait,
         unreachable_after=unreachable_after,
         hook=hook,
+        attention=attention,
     )
     if hook:
         if not os.environ.get("FLEET_DEBUG"):  # stderr is read by the model on a wake: no stray logs
@@ -140,6 +149,7 @@ def hook_config(
     daemon: DaemonOpt = None,
     token_file: TokenFileOpt = None,
     state_dir: StateDirOpt = None,
+    attention: AttentionOpt = "full",
 ) -> None:
     """Print the Claude Code `--settings` JSON that delivers PARTICIPANT's blips through `fleet watch --hook`.
 
@@ -163,7 +173,12 @@ def hook_config(
     tokens = config.token_file or get_paths().operator_token  # no file: only the operator gets here
     render.out(
         core.hook_settings(
-            config.participant, config.wave, tokens, daemon=config.daemon, state_dir=config.state_dir
+            config.participant,
+            config.wave,
+            tokens,
+            attention,
+            daemon=config.daemon,
+            state_dir=config.state_dir,
         )
     )
 
