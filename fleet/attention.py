@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import IO, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -320,6 +320,8 @@ class Attendant:
             raise ValueError("the attendant command is empty")
         self.timeout = timeout
         self.routing_log = log
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
 
     def review(self, batch: Batch, label: str) -> list[str]:
         """Offer the batch's digested blips; promote what the verdict names. Returns promoted ids."""
@@ -372,6 +374,13 @@ class Attendant:
         )
         return promoted
 
+    def close(self) -> None:
+        """Kill a run in progress (the transport is shutting down); its batch was not pushed."""
+        with self._lock:
+            proc = self._proc
+        if proc is not None:
+            self._kill(proc)
+
     def _run(self, payload: bytes) -> tuple[AttendantVerdict | None, AttendantOutcome, str]:
         try:
             proc = subprocess.Popen(
@@ -383,37 +392,64 @@ class Attendant:
             )
         except OSError as exc:
             return None, "error", f"cannot run {self.argv[0]!r}: {exc.strerror or exc}"
+        with self._lock:
+            self._proc = proc
+        out, err = bytearray(), bytearray()
+        pumps = [
+            threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stdout, out, ATTENDANT_OUTPUT_MAX), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err, 4096), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
         try:
-            out, err = proc.communicate(payload, timeout=self.timeout)
+            proc.wait(self.timeout)
         except subprocess.TimeoutExpired:
             self._kill(proc)
             return None, "timeout", f"no verdict within {self.timeout:g}s; killed"
-        except OSError as exc:
-            self._kill(proc)
-            return None, "error", str(exc)
+        finally:
+            with self._lock:
+                self._proc = None
+            for t in pumps:  # the pipes close with the process (a grandchild may keep one: no wait)
+                t.join(1.0)
         if proc.returncode != 0:
             tail = err.decode("utf-8", "replace").strip()[-300:]
             return None, "exit", f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
         if len(out) > ATTENDANT_OUTPUT_MAX:
-            return None, "invalid", f"{len(out)} bytes of output (at most {ATTENDANT_OUTPUT_MAX})"
+            return None, "invalid", f"more than {ATTENDANT_OUTPUT_MAX} bytes of output"
         if not out.strip():
             return AttendantVerdict(), "none", ""
         try:
-            return AttendantVerdict.model_validate_json(out), "none", ""
+            return AttendantVerdict.model_validate_json(bytes(out)), "none", ""
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "output"
-            return None, "invalid", f"not a verdict ({where}: {first['msg']}): {out[:120]!r}"
+            return None, "invalid", f"not a verdict ({where}: {first['msg']}): {bytes(out[:120])!r}"
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.communicate(timeout=2.0)
-        except (subprocess.TimeoutExpired, OSError):  # a grandchild escaped the group holding a pipe
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(2.0)
+
+
+def _feed(stream: IO[bytes] | None, data: bytes) -> None:
+    """Write the request and close stdin (an attendant that does not read it is no error)."""
+    if stream is None:
+        return
+    with contextlib.suppress(OSError):
+        stream.write(data)
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def _drain(stream: IO[bytes] | None, into: bytearray, limit: int) -> None:
+    """Read a pipe to its end, keeping at most ``limit`` + 1 bytes (the rest is read and dropped, so
+    a chatty attendant neither blocks nor fills memory)."""
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := os.read(stream.fileno(), 65536):
+            if len(into) <= limit:
+                into += chunk[: limit + 1 - len(into)]

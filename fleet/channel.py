@@ -525,6 +525,8 @@ class Channel:
         if self._stop.is_set():
             return
         self._stop.set()
+        if self._attendant is not None:  # a run in progress must not outlive the channel
+            self._attendant.close()
         self._wake_presence()
         self._save_wanted.set()
         for t in self._threads:
@@ -768,6 +770,7 @@ class Channel:
 
     def _push(self, decision: Decision, labels: dict[str, str]) -> bool:
         blip = decision.blip
+        unit = "blips" if self._routing is None else "notifications (blips and digests)"
         label = labels.get(blip.wavelet_id, blip.wavelet_id)
         meta = {
             "wavelet": label,
@@ -779,7 +782,7 @@ class Channel:
         content = blip.text
         if decision.action is Action.NOTICE:
             meta.update(author="fleet", kind="cap")
-            content = exhaustion_notice(label, self.config.cap)
+            content = exhaustion_notice(label, self.config.cap, unit)
         elif decision.digest:
             del meta["blip_id"]
             meta.update(author="fleet", kind="digest", blip_ids=digest_ids(decision.digest))

@@ -274,10 +274,10 @@ class Routed:
     """What became of the frame carrying it: delivered, replaced by the cap notice, or capped."""
 
 
-def exhaustion_notice(wavelet: str, cap: int) -> str:
-    """The text of the one notice sent when ``wavelet`` reaches its cap."""
+def exhaustion_notice(wavelet: str, cap: int, unit: str = "blips") -> str:
+    """The text of the one notice sent when ``wavelet`` reaches its cap (``unit``: what was counted)."""
     return (
-        f"Delivery cap reached in {wavelet}: {cap} blips were pushed to you there since the operator "
+        f"Delivery cap reached in {wavelet}: {cap} {unit} were pushed to you there since the operator "
         f"last posted in it. Further blips there are not pushed; they stay readable with wavelet_read. "
         f"Delivery resumes when the operator posts in {wavelet}. Do not post to ask for more."
     )
@@ -419,7 +419,8 @@ class Delivery:
         """
         held = [b for blips_ in self._held.values() for b in blips_]
         since = self._held_since
-        self._held, self._held_since = {}, {}
+        still: dict[str, list[Blip]] = {}
+        still_since: dict[str, float] = {}
         ready: list[Batch] = []
         for batch in self.batches([*held, *blips]):
             wavelet = batch.wavelet_id
@@ -436,8 +437,10 @@ class Delivery:
             if due:
                 ready.append(batch)
             else:
-                self._held[wavelet] = batch.blips
-                self._held_since[wavelet] = start
+                still[wavelet] = batch.blips
+                still_since[wavelet] = start
+        # swapped in whole: a status reader (holding the transport's lock) never sees them half-built
+        self._held, self._held_since = still, still_since
         return ready
 
     def frames(self, batch: Batch) -> list[Decision]:

@@ -260,6 +260,8 @@ if mode == "garbage":
     print("promote everything please")
 if mode == "liar":
     print(json.dumps({"promote": ["not-a-blip", "0000"] + sys.argv[3].split(",")}))
+if mode == "flood":
+    print(json.dumps({"promote": ["y" * (2 << 20)]}))  # well-formed, but megabytes
 if mode == "wrongtype":
     print(json.dumps({"promote": "all"}))
 if mode == "rescue":
@@ -280,6 +282,7 @@ def _attendant(env: Env, mode: str, extra: str = "") -> str:
         ("slow", "timeout"),
         ("garbage", "invalid"),
         ("wrongtype", "invalid"),
+        ("flood", "invalid"),
         ("liar", "unknown_ids"),
         ("missing", "error"),
     ],
@@ -489,3 +492,24 @@ def test_hook_settings_carry_the_attention() -> None:
     targeted = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), "targeted", daemon="http://h:1")
     full = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), daemon="http://h:1")
     assert "--attention targeted" in targeted and "--attention" not in full
+
+
+def test_an_attendant_still_running_is_killed_when_the_channel_stops(env: Env) -> None:
+    env.op.post(env.chat.wavelets["main"], "chatter for the attendant", as_="alice")
+    cmd = _attendant(env, "slow")
+    bob = env.channel(
+        "bob",
+        "--attention",
+        "targeted",
+        "--digest-hold",
+        "0",
+        "--attendant",
+        cmd,
+        "--attendant-timeout",
+        "300",
+    )
+    calls = env.tmp / "attendant.calls"
+    retry_until(lambda: calls.exists() and calls.read_text(), what="the attendant to start")
+    pid = json.loads(calls.read_text().splitlines()[0])["pid"]
+    assert bob.close() == 0
+    retry_until(lambda: not Path(f"/proc/{pid}").exists(), what="the attendant to be killed")
