@@ -476,6 +476,8 @@ class Channel:
         self._threads: list[threading.Thread] = []
         self._tools_only = False
         """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
+        self._pinged_early = False
+        """Set when this channel reported presence at the handshake, before claiming delivery."""
         self._presence = threading.Condition()
         self._undelivered_report = 0
         """Pushes not yet reported to the daemon (the presence thread sends them)."""
@@ -529,7 +531,7 @@ class Channel:
             self._attendant.close()
         self._wake_presence()
         self._save_wanted.set()
-        for t in self._threads:
+        for t in [*self._threads, *[t for t in threading.enumerate() if t.name == "early-presence"]]:
             if t.name.endswith("presence"):
                 t.join(1.0)  # a report still in flight must not land after "gone"
         got = self._busy.acquire(timeout=3.0)
@@ -538,7 +540,7 @@ class Channel:
                 self._write_state(self._snapshot())
                 self._presence_quietly("gone", timeout=1.0)
                 self.state_file.release()
-            elif self._tools_only:
+            elif self._tools_only or (self._pinged_early and self._lock_free()):
                 self._presence_quietly("gone", timeout=1.0)
         finally:
             if got:
@@ -608,6 +610,15 @@ class Channel:
             self._undelivered_report += delivered
             self._presence.notify_all()
 
+    def _lock_free(self) -> bool:
+        """True when no channel holds this participant's state lock (probed, not kept)."""
+        if self.state_file.held:
+            return False
+        if not self.state_file.acquire():
+            return False
+        self.state_file.release()
+        return True
+
     @property
     def _reports_presence(self) -> bool:
         """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
@@ -641,6 +652,14 @@ class Channel:
 
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
+        if self.config.deliver and not self.server.closed.is_set() and self._lock_free():
+            # The handshake is done and no other channel delivers for this participant: say so at
+            # once (spawn's readiness check waits for this ping), before delivery is claimed after
+            # the grace below. A channel standing by behind a live one stays silent.
+            self._pinged_early = True
+            threading.Thread(
+                target=self._presence_quietly, args=("ping",), name="early-presence", daemon=True
+            ).start()
         if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
             return
         if not self.config.deliver:
@@ -1189,8 +1208,8 @@ def validate_config(config: ChannelConfig) -> None:
 def run(config: ChannelConfig) -> int:
     """Serve MCP on this process's stdin/stdout until stdin closes; returns the exit status (0).
 
-    Takes over stdout first (see :func:`fleet.mcpwire.take_stdout`); SIGTERM and SIGINT shut down
-    cleanly, with the cursors saved.
+    Takes over stdout first (see :func:`fleet.mcpwire.take_stdout`); SIGTERM, SIGINT and SIGHUP shut
+    down cleanly, with the cursors saved.
     """
     validate_config(config)
     proto = take_stdout()
@@ -1199,7 +1218,8 @@ def run(config: ChannelConfig) -> int:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(0)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP: the agent's pane (its terminal) went away; shut down as cleanly as on SIGTERM
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     log.info(
         "channel for %s in %s via %s (cap %d, attention %s, state %s)",

@@ -339,6 +339,11 @@ class Delivery:
         """When the earliest held digest is due (the clock :meth:`gather` is given), or None."""
         return min((t + self.hold for t in self._held_since.values()), default=None)
 
+    def own(self, blip: Blip) -> bool:
+        """Stateless echo suppression: the participant's own blips, and the provenance (``system``)
+        blips of its own acts (its fork, invite or leave) are stepped over, never pushed."""
+        return blip.author == self.participant or (blip.kind == "system" and blip.actor == self.participant)
+
     def decide(self, blip: Blip) -> Decision:
         wavelet = blip.wavelet_id
         cursor = self.state.cursors.get(wavelet, "")
@@ -346,7 +351,7 @@ class Delivery:
         count = 0 if reset else self.state.delivered.get(wavelet, 0)
         if blip.id <= cursor:
             return Decision(Action.STALE, blip, False, self.state.delivered.get(wavelet, 0))
-        if blip.author == self.participant:
+        if self.own(blip):
             return Decision(Action.ECHO, blip, reset, count)
         if self.cap <= 0 or count < self.cap:
             return Decision(Action.DELIVER, blip, reset, count + 1)
@@ -404,7 +409,7 @@ class Delivery:
             if batch is None:
                 batch = by_wavelet[wavelet] = Batch(wavelet)
             batch.blips.append(blip)
-            if blip.author != self.participant:
+            if not self.own(blip):
                 batch.rules[blip.id] = route(blip, self.participant)
         return list(by_wavelet.values())
 

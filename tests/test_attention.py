@@ -73,12 +73,17 @@ class Env:
         return [e for e in self.log(who) if isinstance(e, RouteEntry)]
 
     def blips_of_others(self, who: str) -> list[Any]:
-        """Every blip ``who`` must be handed: others' blips in the wavelets ``who`` is on."""
+        """Every blip ``who`` must be handed: others' blips in the wavelets ``who`` is on (not its own,
+        nor the provenance of its own acts)."""
         out = []
         for wid in self.chat.wavelets.values():
             wl = self.op.get_wavelet(wid)
             if who in [m.name for m in wl.roster]:
-                out += [b for b in self.op.read(wid, limit=5000).blips if b.author != who]
+                out += [
+                    b
+                    for b in self.op.read(wid, limit=5000).blips
+                    if b.author != who and not (b.kind == "system" and b.actor == who)
+                ]
         return out
 
     def settle(self, proc: RawMcp, who: str, only: str | None = None) -> None:

@@ -471,3 +471,32 @@ def test_nothing_is_pushed_before_initialized(world: World) -> None:
     assert alice.call("wavelet_ping")["structuredContent"]["delivery"]["state"] == "starting"
     alice.notify("notifications/initialized")
     wait_text(alice, "waiting for alice")
+
+
+def test_a_hangup_shuts_the_channel_down_cleanly(world: World) -> None:
+    """A pane that dies sends SIGHUP: the channel saves its cursor and reports gone, like SIGTERM."""
+    import signal
+
+    alice = world.channel("alice")
+    state = lambda: next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")  # noqa: E731
+    retry_until(lambda: world_lock_held(world, "alice"), what="alice delivering")
+    alice.proc.send_signal(signal.SIGHUP)
+    assert alice.proc.wait(10) == 0
+    retry_until(lambda: state() == "gone", what="gone after the hangup")
+
+
+def world_lock_held(world: World, who: str) -> bool:
+    import fcntl
+
+    from fleet.delivery import StateFile
+
+    sf = StateFile(world.paths.channels, world.daemon.url, WAVE, who)
+    if not sf.lock_path.exists():
+        return False
+    with sf.lock_path.open("rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return False

@@ -558,3 +558,20 @@ def test_digest_hold_deadline_lines_own_blips_and_cap_release_it() -> None:
     assert core.held == {"v": 1}
     core.retain(["w"])
     assert core.held == {} and core.feed_cursors == core.cursors
+
+
+def test_the_provenance_of_a_participants_own_act_does_not_wake_it() -> None:
+    from fleet.delivery import Action, Delivery, DeliveryState
+
+    def sys_blip(i: int, actor: str | None) -> Blip:
+        return Blip(
+            id=f"0000000{i}-0000-7000-8000-000000000000", wavelet_id="w", wave_id="v", author="system",
+            kind="system", text=f"{actor} forked x", created_at="t", actor=actor,
+        )  # fmt: skip
+
+    for attention in ("full", "targeted"):
+        d = Delivery("alice", DeliveryState(daemon="d", wave="v", participant="alice"), attention=attention)
+        assert d.decide(sys_blip(1, "alice")).action is Action.ECHO
+        assert d.decide(sys_blip(2, "bob")).action is Action.DELIVER
+        (batch,) = d.batches([sys_blip(1, "alice"), sys_blip(2, "bob")])
+        assert list(batch.rules) == [sys_blip(2, "bob").id]  # routed: only the other's act
