@@ -743,17 +743,7 @@ class Channel:
             core.retain(labels)
             before = core.cursors
             pushed, complete = core.process(blips, lambda d: self._push(d, labels))
-        if core.dirty:
-            self._save_wanted.set()
-        if pushed:
-            self._wake_presence(pushed)
-        if not complete:
-            log.info("protocol output closed; delivery stops with the cursors saved")
-            return False
-        if blips and core.cursors == before:
-            log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
-            self._stop.wait(BACKOFF_MAX)
-        return True
+        return self._settle(core, bool(blips) and core.cursors == before, pushed, complete)
 
     def _handle_targeted(
         self, core: Delivery, routing: RoutingLog, labels: dict[str, str], blips: list[Blip]
@@ -775,6 +765,14 @@ class Channel:
                 return False
             pushed, complete = core.deliver(batches, lambda d: self._push(d, labels))
         routing.routed(core.take_routed(), labels)
+        return self._settle(core, bool(blips) and core.feed_cursors == before, pushed, complete)
+
+    def _settle(self, core: Delivery, stuck: bool, pushed: int, complete: bool) -> bool:
+        """After a batch: save and report what was pushed; False when the protocol output is gone.
+
+        ``stuck``: the feed returned blips but no cursor moved (a daemon answering at or behind the
+        cursors); back off rather than spin.
+        """
         if core.dirty:
             self._save_wanted.set()
         if pushed:
@@ -782,7 +780,7 @@ class Channel:
         if not complete:
             log.info("protocol output closed; delivery stops with the cursors saved")
             return False
-        if blips and core.feed_cursors == before:
+        if stuck:
             log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
             self._stop.wait(BACKOFF_MAX)
         return True
