@@ -248,3 +248,38 @@ def test_respawn_resumes_a_dead_live_or_vanished_pane_with_its_recorded_session(
         assert "--reply" in argv  # the recorded agent command, not the layout's default
     with pytest.raises(errors.NotFound):
         sp.respawn("demo", "zed")
+
+
+def _prompting_agent(prompt: str) -> str:
+    """An agent that shows ``prompt`` like Claude Code's startup dialogs, waits for Enter, then runs
+    the stand-in with the command line it was given."""
+    import shlex
+    import sys
+
+    script = f'printf "%s\\n" {shlex.quote(prompt)}; read answer; exec "$0" -m fleet.standin "$@"'
+    return f"sh -c {shlex.quote(script)} {shlex.quote(sys.executable)}"
+
+
+def test_the_development_channels_warning_is_accepted(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    agent = _prompting_agent(
+        "WARNING: Loading development channels. 1. I am using this for local development"
+    )
+    rep = spawner(operator, tmux_server, fleet_env, agent=agent).spawn(
+        "demo/main", layouts.load("trio", fleet_env)
+    )
+    assert all(p.ready for p in rep.panes), [(p.participant, p.why) for p in rep.panes]
+
+
+def test_the_folder_trust_prompt_is_accepted_only_with_trust(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    agent = _prompting_agent("Do you trust the files in this folder? 1. Yes, proceed")
+    lay = layouts.load("trio", fleet_env)
+    rep = spawner(operator, tmux_server, fleet_env, agent=agent).spawn("demo/main", lay)
+    assert all(not p.ready and "--trust" in p.why for p in rep.panes), [p.why for p in rep.panes]
+    Tmux(tmux_server).kill_session(rep.session_id)
+    operator.create_wave("other", ["dora"])
+    trusted = spawner(operator, tmux_server, fleet_env, agent=agent, trust=True).spawn("other/main", lay)
+    assert all(p.ready for p in trusted.panes), [p.why for p in trusted.panes]
