@@ -34,6 +34,29 @@ def find_claude() -> str | None:
 
 
 CLAUDE = find_claude()
+
+
+def offline_claude_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder the offline Claude Code TUI will open without dialogs (claude-code.md §5):
+    $HOME/.claude.json marks onboarding done and the folder trusted; no autoupdate, no traffic.
+    Call before the tmux server starts, so its panes inherit the environment."""
+    home = Path(os.environ["HOME"])
+    project = tmp_path / "project"
+    project.mkdir()
+    (home / ".claude.json").write_text(
+        json.dumps(
+            {
+                "hasCompletedOnboarding": True,
+                "theme": "dark",
+                "projects": {str(project): {"hasTrustDialogAccepted": True}},
+            }
+        )
+    )
+    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
+    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    return project
+
+
 pytestmark = pytest.mark.skipif(CLAUDE is None, reason="no claude binary (set FLEET_CLAUDE_BIN)")
 
 

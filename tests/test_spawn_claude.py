@@ -7,14 +7,12 @@ scripts/test.sh installs under .ci/node, then PATH); CI always has one.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import libtmux
 import pytest
 from conftest import retry_until
-from test_claude_code import CLAUDE
+from test_claude_code import CLAUDE, offline_claude_project
 
 from fleet import layouts
 from fleet.client import Client
@@ -33,21 +31,7 @@ def test_spawned_claude_connects_the_fleet_channel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert CLAUDE is not None
-    home = Path(os.environ["HOME"])
-    project = tmp_path / "project"
-    project.mkdir()
-    # a pre-seeded home: onboarding done and the folder trusted, so the offline TUI gets to MCP
-    (home / ".claude.json").write_text(
-        json.dumps(
-            {
-                "hasCompletedOnboarding": True,
-                "theme": "dark",
-                "projects": {str(project): {"hasTrustDialogAccepted": True}},
-            }
-        )
-    )
-    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
-    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    project = offline_claude_project(tmp_path, monkeypatch)
     debug = tmp_path / "claude-debug.txt"
     layout_file = tmp_path / "real.toml"
     layout_file.write_text(

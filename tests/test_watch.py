@@ -20,7 +20,7 @@ import libtmux
 import pytest
 from conftest import retry_until
 from mcphelp import RawMcp, channel_argv
-from test_claude_code import CLAUDE
+from test_claude_code import CLAUDE, offline_claude_project
 from test_spawn import standin_log
 
 from fleet import layouts
@@ -510,20 +510,7 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert CLAUDE is not None
-    home = Path(os.environ["HOME"])
-    project = tmp_path / "project"
-    project.mkdir()
-    (home / ".claude.json").write_text(
-        json.dumps(
-            {
-                "hasCompletedOnboarding": True,
-                "theme": "dark",
-                "projects": {str(project): {"hasTrustDialogAccepted": True}},
-            }
-        )
-    )
-    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
-    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    project = offline_claude_project(tmp_path, monkeypatch)
     layout_file = tmp_path / "real.toml"
     layout_file.write_text(f'arrangement = "tiled"\n[defaults]\nagent = "{CLAUDE}"\ncwd = "{project}"\n')
     operator.create_wave("w", ["alice"])
@@ -559,7 +546,7 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
         return True
 
     def transcript() -> str:  # what the model was given: ~/.claude/projects/<cwd>/<session>.jsonl
-        found = list((home / ".claude" / "projects").glob(f"*/{pane.session_id}.jsonl"))
+        found = list((Path(os.environ["HOME"]) / ".claude" / "projects").glob(f"*/{pane.session_id}.jsonl"))
         lines = found[0].read_text(errors="replace").splitlines() if found else []
         contents = []
         for line in lines:
