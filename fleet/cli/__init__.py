@@ -72,6 +72,21 @@ def paths_(as_json: JsonOpt = False) -> None:
         render.pairs(list(paths.items()))
 
 
+@app.command("doctor")
+def doctor(as_json: JsonOpt = False) -> None:
+    """Check this machine for what fleet needs (python, tmux, claude, daemon, secrets, layouts)."""
+    from fleet import doctor as checks
+
+    results = checks.run(get_paths())
+    if as_json:
+        render.dump(results)
+    else:
+        render.checks(results)
+    failed = [c.name for c in results if c.level == "fail"]
+    if failed:
+        raise errors.FleetError(f"fleet doctor found problems: {', '.join(failed)} (see the fixes above)")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit with the code DESIGN §7 assigns to what happened. Never returns."""
     debug = bool(os.environ.get("FLEET_DEBUG"))

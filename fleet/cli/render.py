@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
 
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
+    from fleet.doctor import Check
     from fleet.spawn import PaneReport, SpawnReport
     from fleet.supervise import KillReport, SupervisorEvent, WaveStatus
 
@@ -276,3 +277,12 @@ def kill_report(r: KillReport) -> None:
     what = "window" if r.scope == "wavelet" else "session"
     who = ", ".join(r.participants) or "no agents"
     out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+
+
+def checks(items: Sequence[Check]) -> None:
+    """``fleet doctor``: one line per check, its fix indented under a warning or failure."""
+    width = max((len(c.name) for c in items), default=0)
+    for c in items:
+        out(f"{c.level.upper():<4}  {c.name:<{width}}  {c.detail}")
+        if c.fix and c.level != "ok":
+            out(f"{'':<4}  {'':<{width}}  fix: {c.fix}")

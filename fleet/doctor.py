@@ -1,0 +1,135 @@
+"""``fleet doctor``: what this machine has and lacks for fleet, each with what to do about it.
+
+Checks are read-only and quick: nothing is started (the daemon is only asked if one is configured or
+its endpoint file names a live one). A check is ``ok``, ``warn`` (fleet works, something is missing
+for part of it) or ``fail`` (fleet's main job cannot work until it is fixed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel
+
+from fleet import errors, layouts
+from fleet.client import Client, live_endpoint
+from fleet.paths import Paths
+
+Level = Literal["ok", "warn", "fail"]
+
+
+class Check(BaseModel):
+    name: str
+    level: Level
+    detail: str
+    fix: str = ""
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({exc})"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else "?"
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    ok = v >= (3, 11)
+    return Check(
+        name="python",
+        level="ok" if ok else "fail",
+        detail=f"{sys.executable} {v.major}.{v.minor}.{v.micro}",
+        fix="" if ok else "fleet needs Python 3.11 or newer",
+    )
+
+
+def check_tmux() -> Check:
+    path = shutil.which("tmux")
+    if path is None:
+        return Check(
+            name="tmux",
+            level="fail",
+            detail="not found on PATH",
+            fix="install tmux (Debian/Ubuntu: sudo apt-get install tmux; macOS: brew install tmux)",
+        )
+    return Check(name="tmux", level="ok", detail=f"{path}: {_version([path, '-V'])}")
+
+
+def check_claude() -> Check:
+    path = shutil.which("claude")
+    if path is None:
+        return Check(
+            name="claude",
+            level="warn",
+            detail="Claude Code is not on PATH (only the scripted stand-in agent can be spawned)",
+            fix="npm install -g @anthropic-ai/claude-code, or spawn with --agent CMD",
+        )
+    return Check(name="claude", level="ok", detail=f"{path}: {_version([path, '--version'])}")
+
+
+def check_daemon(paths: Paths) -> Check:
+    url = os.environ.get("FLEET_DAEMON")
+    if url:
+        token = os.environ.get("FLEET_TOKEN", "")
+        try:
+            who = Client(url, token, retries=1, timeout=5).whoami()
+        except errors.FleetError as exc:
+            return Check(name="daemon", level="fail", detail=f"FLEET_DAEMON={url}: {exc}", fix=exc.message)
+        return Check(name="daemon", level="ok", detail=f"{url} (remote), you are {who.principal}")
+    ep = live_endpoint(paths)
+    if ep is None:
+        return Check(
+            name="daemon",
+            level="ok",
+            detail="no local daemon running; the first command that needs one starts it",
+        )
+    return Check(name="daemon", level="ok", detail=f"{ep.url} (local, pid {ep.pid})")
+
+
+def check_private_files(paths: Paths) -> Check:
+    loose = []
+    for path in (paths.operator_token, *sorted(paths.tokens.rglob("*.token"))):
+        if path.exists() and stat.S_IMODE(path.stat().st_mode) & 0o077:
+            loose.append(str(path))
+    if loose:
+        return Check(
+            name="secrets",
+            level="fail",
+            detail=f"readable by others: {', '.join(loose)}",
+            fix="chmod 600 " + " ".join(loose),
+        )
+    return Check(name="secrets", level="ok", detail="token files are private (0600)")
+
+
+def check_layouts(paths: Paths) -> Check:
+    bad = []
+    found = layouts.available(paths)
+    for name in found:
+        try:
+            layouts.load(name, paths)
+        except errors.FleetError as exc:
+            bad.append(exc.message)
+    if bad:
+        return Check(name="layouts", level="fail", detail="; ".join(bad), fix="fix the named file and field")
+    return Check(name="layouts", level="ok", detail=f"{len(found)} valid: {', '.join(found)}")
+
+
+CHECKS: list[Callable[[Paths], Check]] = [
+    lambda _p: check_python(),
+    lambda _p: check_tmux(),
+    lambda _p: check_claude(),
+    check_daemon,
+    check_private_files,
+    check_layouts,
+]
+
+
+def run(paths: Paths) -> list[Check]:
+    return [check(paths) for check in CHECKS]
