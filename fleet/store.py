@@ -767,14 +767,32 @@ class Store:
         )
 
     def participants(self, who: Principal, wave: str) -> list[tuple[str, ParticipantKind]]:
-        """Everyone who was ever on a roster of ``wave`` (plus the operator), by name."""
+        """Everyone who was ever on a roster of ``wave`` (plus the operator), by name.
+
+        A participant token sees only names it could learn anyway: the operator and those on the
+        roster of, or with a blip in, a wavelet it can see (a private wavelet's members stay hidden).
+        """
         w = self._visible_wave(who, wave)
-        return [
-            (p["name"], p["kind"])
-            for p in self._r().execute(
-                "SELECT name, kind FROM participants WHERE wave_id = ? ORDER BY name", (w["id"],)
-            )
+        rows = (
+            self._r()
+            .execute("SELECT name, kind FROM participants WHERE wave_id = ? ORDER BY name", (w["id"],))
+            .fetchall()
+        )
+        if who.is_operator:
+            return [(p["name"], p["kind"]) for p in rows]
+        r = self._r()
+        visible = [
+            wl["id"]
+            for wl in r.execute("SELECT * FROM wavelets WHERE wave_id = ?", (w["id"],))
+            if self._can_see(who, wl)
         ]
+        known = {OPERATOR}
+        for wl_id in visible:
+            known.update(m[0] for m in r.execute("SELECT name FROM members WHERE wavelet_id = ?", (wl_id,)))
+            known.update(
+                b[0] for b in r.execute("SELECT DISTINCT author FROM blips WHERE wavelet_id = ?", (wl_id,))
+            )
+        return [(p["name"], p["kind"]) for p in rows if p["name"] in known]
 
     # ---------------------------------------------------------------- wavelets
 

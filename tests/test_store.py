@@ -355,3 +355,12 @@ def test_provenance_blips_name_the_participant_who_acted(store: Store) -> None:
     }
     assert [b.actor for b in store.read(OP, "demo/main") if b.kind == "system"] == ["operator", "alice"]
     assert all(b.actor is None for b in store.read(OP, "demo/main") if b.kind == "message")
+
+
+def test_a_participant_does_not_learn_who_is_only_in_a_private_wavelet(store: Store) -> None:
+    store.create_wave(OP, "demo", ["alice", "carol"])
+    alice, carol = participant(store, "demo", "alice"), participant(store, "demo", "carol")
+    store.fork(alice, "demo/main", "secret", ["zed"], private=True)
+    names = lambda who: [n for n, _ in store.participants(who, "demo")]  # noqa: E731
+    assert "zed" in names(OP) and "zed" in names(alice)
+    assert names(carol) == ["alice", "carol", "operator"]
