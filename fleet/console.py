@@ -56,7 +56,7 @@ from pydantic import BaseModel
 
 from fleet import __version__, errors
 from fleet.ids import is_id_like
-from fleet.models import OPERATOR, Blip, Lenient, PresenceRow
+from fleet.models import OPERATOR, Blip, Lenient, PresenceRow, jsonable
 from fleet.store import OPERATOR_PRINCIPAL, Store
 
 if TYPE_CHECKING:
@@ -159,18 +159,8 @@ def parse_ui_address(ui: str) -> tuple[str, int]:
         raise errors.UsageError(f"--ui takes HOST:PORT or PORT, e.g. 127.0.0.1:8087, not {ui!r}") from None
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json", by_alias=True)
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    return obj
-
-
 def _dumps(obj: Any) -> str:
-    return json.dumps(_jsonable(obj), separators=(",", ":"))
+    return json.dumps(jsonable(obj), separators=(",", ":"))
 
 
 def _digest(secret: str) -> str:

@@ -64,6 +64,7 @@ from fleet.models import (
     RevokeRequest,
     RosterChange,
     Whoami,
+    jsonable,
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
@@ -711,16 +712,6 @@ class _HTTPError(errors.FleetError):
         self.http_kind = kind
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json", by_alias=True)
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    return obj
-
-
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
@@ -758,7 +749,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._respond(code, {"error": {"kind": "usage", "message": message or HTTPStatus(code).phrase}})
 
     def _respond(self, status: int, payload: Any) -> None:
-        body = json.dumps(_jsonable(payload), separators=(",", ":")).encode("utf-8")
+        body = json.dumps(jsonable(payload), separators=(",", ":")).encode("utf-8")
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:

@@ -7,7 +7,7 @@ passes a ``dict[str, Any]`` between layers. Field names are the wire names.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,17 @@ DEFAULT_MAX_BLIP_BYTES = 256 * 1024
 BlipKind = Literal["message", "system", "surface"]
 ParticipantKind = Literal["agent", "human"]
 PresenceState = Literal["working", "idle", "gone"]
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with every model (also inside dicts, lists and tuples) dumped to its wire JSON shape."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json", by_alias=True)
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
 
 
 class Model(BaseModel):
