@@ -94,6 +94,7 @@ from fleet.delivery import (
     Delivery,
     DeliveryState,
     StateFile,
+    blip_block,
     digest_ids,
     digest_text,
     exhaustion_notice,
@@ -423,9 +424,7 @@ def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
 
 
 def _blip_line(b: BlipOut) -> str:
-    kind = "" if b.kind == "message" else f" ({b.kind})"
-    edit = f" [replaces {b.replaces}]" if b.replaces else ""
-    return f"[{b.wavelet}] {b.author}{kind} · {b.id}{edit}\n{b.text}"
+    return blip_block(b.wavelet, b.author, b.kind, b.id, b.text, b.replaces)
 
 
 def _wavelet_line(w: WaveletOut) -> str:

@@ -211,6 +211,14 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return cut.rstrip() + "…"
 
 
+def blip_block(wavelet: str, author: str, kind: str, blip_id: str, text: str, replaces: str | None) -> str:
+    """A blip as a readable block, the same for every transport: ``[WAVE/WAVELET] author (kind) · id``
+    (and ``[replaces ID]`` for a new version), then the text below it."""
+    mark = "" if kind == "message" else f" ({kind})"
+    edit = f" [replaces {replaces}]" if replaces else ""
+    return f"[{wavelet}] {author}{mark} · {blip_id}{edit}\n{text}"
+
+
 def digest_line(blip: Blip) -> str:
     """One digest line: ``author: excerpt [blip id]`` (the kind after the author unless a message)."""
     kind = "" if blip.kind == "message" else f" ({blip.kind})"

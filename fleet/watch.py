@@ -65,6 +65,7 @@ from fleet.delivery import (
     Delivery,
     DeliveryState,
     StateFile,
+    blip_block,
     digest_text,
     exhaustion_notice,
 )
@@ -260,9 +261,7 @@ def as_channel_tag(item: WatchItem) -> str:
 
 def as_text(item: WatchItem) -> str:
     """A readable block: ``[WAVE/WAVELET] author (kind) · id`` and the text below it."""
-    kind = "" if item.kind == "message" else f" ({item.kind})"
-    edit = f" [replaces {item.replaces}]" if item.replaces else ""
-    return f"[{item.wavelet}] {item.author}{kind} · {item.id}{edit}\n{item.text}"
+    return blip_block(item.wavelet, item.author, item.kind, item.id, item.text, item.replaces)
 
 
 def hook_report(items: list[WatchItem], participant: str, wave: str) -> str:
