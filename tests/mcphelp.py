@@ -13,7 +13,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fleet.client import Client
+
 Message = dict[str, Any]
+
+
+def minted_token_file(op: Client, wave: str, who: str, folder: Path) -> Path:
+    """A fresh participant token for ``who`` in ``wave``, written 0600 to ``folder/<who>.token``."""
+    path = folder / f"{who}.token"
+    path.write_text(op.mint_token(wave, who).token + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def channel_argv(

@@ -20,7 +20,7 @@ from typing import Any
 import chatter
 import pytest
 from conftest import retry_until
-from mcphelp import RawMcp, channel_argv
+from mcphelp import RawMcp, channel_argv, minted_token_file
 
 from fleet.attention import (
     AttendantEntry,
@@ -50,10 +50,7 @@ class Env:
 
     def token_file(self, who: str) -> Path:
         if who not in self.tokens:
-            path = self.tmp / f"{who}.token"
-            path.write_text(self.op.mint_token(chatter.WAVE, who).token + "\n")
-            path.chmod(0o600)
-            self.tokens[who] = path
+            self.tokens[who] = minted_token_file(self.op, chatter.WAVE, who, self.tmp)
         return self.tokens[who]
 
     def channel(self, who: str, *extra: str) -> RawMcp:

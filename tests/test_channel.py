@@ -19,7 +19,7 @@ from conftest import retry_until
 from mcp import ClientSession, StdioServerParameters
 from mcp.client import NotificationBinding
 from mcp.client.stdio import stdio_client
-from mcphelp import RawMcp, channel_argv, env_with
+from mcphelp import RawMcp, channel_argv, env_with, minted_token_file
 from pydantic import BaseModel
 
 from fleet.client import Client
@@ -60,10 +60,7 @@ class World:
 
     def token_file(self, who: str) -> Path:
         if who not in self.tokens:
-            path = self.tmp / f"{who}.token"
-            path.write_text(self.op.mint_token(WAVE, who).token + "\n")
-            path.chmod(0o600)
-            self.tokens[who] = path
+            self.tokens[who] = minted_token_file(self.op, WAVE, who, self.tmp)
         return self.tokens[who]
 
     def argv(self, who: str, *extra: str) -> list[str]:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 from cdp import Browser, Page
 from conftest import retry_until
-from mcphelp import RawMcp, channel_argv
+from mcphelp import RawMcp, channel_argv, minted_token_file
 
 from fleet import errors
 from fleet.client import Client
@@ -580,9 +580,7 @@ def test_a_blip_posted_through_the_cli_appears_within_a_second(
 def test_a_post_typed_into_the_page_lands_in_the_store_and_reaches_a_real_channel(
     page: Page, d: Daemon, wave: Any, op: Client, tmp_path: Path
 ) -> None:
-    token_file = tmp_path / "alice.token"
-    token_file.write_text(op.mint_token("demo", "alice").token + "\n")
-    token_file.chmod(0o600)
+    token_file = minted_token_file(op, "demo", "alice", tmp_path)
     channel = RawMcp(channel_argv("alice", "demo", d.url, token_file), stderr=tmp_path / "alice.stderr")
     try:
         channel.handshake()

@@ -19,7 +19,7 @@ from pathlib import Path
 import libtmux
 import pytest
 from conftest import retry_until
-from mcphelp import RawMcp, channel_argv
+from mcphelp import RawMcp, channel_argv, minted_token_file
 from test_claude_code import CLAUDE, offline_claude_project
 from test_spawn import standin_log
 
@@ -52,10 +52,7 @@ class World:
 
     def token_file(self, who: str) -> Path:
         if who not in self.tokens:
-            path = self.tmp / f"{who}.token"
-            path.write_text(self.op.mint_token(WAVE, who).token + "\n")
-            path.chmod(0o600)
-            self.tokens[who] = path
+            self.tokens[who] = minted_token_file(self.op, WAVE, who, self.tmp)
         return self.tokens[who]
 
     def argv(self, who: str, *extra: str, daemon: str | None = None) -> list[str]:
