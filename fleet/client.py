@@ -41,20 +41,18 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
-from pydantic import BaseModel, ValidationError
-
 import fleet
 from fleet import errors
 from fleet.models import (
     Blip,
+    BlipList,
     BlipPage,
     Context,
     Endpoint,
-    ErrorBody,
+    ErrorEnvelope,
     Feed,
     FeedRequest,
     Health,
-    Lenient,
     MintedToken,
     MintRequest,
     NewBlip,
@@ -63,64 +61,40 @@ from fleet.models import (
     NewSurface,
     NewSystemBlip,
     NewWave,
+    Ok,
+    PresenceList,
     PresenceReport,
     PresenceRow,
+    Revoked,
     RevokeRequest,
     RosterChange,
+    SessionList,
     SessionRecord,
     TokenInfo,
+    TokenList,
     Wave,
     WaveActivity,
     Wavelet,
+    WaveList,
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, get_paths
+from fleet.wire import RecordError, dumps, loads, record
 
 log = logging.getLogger(__name__)
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 USER_AGENT = f"fleet/{fleet.__version__}"
 AUTOSTART_DEADLINE = 10.0
 """Seconds an autostarted daemon has to write its endpoint file and answer ``/v1/health``."""
 
 
-# ---------------------------------------------------------------- response envelopes
+# ---------------------------------------------------------------- status
 
 
-class _Waves(Lenient):
-    waves: list[Wave]
-
-
-class _Blips(Lenient):
-    blips: list[Blip]
-
-
-class _Presence(Lenient):
-    presence: list[PresenceRow]
-
-
-class _Tokens(Lenient):
-    tokens: list[TokenInfo]
-
-
-class _Sessions(Lenient):
-    sessions: list[SessionRecord]
-
-
-class _Revoked(Lenient):
-    revoked: list[TokenInfo]
-
-
-class _Ok(Lenient):
-    ok: bool = True
-
-
-class _ErrorEnvelope(Lenient):
-    error: ErrorBody
-
-
-class DaemonStatus(Lenient):
+@record
+class DaemonStatus:
     """What ``fleet daemon status`` reports (and prints with ``--json``)."""
 
     running: bool
@@ -380,7 +354,7 @@ class Client:
         method: str,
         path: str,
         model: type[M],
-        body: BaseModel | None = None,
+        body: object | None = None,
         *,
         wait: float = 0.0,
         idempotent: bool | None = None,
@@ -388,7 +362,7 @@ class Client:
     ) -> M:
         payload = None
         if body is not None:
-            payload = body.model_dump_json(by_alias=True, exclude_none=True).encode()
+            payload = dumps(body, exclude_none=True).encode()
         status, data = self._exchange(
             method,
             path,
@@ -400,18 +374,17 @@ class Client:
         if status >= 400:
             raise self._error(status, data)
         try:
-            return model.model_validate_json(data)
-        except ValidationError as exc:
+            return loads(model, data)
+        except RecordError as exc:
             raise errors.FleetError(
                 f"the daemon at {self.base_url} answered {method} {path} with an unexpected body "
-                f"({exc.error_count()} problems; first: {exc.errors()[0]['msg']}); "
-                "is it a different fleet version?"
+                f"({errors.describe(exc)}); is it a different fleet version?"
             ) from None
 
     def _error(self, status: int, data: bytes) -> errors.FleetError:
         try:
-            body = _ErrorEnvelope.model_validate_json(data).error
-        except ValidationError:
+            body = loads(ErrorEnvelope, data).error
+        except RecordError:
             snippet = data[:200].decode("utf-8", "replace").strip()
             return errors.FleetError(f"the daemon at {self.base_url} answered HTTP {status}: {snippet}")
         return errors.from_kind(body.kind, body.message)
@@ -426,13 +399,11 @@ class Client:
 
     def create_wave(self, name: str, with_: Sequence[str] = ()) -> Wave:
         """Create a wave and its root wavelet ``main`` with ``with_`` on its roster (operator only)."""
-        return self._call(
-            "POST", "/v1/waves", Wave, NewWave.model_validate({"name": name, "with": list(with_)})
-        )
+        return self._call("POST", "/v1/waves", Wave, NewWave(name=name, with_=list(with_)))
 
     def list_waves(self) -> list[Wave]:
         """Every wave the caller can see, without their wavelets."""
-        return self._call("GET", "/v1/waves", _Waves).waves
+        return self._call("GET", "/v1/waves", WaveList).waves
 
     def get_wave(self, wave: str) -> Wave:
         """A wave (by name or id) with the wavelets the caller can see, rosters included."""
@@ -455,19 +426,19 @@ class Client:
         as_: str | None = None,
     ) -> Wavelet:
         """Fork a child wavelet whose roster is ``with_``; the parent and child get provenance blips."""
-        req = NewFork.model_validate({"name": name, "with": list(with_), "private": private, "as": as_})
+        req = NewFork(name=name, with_=list(with_), private=private, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/fork", Wavelet, req)
 
     def invite(self, wavelet_id: str, name: str, as_: str | None = None) -> Wavelet:
-        req = RosterChange.model_validate({"name": name, "as": as_})
+        req = RosterChange(name=name, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/invite", Wavelet, req)
 
     def leave(self, wavelet_id: str, name: str, as_: str | None = None) -> Wavelet:
-        req = RosterChange.model_validate({"name": name, "as": as_})
+        req = RosterChange(name=name, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/leave", Wavelet, req)
 
     def post(self, wavelet_id: str, text: str, as_: str | None = None) -> Blip:
-        req = NewBlip.model_validate({"text": text, "as": as_})
+        req = NewBlip(text=text, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/blips", Blip, req)
 
     def post_system(self, wavelet_id: str, text: str) -> Blip:
@@ -482,12 +453,12 @@ class Client:
         self, wavelet_id: str, text: str, source_blip_id: str | None = None, as_: str | None = None
     ) -> Blip:
         """Post a ``surface`` blip into the parent of ``wavelet_id``, referencing it as the source."""
-        req = NewSurface.model_validate({"text": text, "source_blip_id": source_blip_id, "as": as_})
+        req = NewSurface(text=text, source_blip_id=source_blip_id, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/surface", Blip, req)
 
     def replace(self, blip_id: str, text: str, as_: str | None = None) -> Blip:
         """Append a new version of ``blip_id`` (the new blip has ``replaces`` set and a new id)."""
-        req = NewBlip.model_validate({"text": text, "as": as_})
+        req = NewBlip(text=text, as_=as_)
         return self._call("POST", f"/v1/blips/{_q(blip_id)}/replace", Blip, req)
 
     def read(
@@ -519,7 +490,7 @@ class Client:
 
     def history(self, blip_id: str) -> list[Blip]:
         """Every version of a blip, oldest first."""
-        return self._call("GET", f"/v1/blips/{_q(blip_id)}/history", _Blips).blips
+        return self._call("GET", f"/v1/blips/{_q(blip_id)}/history", BlipList).blips
 
     def feed(
         self, wave: str, participant: str, cursors: dict[str, str], wait: float = 0, limit: int = 200
@@ -529,10 +500,10 @@ class Client:
         return self._call("POST", f"/v1/waves/{_q(wave)}/feed", Feed, req, wait=wait, idempotent=True)
 
     def report_presence(self, wave: str, report: PresenceReport) -> None:
-        self._call("POST", f"/v1/waves/{_q(wave)}/presence", _Ok, report)
+        self._call("POST", f"/v1/waves/{_q(wave)}/presence", Ok, report)
 
     def presence(self, wave: str) -> list[PresenceRow]:
-        return self._call("GET", f"/v1/waves/{_q(wave)}/presence", _Presence).presence
+        return self._call("GET", f"/v1/waves/{_q(wave)}/presence", PresenceList).presence
 
     def read_wave(self, wave: str, after: str = "", wait: float = 0, limit: int = 500) -> BlipPage:
         """Every blip of ``wave`` with id > ``after``, oldest first, replaced versions too (operator only).
@@ -554,14 +525,14 @@ class Client:
 
     def list_tokens(self, wave: str | None = None) -> list[TokenInfo]:
         query = f"?{urlencode({'wave': wave})}" if wave else ""
-        return self._call("GET", f"/v1/tokens{query}", _Tokens).tokens
+        return self._call("GET", f"/v1/tokens{query}", TokenList).tokens
 
     def revoke_token(
         self, token_id: str | None = None, wave: str | None = None, participant: str | None = None
     ) -> list[TokenInfo]:
         """Revoke one token by id, or every token of (wave, participant). Returns what was revoked."""
         req = RevokeRequest(token_id=token_id, wave=wave, participant=participant)
-        return self._call("POST", "/v1/tokens/revoke", _Revoked, req).revoked
+        return self._call("POST", "/v1/tokens/revoke", Revoked, req).revoked
 
     def record_session(self, wave: str, session: NewSession) -> SessionRecord:
         """Remember the agent session a participant runs (operator only; see ``fleet respawn``)."""
@@ -569,7 +540,7 @@ class Client:
 
     def sessions(self, wave: str, participant: str | None = None) -> list[SessionRecord]:
         query = f"?{urlencode({'participant': participant})}" if participant else ""
-        return self._call("GET", f"/v1/waves/{_q(wave)}/sessions{query}", _Sessions).sessions
+        return self._call("GET", f"/v1/waves/{_q(wave)}/sessions{query}", SessionList).sessions
 
 
 def _reason(exc: BaseException) -> str:
@@ -650,8 +621,8 @@ def _operator_token(paths: Paths) -> str:
 def read_endpoint(paths: Paths) -> Endpoint | None:
     """The endpoint file's contents, or None if it is missing or unreadable (it may be stale)."""
     try:
-        return Endpoint.model_validate_json(paths.endpoint.read_bytes())
-    except (OSError, ValidationError):
+        return loads(Endpoint, paths.endpoint.read_bytes())
+    except (OSError, RecordError):
         return None
 
 

@@ -52,12 +52,11 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import BaseModel
-
 from fleet import __version__, errors
 from fleet.ids import is_id_like
-from fleet.models import OPERATOR, Blip, Lenient, PresenceRow, jsonable
+from fleet.models import OPERATOR, Blip, PresenceList, jsonable
 from fleet.store import OPERATOR_PRINCIPAL, Store
+from fleet.wire import record
 
 if TYPE_CHECKING:
     from fleet.daemon import Daemon
@@ -126,18 +125,16 @@ _EVENTS = re.compile(r"/api/console/waves/([^/]+)/events")
 # ---------------------------------------------------------------- shapes the page reads
 
 
-class TailPage(Lenient):
+@record
+class TailPage:
     """A page of a wavelet's history, oldest first; ``more`` says older blips exist."""
 
     blips: list[Blip]
     more: bool
 
 
-class PresenceList(Lenient):
-    presence: list[PresenceRow]
-
-
-class StreamReady(Lenient):
+@record
+class StreamReady:
     """The first event of a stream opened without a cursor: where it starts (a blip id, or '')."""
 
     cursor: str
@@ -466,7 +463,7 @@ class _Emitter:
         self._buf.append(text)
         self.wrote = True
 
-    def event(self, name: str, payload: BaseModel, *, event_id: str | None = None) -> None:
+    def event(self, name: str, payload: object, *, event_id: str | None = None) -> None:
         self.raw_event(name, _dumps(payload), event_id=event_id)
 
     def raw_event(self, name: str, data: str, *, event_id: str | None = None) -> None:
@@ -557,8 +554,7 @@ class _ConsoleHandler(BaseHTTPRequestHandler):
         self._json(status, {"error": {"kind": kind, "message": message}})
 
     def _fleet_error(self, exc: errors.FleetError) -> None:
-        status = getattr(exc, "http_status", exc.status)
-        kind = getattr(exc, "http_kind", exc.kind)
+        status, kind = errors.status_of(exc)
         self._error(status, kind, exc.message)
 
     def _login(self, status: int, message: str, extra: list[tuple[str, str]] | None = None) -> None:

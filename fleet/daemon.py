@@ -41,8 +41,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import BaseModel, ValidationError
-
 from fleet import __version__, errors
 from fleet.console import Console
 from fleet.models import (
@@ -68,10 +66,11 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
+from fleet.wire import RecordError, dumps, load, loads, record
 
 log = logging.getLogger(__name__)
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 MAX_WAIT = 60.0
 BODY_SLACK = 64 * 1024
@@ -229,7 +228,7 @@ class Request:
     def model(self, cls: type[M]) -> M:
         try:
             data = json.loads(self.body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also a 5,000-digit integer
             raise errors.UsageError(f"the request body is not valid JSON: {exc}") from None
         except RecursionError:
             raise errors.UsageError("the request body is not valid JSON: nested too deeply") from None
@@ -243,9 +242,9 @@ class Request:
                 "the request body has a string with a lone surrogate: send valid UTF-8"
             ) from None
         try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise errors.UsageError(_describe(exc)) from None
+            return load(cls, data)
+        except RecordError as exc:
+            raise errors.UsageError("invalid request: " + errors.describe(exc)) from None
 
     def q_float(self, name: str, default: float) -> float:
         raw = self.query.get(name)
@@ -267,14 +266,6 @@ class Request:
             return int(raw)
         except ValueError:
             raise errors.UsageError(f"query parameter {name}={raw!r} is not an integer") from None
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "body"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)
 
 
 Handler = Callable[[Request, re.Match[str]], tuple[int, Any]]
@@ -333,7 +324,7 @@ class Daemon:
             os.close(fd)
             where = "unknown address"
             try:
-                ep = Endpoint.model_validate_json(self.paths.endpoint.read_text())
+                ep = loads(Endpoint, self.paths.endpoint.read_text())
                 where = f"{ep.url} (pid {ep.pid})"
             except (OSError, ValueError):
                 pass
@@ -357,9 +348,7 @@ class Daemon:
             self.url = f"http://{shown}:{port}"
             write_private(
                 self.paths.endpoint,
-                Endpoint(
-                    url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__
-                ).model_dump_json()
+                dumps(Endpoint(url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__))
                 + "\n",
             )
             if self.console is not None:
@@ -426,7 +415,7 @@ class Daemon:
 
     def _release(self) -> None:
         try:
-            ep = Endpoint.model_validate_json(self.paths.endpoint.read_text())
+            ep = loads(Endpoint, self.paths.endpoint.read_text())
             if ep.pid == os.getpid():
                 self.paths.endpoint.unlink()
         except (OSError, ValueError):
@@ -469,7 +458,7 @@ class Daemon:
             who = self.authenticate(headers.get("Authorization"))
             return fn(Request(method, path, query, body, who), match)
         if matched_path:
-            raise _HTTPError(405, "usage", f"{method} is not allowed on {path}")
+            raise errors.HttpError(405, f"{method} is not allowed on {path}")
         raise errors.NotFound(f"no such endpoint {method} {path}: see docs/http-api.md")
 
     def _enter(self) -> bool:
@@ -701,15 +690,9 @@ class Daemon:
         return 200, {"revoked": revoked}
 
 
-class _BlipList(BaseModel):
+@record
+class _BlipList:
     items: list[Any]
-
-
-class _HTTPError(errors.FleetError):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.http_status = status
-        self.http_kind = kind
 
 
 class _Server(ThreadingHTTPServer):
@@ -770,10 +753,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _error(self, exc: errors.FleetError) -> None:
-        if isinstance(exc, _HTTPError):
-            self._respond(exc.http_status, {"error": {"kind": exc.http_kind, "message": exc.message}})
-        else:
-            self._respond(exc.status, {"error": {"kind": exc.kind, "message": exc.message}})
+        status, kind = errors.status_of(exc)
+        self._respond(status, {"error": {"kind": kind, "message": exc.message}})
 
     def _read_body(self) -> bytes | None:
         daemon = self.server.fleet
@@ -860,6 +841,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
 def read_endpoint(paths: Paths) -> Endpoint | None:
     """The endpoint file, or None if absent or unreadable."""
     try:
-        return Endpoint.model_validate_json(Path(paths.endpoint).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return loads(Endpoint, Path(paths.endpoint).read_text(encoding="utf-8"))
+    except (OSError, RecordError):
         return None

@@ -8,18 +8,25 @@ into the same classes, so a caller sees the same exception locally and remotely.
 
     FleetError (1, 500)
     ├── UsageError (2, 400)          bad input: names, sizes, malformed requests
-    ├── DaemonUnreachable (3)        no daemon answered at the configured address
+    │   └── HttpError (2, any)       malformed HTTP: a status of its own (405, 421, …)
+    ├── DaemonUnreachable (3, 503)   no daemon answered at the configured address     [transient]
     ├── NotFound (4, 404)            unknown wave, wavelet, blip, token — or invisible to the caller
     ├── Forbidden (5, 403)           visible, but the caller may not do this
     ├── Unauthorized (5, 401)        missing, wrong or revoked token
     ├── Conflict (1, 409)            the name is taken, the daemon already runs
     ├── PayloadTooLarge (2, 413)     a blip or request body over the limit
+    ├── CorruptState (1)             a delivery state file fleet cannot use (never overwritten)
     └── ToolMissing (6)              tmux, claude or another agent command is not installed
+
+``transient`` says whether trying the same thing again later can succeed without anyone changing
+anything (the daemon comes back): delivery loops retry transient errors with backoff and stop, or
+slow down and tell someone, on permanent ones. :func:`describe` is the one way validation problems
+(of a :mod:`fleet.wire` record or a pydantic model) are put into words.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class FleetError(Exception):
@@ -28,6 +35,7 @@ class FleetError(Exception):
     exit_code: ClassVar[int] = 1
     status: ClassVar[int] = 500
     kind: ClassVar[str] = "error"
+    transient: ClassVar[bool] = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -43,10 +51,20 @@ class UsageError(FleetError):
     kind = "usage"
 
 
+class HttpError(UsageError):
+    """Malformed or misdirected HTTP that has a status of its own (``405``, ``421``, …)."""
+
+    def __init__(self, status: int, message: str, kind: str = "usage") -> None:
+        super().__init__(message)
+        self.http_status = status
+        self.http_kind = kind
+
+
 class DaemonUnreachable(FleetError):
     exit_code = 3
     status = 503
     kind = "unreachable"
+    transient = True
 
 
 class NotFound(FleetError):
@@ -79,6 +97,12 @@ class PayloadTooLarge(FleetError):
     kind = "too_large"
 
 
+class CorruptState(FleetError):
+    """A delivery state file exists but cannot be used. Delivery stops; nothing is skipped."""
+
+    kind = "corrupt_state"
+
+
 class ToolMissing(FleetError):
     exit_code = 6
     status = 500
@@ -96,6 +120,7 @@ _BY_KIND: dict[str, type[FleetError]] = {
         Unauthorized,
         Conflict,
         PayloadTooLarge,
+        CorruptState,
         ToolMissing,
     )
 }
@@ -104,3 +129,29 @@ _BY_KIND: dict[str, type[FleetError]] = {
 def from_kind(kind: str, message: str) -> FleetError:
     """Rebuild the error a daemon reported as ``{"error": {"kind", "message"}}``."""
     return _BY_KIND.get(kind, FleetError)(message)
+
+
+def status_of(exc: FleetError) -> tuple[int, str]:
+    """The HTTP (status, kind) an error is answered with."""
+    if isinstance(exc, HttpError):
+        return exc.http_status, exc.http_kind
+    return exc.status, exc.kind
+
+
+def describe(exc: Any, limit: int = 5) -> str:
+    """Validation problems in words: ``field.path: what is wrong; …`` (the first ``limit``).
+
+    Takes a :class:`fleet.wire.RecordError` or a pydantic ``ValidationError`` (anything with
+    ``problems``, or with pydantic's ``errors()``).
+    """
+    problems: list[tuple[str, str]]
+    if hasattr(exc, "problems"):
+        problems = list(exc.problems)
+    else:
+        problems = [
+            (".".join(str(p) for p in e.get("loc", ())), str(e.get("msg", "invalid"))) for e in exc.errors()
+        ]
+    shown = "; ".join(f"{loc or 'body'}: {msg}" for loc, msg in problems[:limit])
+    if len(problems) > limit:
+        shown += f" (and {len(problems) - limit} more)"
+    return shown

@@ -1,7 +1,10 @@
-"""Pydantic models for every shape that crosses a boundary: HTTP bodies, the event log, files on disk.
+"""The records of every shape that crosses a boundary: HTTP bodies, responses, files on disk.
 
-The daemon renders these, the client parses them, the CLI and the channel consume them; nothing
-passes a ``dict[str, Any]`` between layers. Field names are the wire names.
+The daemon renders these, the client loads them, the CLI and the channel consume them; nothing
+passes a ``dict[str, Any]`` between layers. Field names are the wire names (``with_`` travels as
+``with``, ``as_`` as ``as``). They are :mod:`fleet.wire` records, not pydantic models: they sit on
+the start-up path of every ``fleet`` command and channel process (see that module for why).
+Requests (client → daemon) refuse unknown fields; responses ignore fields a newer daemon may add.
 """
 
 from __future__ import annotations
@@ -9,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fleet.wire import dump, field, record
 
 PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
-"""Participant names (DESIGN §1). ``operator`` is the reserved human."""
+"""Participant names (docs/design.md §1). ``operator`` is the reserved human."""
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
 """Wave and wavelet names: no ``/`` (it separates WAVE/WAVELET), no upper case, no spaces."""
@@ -24,33 +27,19 @@ DEFAULT_MAX_BLIP_BYTES = 256 * 1024
 BlipKind = Literal["message", "system", "surface"]
 ParticipantKind = Literal["agent", "human"]
 PresenceState = Literal["working", "idle", "gone"]
+Transport = Literal["channel", "hook"]
 
 
 def jsonable(obj: Any) -> Any:
-    """``obj`` with every model (also inside dicts, lists and tuples) dumped to its wire JSON shape."""
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json", by_alias=True)
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    return obj
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
-
-
-class Lenient(BaseModel):
-    """Responses: ignore fields a newer daemon may add."""
-
-    model_config = ConfigDict(extra="ignore")
+    """``obj`` with every record (also inside dicts, lists and tuples) as its wire JSON shape."""
+    return dump(obj)
 
 
 # ---------------------------------------------------------------- records (daemon -> client)
 
 
-class Member(Lenient):
+@record
+class Member:
     name: str
     kind: ParticipantKind = "agent"
     joined_at: str
@@ -58,7 +47,8 @@ class Member(Lenient):
     """Blip id just before this member joined ('' = the wavelet's start): delivery starts after it."""
 
 
-class Wavelet(Lenient):
+@record
+class Wavelet:
     id: str
     wave_id: str
     wave: str
@@ -69,22 +59,24 @@ class Wavelet(Lenient):
     private: bool
     created_by: str
     created_at: str
-    roster: list[Member] = Field(default_factory=list)
+    roster: list[Member] = field(default_factory=list)
 
     @property
     def path(self) -> str:
         return f"{self.wave}/{self.name}"
 
 
-class Wave(Lenient):
+@record
+class Wave:
     id: str
     name: str
     created_at: str
     root_id: str
-    wavelets: list[Wavelet] = Field(default_factory=list)
+    wavelets: list[Wavelet] = field(default_factory=list)
 
 
-class Blip(Lenient):
+@record
+class Blip:
     id: str
     wavelet_id: str
     wave_id: str
@@ -101,13 +93,15 @@ class Blip(Lenient):
     """On a ``system`` blip: the participant whose act (fork, invite, leave) it records, if any."""
 
 
-class BlipPage(Lenient):
+@record
+class BlipPage:
     blips: list[Blip]
     cursor: str
     """The greatest id the reader has now seen (pass it back as ``after``); unchanged if none."""
 
 
-class Context(Lenient):
+@record
+class Context:
     """What a participant sees when it reads a wavelet: ancestors up to each fork point, then it."""
 
     wavelet: Wavelet
@@ -116,7 +110,8 @@ class Context(Lenient):
     blips: list[Blip]
 
 
-class FeedWavelet(Lenient):
+@record
+class FeedWavelet:
     id: str
     name: str
     wave: str
@@ -125,7 +120,8 @@ class FeedWavelet(Lenient):
     """Where delivery starts for this member when the client has no cursor for it."""
 
 
-class Feed(Lenient):
+@record
+class Feed:
     """One long-poll across every wavelet on a participant's roster (the channel's delivery input)."""
 
     wavelets: list[FeedWavelet]
@@ -135,7 +131,8 @@ class Feed(Lenient):
     more: bool = False
 
 
-class PresenceRow(Lenient):
+@record
+class PresenceRow:
     wave_id: str
     participant: str
     state: PresenceState
@@ -147,7 +144,8 @@ class PresenceRow(Lenient):
     delivered: int = 0
 
 
-class Activity(Lenient):
+@record
+class Activity:
     """What one participant wrote in one wavelet (system blips are not counted)."""
 
     wavelet_id: str
@@ -158,16 +156,18 @@ class Activity(Lenient):
     last_blip_at: str
 
 
-class WaveActivity(Lenient):
+@record
+class WaveActivity:
     """``GET /v1/waves/{wave}/activity``: who wrote where, and the wave's newest blip."""
 
     wave_id: str
     head: str
     """The greatest blip id in the wave ('' if none): ``after=`` for the wave's blip stream to start now."""
-    activity: list[Activity] = Field(default_factory=list)
+    activity: list[Activity] = field(default_factory=list)
 
 
-class SessionRecord(Lenient):
+@record
+class SessionRecord:
     """The agent session a participant runs in a wave: what ``fleet respawn`` needs on any machine."""
 
     participant: str
@@ -178,13 +178,14 @@ class SessionRecord(Lenient):
     layout: str = ""
     agent: str = ""
     """The agent command (no secrets), as the layout or ``--agent`` gave it."""
-    transport: Literal["channel", "hook"] = "channel"
+    transport: Transport = "channel"
     cwd: str = ""
     host: str = ""
     updated_at: str = ""
 
 
-class TokenInfo(Lenient):
+@record
+class TokenInfo:
     id: str
     wave_id: str
     wave: str
@@ -193,12 +194,14 @@ class TokenInfo(Lenient):
     revoked_at: str | None = None
 
 
+@record
 class MintedToken(TokenInfo):
     token: str
     """The secret, shown once. The daemon keeps only its hash."""
 
 
-class Whoami(Lenient):
+@record
+class Whoami:
     principal: str
     """``operator`` or the participant name."""
     wave_id: str | None = None
@@ -206,74 +209,119 @@ class Whoami(Lenient):
     daemon_version: str
 
 
-class Health(Lenient):
+@record
+class Health:
     ok: bool
     version: str
     pid: int
 
 
-class ErrorBody(Lenient):
+@record
+class ErrorBody:
     kind: str
     message: str
+
+
+# ---------------------------------------------------------------- response envelopes (daemon and client)
+
+
+@record
+class WaveList:
+    waves: list[Wave]
+
+
+@record
+class BlipList:
+    blips: list[Blip]
+
+
+@record
+class PresenceList:
+    presence: list[PresenceRow]
+
+
+@record
+class TokenList:
+    tokens: list[TokenInfo]
+
+
+@record
+class SessionList:
+    sessions: list[SessionRecord]
+
+
+@record
+class Revoked:
+    revoked: list[TokenInfo]
+
+
+@record
+class Ok:
+    ok: bool = True
+
+
+@record
+class ErrorEnvelope:
+    """Every error answer: ``{"error": {"kind", "message"}}`` (``kind`` names a :mod:`fleet.errors` class)."""
+
+    error: ErrorBody
 
 
 # ---------------------------------------------------------------- requests (client -> daemon)
 
 
-class NewWave(Model):
+@record(extra="forbid")
+class NewWave:
     name: str
-    with_: list[str] = Field(default_factory=list, alias="with")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    with_: list[str] = field(default_factory=list, key="with")
 
 
-class NewFork(Model):
+@record(extra="forbid")
+class NewFork:
     name: str
-    with_: list[str] = Field(default_factory=list, alias="with")
+    with_: list[str] = field(default_factory=list, key="with")
     private: bool = False
-    as_: str | None = Field(default=None, alias="as")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    as_: str | None = field(default=None, key="as")
 
 
-class RosterChange(Model):
+@record(extra="forbid")
+class RosterChange:
     name: str
     kind: ParticipantKind = "agent"
-    as_: str | None = Field(default=None, alias="as")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    as_: str | None = field(default=None, key="as")
 
 
-class NewBlip(Model):
+@record(extra="forbid")
+class NewBlip:
     text: str
-    as_: str | None = Field(default=None, alias="as")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    as_: str | None = field(default=None, key="as")
 
 
-class NewSystemBlip(Model):
+@record(extra="forbid")
+class NewSystemBlip:
     """``POST /v1/wavelets/{wavelet}/system`` (operator only): a ``system`` blip, authored ``system``."""
 
     text: str
 
 
-class NewSurface(Model):
+@record(extra="forbid")
+class NewSurface:
     text: str
     source_blip_id: str | None = None
-    as_: str | None = Field(default=None, alias="as")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    as_: str | None = field(default=None, key="as")
 
 
-class FeedRequest(Model):
+@record(extra="forbid")
+class FeedRequest:
     participant: str
-    cursors: dict[str, str] = Field(default_factory=dict)
+    cursors: dict[str, str] = field(default_factory=dict)
     """wavelet id -> last delivered blip id. Missing wavelets start at the member's ``since``."""
     wait: float = 0.0
     limit: int = 200
 
 
-class PresenceReport(Model):
+@record(extra="forbid")
+class PresenceReport:
     participant: str
     event: Literal["ping", "delivered", "gone"]
     count: int = 0
@@ -281,23 +329,26 @@ class PresenceReport(Model):
     host: str | None = None
 
 
-class NewSession(Model):
+@record(extra="forbid")
+class NewSession:
     participant: str
     session_id: str
     wavelet_id: str
     layout: str = ""
     agent: str = ""
-    transport: Literal["channel", "hook"] = "channel"
+    transport: Transport = "channel"
     cwd: str = ""
     host: str = ""
 
 
-class MintRequest(Model):
+@record(extra="forbid")
+class MintRequest:
     wave: str
     participant: str
 
 
-class RevokeRequest(Model):
+@record(extra="forbid")
+class RevokeRequest:
     token_id: str | None = None
     wave: str | None = None
     participant: str | None = None
@@ -306,7 +357,8 @@ class RevokeRequest(Model):
 # ---------------------------------------------------------------- files on disk
 
 
-class Endpoint(Lenient):
+@record
+class Endpoint:
     """``state/daemon.json``: where the local daemon listens."""
 
     url: str

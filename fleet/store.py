@@ -70,6 +70,7 @@ from fleet.models import (
     WaveActivity,
     Wavelet,
 )
+from fleet.wire import dump
 
 log = logging.getLogger(__name__)
 
@@ -1310,7 +1311,7 @@ class Store:
         wl = self._visible_wavelet(who, rec.wavelet_id)
         if wl["wave_id"] != w["id"]:
             raise errors.UsageError(f"wavelet {rec.wavelet_id!r} is not in wave {w['name']!r}")
-        payload = rec.model_dump()
+        payload = dump(rec)
         payload.update(wave_id=w["id"], wavelet_id=wl["id"], updated_at=now())
         self._commit_event("session.recorded", payload)
         return self.sessions(who, wave, rec.participant)[0]

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 from conftest import retry_until
-from pydantic import BaseModel
 
+from fleet import wire
 from fleet.client import Client, local_status, stop_local_daemon
 from fleet.daemon import Daemon
 from fleet.models import Blip, BlipPage, MintedToken, TokenInfo, Wave, Wavelet, Whoami
@@ -68,9 +68,9 @@ def fails(code: int, *args: str, env: dict[str, str]) -> str:
     return r.stderr
 
 
-def exactly(model: type[BaseModel], data: Any) -> Any:
+def exactly(model: type[Any], data: Any) -> Any:
     """``data`` is exactly ``model``'s wire shape: every field, nothing else."""
-    assert data == model.model_validate(data).model_dump(mode="json", by_alias=True)
+    assert data == wire.dump(wire.load(model, data))
     return data
 
 

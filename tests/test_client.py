@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import retry_until
 
-from fleet import errors
+from fleet import errors, wire
 from fleet.client import Client, connect, live_endpoint, local_status, stop_local_daemon
 from fleet.daemon import Daemon
 from fleet.models import Blip, BlipPage, Context, Endpoint, Feed, PresenceReport, Wave, Wavelet
@@ -263,7 +263,7 @@ def test_no_daemon_without_autostart_is_unreachable(fleet_env: Paths) -> None:
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     stale = Endpoint(url="http://127.0.0.1:1", pid=int(gone.stdout), started_at=0, version="0")
-    write_private(fleet_env.endpoint, stale.model_dump_json())
+    write_private(fleet_env.endpoint, wire.dumps(stale))
     with pytest.raises(errors.DaemonUnreachable, match="fleet daemon start"):
         connect(autostart=False)
     assert not local_status(fleet_env).running

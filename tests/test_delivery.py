@@ -32,6 +32,7 @@ from fleet.delivery import (
     route,
     state_path,
 )
+from fleet import wire
 from fleet.ids import IdMinter
 from fleet.models import Blip
 
@@ -45,7 +46,8 @@ class Stream:
         self.ids = IdMinter()
 
     def blip(self, wavelet: str, author: str, text: str = "", kind: str = "message") -> Blip:
-        return Blip.model_validate(
+        return wire.load(
+            Blip,
             {
                 "id": self.ids.mint(),
                 "wavelet_id": wavelet,
@@ -54,7 +56,7 @@ class Stream:
                 "kind": kind,
                 "text": text or f"{author} says hi",
                 "created_at": "2026-01-01T00:00:00Z",
-            }
+            },
         )
 
 

@@ -1,7 +1,7 @@
 """Everything the CLI prints, in one place: human lines by default, the wire models with ``--json``.
 
-What scripts may rely on: ``--json`` prints exactly ``model_dump(mode="json", by_alias=True)`` of the
-models in :mod:`fleet.models` (a JSON array for lists, one object per line for streams). Human output
+What scripts may rely on: ``--json`` prints exactly the wire shape (:func:`fleet.wire.dump`) of the
+records in :mod:`fleet.models` (a JSON array for lists, one object per line for streams). Human output
 is for people: ids are shortened to a prefix the daemon accepts, times are local ``HH:MM:SS``.
 Data goes to stdout; notices and errors go to stderr.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import typer
-from pydantic import BaseModel
 
+from fleet import wire
 from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
 
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
@@ -42,15 +42,9 @@ def error(message: str) -> None:
     typer.echo(f"fleet: error: {message}", err=True)
 
 
-def dump(item: BaseModel | Sequence[BaseModel] | Mapping[str, str], *, compact: bool = False) -> None:
-    """Print a model (or a list of models, as a JSON array) exactly as its wire shape."""
-    data: object
-    if isinstance(item, BaseModel):
-        data = item.model_dump(mode="json", by_alias=True)
-    elif isinstance(item, Mapping):
-        data = dict(item)
-    else:
-        data = [m.model_dump(mode="json", by_alias=True) for m in item]
+def dump(item: object, *, compact: bool = False) -> None:
+    """Print a record or model (or a list of them, as a JSON array) exactly as its wire shape."""
+    data = wire.dump(item)
     out(json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2))
 
 

@@ -31,7 +31,12 @@ def mint(
     if file is not None:
         write_private(file, minted.token + "\n")
         if as_json:  # the secret stays in the file: print the token's record without it
-            render.dump(TokenInfo.model_validate(minted.model_dump(exclude={"token"})))
+            render.dump(
+                TokenInfo(
+                    id=minted.id, wave_id=minted.wave_id, wave=minted.wave, participant=minted.participant,
+                    created_at=minted.created_at, revoked_at=minted.revoked_at,
+                )
+            )  # fmt: skip
         else:
             render.out(str(file))
         return

@@ -1,0 +1,397 @@
+"""Typed records: the shapes that cross fleet's boundaries, checked on the way in.
+
+A record is a stdlib dataclass declared with :func:`record`. :func:`load` turns decoded JSON into
+one, checking every field against its annotation (and the constraints given with :func:`field`);
+:func:`dump` turns one back into JSON-able data; :func:`schema` gives its JSON Schema (what the
+channel's MCP tools declare). The annotations understood are ``str``, ``int``, ``float``, ``bool``,
+``None``, ``Any``, ``Path``, ``Literal[...]``, ``X | Y`` unions, ``list[X]``, ``dict[str, X]`` and
+other records.
+
+Why not pydantic for these: the records are on the start-up path of every short-lived ``fleet``
+command and of every channel process (one per agent). A first pydantic model costs about 110 ms
+and 10 MiB before it validates anything (``bench/cli.py`` prints the figures); a record costs
+what a dataclass costs. pydantic stays where start-up does not matter and its richer validation
+does: the daemon's event log (:mod:`fleet.store`), layout files, reports of long-running commands.
+
+What a caller may rely on:
+
+- :func:`load` never coerces: ``"5"`` is not an ``int``, ``1`` is not a ``bool``, ``1.0`` is not an
+  ``int`` (an ``int`` is a ``float``). Unknown keys are ignored, or refused for a record declared
+  ``record(extra="forbid")`` (request bodies, files fleet owns). Every problem found is reported at
+  once in one :class:`RecordError` whose ``problems`` name the field path.
+- :func:`dump` writes every field under its wire name (``key``), ``None`` included unless
+  ``exclude_none``; ``Path`` becomes ``str``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar, dataclass_transform, overload
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+class RecordError(ValueError):
+    """Data that does not fit a record. ``problems`` holds (field path, what is wrong) pairs;
+    :func:`fleet.errors.describe` puts them into words."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{loc or 'body'}: {msg}" for loc, msg in problems[:5]))
+
+
+def field(
+    *,
+    default: Any = _MISSING,
+    default_factory: Callable[[], Any] | Any = _MISSING,
+    key: str | None = None,
+    doc: str = "",
+    min_length: int | None = None,
+    max_length: int | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    pattern: str | None = None,
+) -> Any:
+    """A record field with a wire name (``key``), a description (for :func:`schema`) and constraints."""
+    meta = {
+        k: v
+        for k, v in (
+            ("key", key),
+            ("doc", doc),
+            ("min_length", min_length),
+            ("max_length", max_length),
+            ("ge", ge),
+            ("le", le),
+            ("pattern", pattern),
+        )
+        if v not in (None, "")
+    }
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@overload
+def record(cls: type[T], /) -> type[T]: ...
+@overload
+def record(*, extra: Literal["ignore", "forbid"] = "ignore") -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(kw_only_default=True, field_specifiers=(field,))
+def record(cls: type[T] | None = None, /, *, extra: Literal["ignore", "forbid"] = "ignore") -> Any:
+    """Declare a record (a keyword-only, slotted dataclass). ``extra="forbid"`` refuses unknown keys."""
+
+    def wrap(c: type[T]) -> type[T]:
+        out = dataclasses.dataclass(kw_only=True, slots=True)(c)
+        out.__record_extra__ = extra  # type: ignore[attr-defined]
+        return out
+
+    return wrap if cls is None else wrap(cls)
+
+
+# ---------------------------------------------------------------- introspection (cached per class)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    key: str
+    hint: Any
+    required: bool
+    meta: typing.Mapping[str, Any]
+
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    got = _FIELDS.get(cls)
+    if got is None:
+        module = sys.modules.get(cls.__module__)
+        hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
+        got = tuple(
+            _Field(
+                name=f.name,
+                key=f.metadata.get("key", f.name),
+                hint=hints[f.name],
+                required=f.default is _MISSING and f.default_factory is _MISSING,
+                meta=f.metadata,
+            )
+            for f in dataclasses.fields(cls)
+            if f.init
+        )
+        _FIELDS[cls] = got
+    return got
+
+
+def is_record(obj: Any) -> bool:
+    return dataclasses.is_dataclass(obj)
+
+
+# ---------------------------------------------------------------- load
+
+
+def load(cls: type[T], data: Any) -> T:
+    """``data`` (decoded JSON) as a ``cls`` record; raises :class:`RecordError` if it does not fit."""
+    problems: list[tuple[str, str]] = []
+    out = _convert(cls, data, "", problems)
+    if problems:
+        raise RecordError(problems)
+    return typing.cast(T, out)
+
+
+def loads(cls: type[T], raw: str | bytes) -> T:
+    """:func:`load` of JSON text; text that is not JSON is a :class:`RecordError` too."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise RecordError([("", f"not valid JSON ({exc})")]) from None
+    return load(cls, data)
+
+
+def _join(path: str, key: str | int) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number" if isinstance(value, int | float) else "?"
+    )
+
+
+def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[tuple[str, str]] = []
+            out = _convert(arg, value, path, trial)
+            if not trial:
+                return out
+        names = " or ".join(_hint_name(a) for a in args)
+        problems.append((path, f"expected {names}, got {_type_name(value)}"))
+        return None
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if any(value == a and type(value) is type(a) for a in allowed):
+            return value
+        problems.append((path, f"must be one of {', '.join(json.dumps(a) for a in allowed)}"))
+        return None
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append((path, f"expected an array, got {_type_name(value)}"))
+            return []
+        (item,) = typing.get_args(hint) or (Any,)
+        return [_convert(item, v, _join(path, i), problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append((path, f"expected an object, got {_type_name(value)}"))
+            return {}
+        _k, item = typing.get_args(hint) or (str, Any)
+        return {str(k): _convert(item, v, _join(path, k), problems) for k, v in value.items()}
+    if hint is str:
+        if isinstance(value, str):
+            return value
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is type(None):
+        if value is None:
+            return None
+    elif hint is Path:
+        if isinstance(value, str):
+            return Path(value)
+    elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict):
+            return _record(hint, value, path, problems)
+    else:  # pragma: no cover - a record declared with an annotation this module does not know
+        raise TypeError(f"fleet.wire cannot load {hint!r}")
+    problems.append((path, f"expected {_hint_name(hint)}, got {_type_name(value)}"))
+    return None
+
+
+def _record(cls: type, value: dict[str, Any], path: str, problems: list[tuple[str, str]]) -> Any:
+    kwargs: dict[str, Any] = {}
+    known = set()
+    for f in _fields(cls):
+        known.add(f.key)
+        if f.key not in value:
+            if f.required:
+                problems.append((_join(path, f.key), "required"))
+            continue
+        where = _join(path, f.key)
+        before = len(problems)
+        v = _convert(f.hint, value[f.key], where, problems)
+        if len(problems) == before:
+            _check(f.meta, v, where, problems)
+        kwargs[f.name] = v
+    if getattr(cls, "__record_extra__", "ignore") == "forbid":
+        for key in value:
+            if key not in known:
+                problems.append((_join(path, str(key)), "unknown field"))
+    if len(problems):
+        return None
+    return cls(**kwargs)
+
+
+def _check(meta: typing.Mapping[str, Any], v: Any, where: str, problems: list[tuple[str, str]]) -> None:
+    if v is None:
+        return
+    if "min_length" in meta and len(v) < meta["min_length"]:
+        n = meta["min_length"]
+        problems.append((where, f"must have at least {n} {'character' if isinstance(v, str) else 'item'}"
+                         f"{'' if n == 1 else 's'}"))  # fmt: skip
+    if "max_length" in meta and len(v) > meta["max_length"]:
+        problems.append((where, f"must have at most {meta['max_length']}"
+                         f" {'characters' if isinstance(v, str) else 'items'}"))  # fmt: skip
+    if "ge" in meta and v < meta["ge"]:
+        problems.append((where, f"must be at least {meta['ge']:g}"))
+    if "le" in meta and v > meta["le"]:
+        problems.append((where, f"must be at most {meta['le']:g}"))
+    if "pattern" in meta and not re.fullmatch(meta["pattern"], v):
+        problems.append((where, f"must match {meta['pattern']}"))
+
+
+def _hint_name(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(json.dumps(a) for a in typing.get_args(hint))
+    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", Path: "a path"}
+    if hint in names:
+        return names[hint]
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return "an array"
+    if origin is dict or dataclasses.is_dataclass(hint):
+        return "an object"
+    return str(hint)
+
+
+# ---------------------------------------------------------------- dump
+
+
+def dump(obj: Any, *, exclude_none: bool = False) -> Any:
+    """``obj`` (a record, or lists and dicts of them) as JSON-able data, fields under their wire names."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        for f in _fields(type(obj)):
+            v = getattr(obj, f.name)
+            if v is None and exclude_none:
+                continue
+            out[f.key] = dump(v, exclude_none=exclude_none)
+        return out
+    if isinstance(obj, list | tuple):
+        return [dump(v, exclude_none=exclude_none) for v in obj]
+    if isinstance(obj, dict):
+        return {k: dump(v, exclude_none=exclude_none) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "model_dump"):  # a pydantic model inside a record (reports of long commands)
+        return obj.model_dump(mode="json", by_alias=True)
+    return obj
+
+
+def dumps(obj: Any, *, exclude_none: bool = False, indent: int | None = None) -> str:
+    """:func:`dump` as compact JSON text (or indented with ``indent``)."""
+    separators = (",", ":") if indent is None else None
+    return json.dumps(dump(obj, exclude_none=exclude_none), separators=separators, indent=indent)
+
+
+def copy(obj: T) -> T:
+    """A deep copy of a record (through its wire form: plain data only)."""
+    return load(type(obj), dump(obj))
+
+
+# ---------------------------------------------------------------- schema
+
+
+def schema(cls: type) -> dict[str, Any]:
+    """The JSON Schema of a record: inlined, ``additionalProperties: false``, descriptions from ``doc``."""
+    return _schema(cls)
+
+
+def _schema(hint: Any, meta: typing.Mapping[str, Any] | None = None) -> dict[str, Any]:
+    meta = meta or {}
+    origin = typing.get_origin(hint)
+    out: dict[str, Any]
+    if hint is Any:
+        out = {}
+    elif origin is typing.Union or origin is types.UnionType:
+        out = {"anyOf": [_schema(a) for a in typing.get_args(hint)]}
+    elif origin is Literal:
+        values = list(typing.get_args(hint))
+        out = {"enum": values}
+        if all(isinstance(v, str) for v in values):
+            out["type"] = "string"
+    elif origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        out = {"type": "array", "items": _schema(item)}
+    elif origin is dict:
+        _k, item = typing.get_args(hint) or (str, Any)
+        out = {"type": "object", "additionalProperties": _schema(item)}
+    elif dataclasses.is_dataclass(hint):
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for f in _fields(typing.cast(type, hint)):
+            props[f.key] = _schema(f.hint, f.meta)
+            if f.required:
+                required.append(f.key)
+            else:
+                default = _default_of(typing.cast(type, hint), f.name)
+                if default is not _MISSING:
+                    props[f.key]["default"] = default
+        out = {"type": "object", "properties": props, "additionalProperties": False}
+        if required:
+            out["required"] = required
+    else:
+        out = {
+            "type": {str: "string", int: "integer", float: "number", bool: "boolean", Path: "string"}.get(
+                hint, "null"
+            )
+        }
+    if meta.get("doc"):
+        out["description"] = meta["doc"]
+    for key, name in (
+        ("min_length", "minLength" if hint is str else "minItems"),
+        ("max_length", "maxLength" if hint is str else "maxItems"),
+        ("ge", "minimum"),
+        ("le", "maximum"),
+        ("pattern", "pattern"),
+    ):
+        if key in meta:
+            out[name] = meta[key]
+    return out
+
+
+def _default_of(cls: type, name: str) -> Any:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not _MISSING:
+                return dump(f.default)
+            if f.default_factory is not _MISSING:
+                return dump(f.default_factory())
+    return _MISSING
