@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleet import wire
 from fleet.delivery import (
     EXCERPT_CHARS,
     HOLD_MAX_LINES,
@@ -32,7 +33,6 @@ from fleet.delivery import (
     route,
     state_path,
 )
-from fleet import wire
 from fleet.ids import IdMinter
 from fleet.models import Blip
 
