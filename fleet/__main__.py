@@ -1,6 +1,20 @@
+"""``python -m fleet``: the CLI. ``python -m fleet channel …`` (what every spawned session runs) goes
+straight to the channel, without loading the rest of the CLI: one channel per agent stays small."""
+
 from __future__ import annotations
 
-from fleet.cli import main
+import sys
+
+
+def _main() -> None:
+    if sys.argv[1:2] == ["channel"]:
+        from fleet.channel import main as channel
+
+        sys.exit(channel(sys.argv[2:]))
+    from fleet.cli import main
+
+    main()
+
 
 if __name__ == "__main__":
-    main()
+    _main()

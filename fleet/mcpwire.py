@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from fleet.wire import dump, record
 
 log = logging.getLogger(__name__)
 
@@ -82,25 +82,24 @@ def take_stdout() -> IO[str]:
 # ---------------------------------------------------------------- tools
 
 
-class TextContent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@record(extra="forbid")
+class TextContent:
     type: Literal["text"] = "text"
     text: str
 
 
-class ToolResult(BaseModel):
+@record(extra="forbid")
+class ToolResult:
     """A ``tools/call`` result as it goes on the wire (field names are the MCP wire names)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     content: list[TextContent]
     structuredContent: JsonObject | None = None
     isError: bool = False
 
     @classmethod
-    def ok(cls, text: str, structured: BaseModel | None = None) -> ToolResult:
-        """A success: ``text`` for the model, ``structured`` as ``structuredContent``."""
-        data = structured.model_dump(mode="json", by_alias=True) if structured is not None else None
+    def ok(cls, text: str, structured: object | None = None) -> ToolResult:
+        """A success: ``text`` for the model, ``structured`` (a record) as ``structuredContent``."""
+        data = dump(structured) if structured is not None else None
         return cls(content=[TextContent(text=text)], structuredContent=data)
 
     @classmethod
@@ -439,4 +438,4 @@ class Server:
         if cancelled:
             log.info("tools/call %r was cancelled; its result is dropped", request_id)
             return
-        self._respond(request_id, result.model_dump(mode="json", exclude_none=True))
+        self._respond(request_id, dump(result, exclude_none=True))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,15 +35,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery import DEFAULT_CAP, DeliveryState, StateFile
+from fleet.delivery.rules import DEFAULT_CAP, mentions
+from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths
 from fleet.spawn import PaneReport, Spawner, zombie_status
 from fleet.tmux import PaneInfo, Tmux
+from fleet.wire import RecordError, loads
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,10 @@ def delivery_state(paths: Paths, daemon_url: str, wave: str, participant: str) -
     """The channel's delivery state file for (daemon, wave name, participant), if it is on this machine."""
     path = StateFile(paths.channels, daemon_url, wave, participant).path
     try:
-        return DeliveryState.model_validate_json(path.read_bytes())
+        return loads(DeliveryState, path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValidationError) as exc:
+    except (OSError, RecordError) as exc:
         log.debug("cannot read delivery state %s: %s", path, exc)
         return None
 
@@ -315,12 +316,6 @@ class Ladder:
 
     def attempts(self, name: str) -> int:
         return self._r(name).attempts
-
-
-def mentions(text: str, name: str) -> bool:
-    """Whether ``text`` names ``name`` (word boundary or ``[[name]]``, as the attention layer reads it)."""
-    n = re.escape(name)
-    return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
 
 
 def span(seconds: float) -> str:

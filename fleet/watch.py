@@ -1,9 +1,9 @@
-"""``fleet watch``: the non-channel transport (DESIGN §5) on the same delivery core as the channel.
+"""``fleet watch``: the non-channel transport (docs/design.md §5), the delivery engine with a list sink.
 
 A session that cannot receive channel notifications (third-party providers, accounts without
 channels) can still be woken when a background process ends. ``fleet watch`` is that process.
 
-**Plain mode** (``fleet watch``): one long-poll ``feed`` after another until at least one blip is
+**Plain mode** (``fleet watch``): one long-poll ``feed`` after another until at least one frame is
 handed to the participant, then everything handed out is printed (readably, or one JSON object per
 line with ``--json``), followed by one re-arm line, ``after=v1.…``, and the command exits 0. Passing
 that value back (``--after``) resumes exactly where the call stopped: it carries a cursor *per
@@ -15,15 +15,18 @@ where a fresh channel starts: at the participant's join of each wavelet.
 **Hook mode** (``fleet watch --hook``), run by Claude Code as an ``asyncRewake`` hook
 (``SessionStart``, ``Stop`` and ``StopFailure``; :func:`hook_settings` builds the ``--settings`` JSON):
 
-* The position is the channel's own state file (:func:`fleet.delivery.state_path`), so a session
-  moving from the channel to the hook, or back, resumes exactly: no replay, no gap.
+* The position is the channel's own state file (:class:`fleet.delivery.state.StateFile`), so a
+  session moving from the channel to the hook, or back, resumes exactly: no replay, no gap.
 * The lock beside the state file is taken without waiting; when another process holds it (an arm
   still waiting, or a delivering channel) this arm exits 0 at once. A lock left by a killed process
   is released by the kernel (``flock``), so it never wedges.
-* Exit 2 wakes the session: the blips go to stderr, where Claude Code shows them to the model, each
-  as ``<channel source="fleet" wavelet=… wavelet_id=… blip_id=… author=… kind=…>`` around its text
-  (exactly what the channel transport shows). The state is saved right after they are written: the
-  cursor advances when blips are emitted, since nothing acknowledges a hook.
+* Exit 2 wakes the session: the frames go to stderr, where Claude Code shows them to the model, each
+  as the ``<channel source="fleet" …>`` block a channel push would have shown
+  (:func:`fleet.delivery.frames.channel_tag`). The state is saved right after they are written: the
+  cursor advances when frames are emitted, since nothing acknowledges a hook.
+* Targeted attention works as in the channel, digest hold and attendant included: a digest with
+  nothing addressed beside it waits in the arm (up to ``--digest-hold``) for more chatter before it
+  wakes the session.
 * Exit 2 also when the daemon has been unreachable for ``unreachable_after`` seconds (30 by default),
   with a message saying so: a hook that died quietly would leave an idle session deaf for good.
 * Exit 0: nothing happened (another arm holds the lock, ``wait`` elapsed, or the session that ran
@@ -31,18 +34,14 @@ where a fresh channel starts: at the participant's join of each wavelet.
 * Any other failure (unknown wave or participant: 4; rejected token: 5; a corrupt state file: 1)
   exits with its code and message and wakes nothing, because a wake on a permanent error would
   repeat at every turn's end. A corrupt state file is never overwritten: nothing is skipped.
-
-The per-batch step, :func:`take`, is the one place a feed batch meets the delivery core.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import html
 import logging
 import os
-import random
 import shlex
 import sys
 import threading
@@ -51,33 +50,26 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Literal
 
 from fleet import errors
-from fleet.client import Client, read_endpoint
-from fleet.delivery import (
-    DEFAULT_CAP,
-    Action,
-    Attention,
-    Decision,
-    Delivery,
-    DeliveryState,
-    StateFile,
-    blip_block,
-    digest_text,
-    exhaustion_notice,
-)
-from fleet.models import OPERATOR, PARTICIPANT_RE, Feed, PresenceReport
+from fleet.client import Client
+from fleet.delivery.config import TransportConfig, read_token
+from fleet.delivery.engine import Backoff, Engine, ListSink
+from fleet.delivery.frames import Frame, hook_report
+from fleet.delivery.presence import Presence
+from fleet.delivery.rules import Attention, Delivery
+from fleet.delivery.state import DeliveryState, StateFile
+from fleet.models import Feed
 from fleet.paths import get_paths
+from fleet.wire import RecordError, dumps, loads, record
+from fleet.wire import field as wfield
+
+if TYPE_CHECKING:
+    from fleet.delivery.attention import Attendant, RoutingLog
 
 log = logging.getLogger(__name__)
 
-POLL_WAIT = 20.0
-"""Seconds one feed long-poll may wait (the daemon caps it at 60); also how often a deadline is checked."""
-UNREACHABLE_AFTER = 30.0
-"""Seconds of daemon outage after which a hook wakes its session to say so (DESIGN §5)."""
 HOOK_TIMEOUT = 7 * 24 * 3600
 """The ``timeout`` (seconds) of the generated hook. Claude Code kills an ``asyncRewake`` hook at its
 timeout (600 s by default) and re-arms only when a turn ends, so an idle session whose hook ended
@@ -93,115 +85,32 @@ ORPHAN_CHECK = 0.5
 REWAKE_SUMMARY = "fleet: new blips"
 
 
-# ---------------------------------------------------------------- what watch emits
-
-
-class WatchItem(BaseModel):
-    """One thing handed to the participant: a blip, or (``kind == "cap"``) the cap's notice in its place.
-
-    ``--json`` prints one of these per line; the field names are stable.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    """The blip's id (for a cap notice: the blip it stands in for)."""
-    wavelet: str
-    """WAVE/WAVELET."""
-    wavelet_id: str
-    author: str
-    """The blip's author; ``fleet`` for a cap notice."""
-    kind: str
-    """``message``, ``system``, ``surface``, ``cap``, or (targeted attention) ``digest``."""
-    text: str
-    created_at: str
-    replaces: str | None = None
-    blip_ids: list[str] | None = None
-    """A digest: the blips it lists, oldest first (``id`` is the last); None otherwise."""
-
-
-class AfterLine(BaseModel):
+@record
+class AfterLine:
     """The last line of ``fleet watch --json``: the value to pass back as ``--after``."""
 
     after: str
 
 
-def item_of(decision: Decision, label: str, cap: int) -> WatchItem:
-    """What a DELIVER or NOTICE decision hands out (the same content and meta as a channel push)."""
-    blip = decision.blip
-    if decision.action is Action.NOTICE:
-        return WatchItem(
-            id=blip.id,
-            wavelet=label,
-            wavelet_id=blip.wavelet_id,
-            author="fleet",
-            kind="cap",
-            text=exhaustion_notice(label, cap),
-            created_at=blip.created_at,
-        )
-    if decision.digest:  # targeted attention: the same digest frame the channel pushes
-        return WatchItem(
-            id=blip.id,
-            wavelet=label,
-            wavelet_id=blip.wavelet_id,
-            author="fleet",
-            kind="digest",
-            text=digest_text(decision.digest),
-            created_at=blip.created_at,
-            blip_ids=[b.id for b in decision.digest],
-        )
-    return WatchItem(
-        id=blip.id,
-        wavelet=label,
-        wavelet_id=blip.wavelet_id,
-        author=blip.author,
-        kind=blip.kind,
-        text=blip.text,
-        created_at=blip.created_at,
-        replaces=blip.replaces,
-    )
-
-
-def take(core: Delivery, feed: Feed, only: frozenset[str] | None = None) -> list[WatchItem]:
-    """Run one feed batch through the delivery core; return what to emit, oldest first.
-
-    The core's state (in memory) advances over everything handled: delivered blips, cap notices,
-    echoes and capped blips. Blips of wavelets outside ``only`` are left untouched (their cursors
-    stay). The caller emits the items and then saves the state; if it cannot emit, it must not save.
-    """
-    labels = {w.id: f"{w.wave}/{w.name}" for w in feed.wavelets}
-    core.retain(labels)
-    items: list[WatchItem] = []
-
-    def push(decision: Decision) -> bool:
-        wid = decision.blip.wavelet_id
-        items.append(item_of(decision, labels.get(wid, wid), core.cap))
-        return True
-
-    blips = [b for b in feed.blips if only is None or b.wavelet_id in only]
-    core.process(blips, push)
-    return items
-
-
 # ---------------------------------------------------------------- the re-arm value
 
 
-class _After(BaseModel):
+@record(extra="forbid")
+class _After:
     """What an ``after=`` value carries (short keys: it is retyped by people and agents)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     p: str
     """The participant it belongs to."""
-    c: dict[str, str] = Field(default_factory=dict)
-    d: dict[str, int] = Field(default_factory=dict)
-    x: dict[str, str] = Field(default_factory=dict)
+    c: dict[str, str] = wfield(default_factory=dict)
+    d: dict[str, int] = wfield(default_factory=dict)
+    x: dict[str, str] = wfield(default_factory=dict)
 
 
 def encode_after(state: DeliveryState) -> str:
     """The ``--after`` value for ``state``: ``v1.`` + base64url(zlib(JSON)), no padding, shell-safe."""
     body = _After(p=state.participant, c=state.cursors, d=state.delivered, x=state.exhausted)
-    raw = body.model_dump_json(exclude_defaults=True).encode()
+    short = {k: v for k, v in (("p", body.p), ("c", body.c), ("d", body.d), ("x", body.x)) if v}
+    raw = dumps(short).encode()
     return AFTER_PREFIX + base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
 
 
@@ -220,8 +129,8 @@ def decode_after(value: str, daemon: str, wave: str, participant: str) -> Delive
     data = value[len(AFTER_PREFIX) :]
     try:
         raw = zlib.decompress(base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)))
-        body = _After.model_validate_json(raw)
-    except (binascii.Error, ValueError, zlib.error, ValidationError):
+        body = loads(_After, raw)
+    except (binascii.Error, ValueError, zlib.error, RecordError):
         raise errors.UsageError(bad) from None
     if body.p != participant:
         raise errors.UsageError(
@@ -233,49 +142,7 @@ def decode_after(value: str, daemon: str, wave: str, participant: str) -> Delive
     )
 
 
-# ---------------------------------------------------------------- rendering
-
-
-def _attr(value: str) -> str:
-    return html.escape(value, quote=True).replace("&#x27;", "&apos;")
-
-
-def as_channel_tag(item: WatchItem) -> str:
-    """``item`` exactly as Claude Code shows a channel notification to the model (claude-code.md §2)."""
-    meta = {
-        "wavelet": item.wavelet,
-        "wavelet_id": item.wavelet_id,
-        "blip_id": item.id,
-        "author": item.author,
-        "kind": item.kind,
-    }
-    if item.replaces:
-        meta["replaces"] = item.replaces
-    if item.blip_ids is not None:
-        del meta["blip_id"]
-        meta["blip_ids"] = ",".join(item.blip_ids)
-    attrs = "".join(f' {k}="{_attr(v)}"' for k, v in meta.items())
-    text = item.text.replace("</channel", "<\\/channel")
-    return f'<channel source="fleet"{attrs}>\n{text}\n</channel>'
-
-
-def as_text(item: WatchItem) -> str:
-    """A readable block: ``[WAVE/WAVELET] author (kind) · id`` and the text below it."""
-    return blip_block(item.wavelet, item.author, item.kind, item.id, item.text, item.replaces)
-
-
-def hook_report(items: list[WatchItem], participant: str, wave: str) -> str:
-    """What a waking hook writes to stderr (the model reads it): a header line, then the blips."""
-    n = len(items)
-    head = (
-        f"fleet: {n} new blip{'s' if n != 1 else ''} for {participant} in wave {wave}. Reply with "
-        "wavelet_post (pass the wavelet attribute) only when you have something to add; never reply "
-        "to system, surface or cap blips."
-    )
-    return head + "\n\n" + "\n\n".join(as_channel_tag(i) for i in items) + "\n"
-
-
-def unreachable_report(config: WatchConfig, down_for: float, reason: str) -> str:
+def unreachable_report(config: TransportConfig, down_for: float, reason: str) -> str:
     return (
         f"fleet: the fleet daemon at {config.daemon} has been unreachable for {down_for:.0f}s "
         f"({reason}). Blips for {config.participant} in wave {config.wave} cannot reach you until it "
@@ -284,138 +151,40 @@ def unreachable_report(config: WatchConfig, down_for: float, reason: str) -> str
     )
 
 
-# ---------------------------------------------------------------- configuration
-
-
-class WatchConfig(BaseModel):
-    """Who watches, where, and how long. Built by ``fleet watch`` from options and the environment."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    participant: str
-    wave: str
-    daemon: str
-    token_file: Path | None = None
-    """None: ``FLEET_TOKEN`` if set, else the operator token of the local daemon."""
-    state_dir: Path
-    """Where the channel keeps its state files (hook mode reads and writes its one file there)."""
-    cap: int = DEFAULT_CAP
-    attention: Attention = "full"
-    """Targeted: the attention rules of :mod:`fleet.delivery` (digests; hook mode logs its routing
-    decisions to the channel's routing log, :mod:`fleet.attention`). Digests are emitted at once."""
-    wavelets: list[str] = Field(default_factory=list)
-    """Only these wavelets (refs as typed: WAVE/WAVELET, a name in the wave, an id); empty: all."""
-    wait: float = 0.0
-    """Give up after this many seconds with nothing handed out; 0: wait as long as it takes."""
-    unreachable_after: float = UNREACHABLE_AFTER
-    poll_wait: float = POLL_WAIT
-
-
-def resolve_config(
-    *,
-    participant: str | None,
-    wave: str | None,
-    daemon: str | None,
-    token_file: Path | None,
-    state_dir: Path | None,
-    cap: int,
-    wavelets: list[str],
-    wait: float,
-    unreachable_after: float,
-    hook: bool,
-    attention: Attention = "full",
-) -> WatchConfig:
-    """Fill in what the command line left out, the way the channel does (env, then local paths).
-
-    Without a token file the local operator token is used: in plain mode for anyone (the operator
-    may read any participant's feed), in hook mode only for ``operator`` (a participant's session
-    runs on its own token, like its channel).
-    """
-    paths = get_paths()
-    participant = participant or os.environ.get("FLEET_PARTICIPANT", "")
-    if not participant:
-        raise errors.UsageError("no participant: pass --participant or set FLEET_PARTICIPANT")
-    if not PARTICIPANT_RE.match(participant):
-        raise errors.UsageError(
-            f"participant {participant!r} is not a valid name (lower case letter first, then "
-            "letters, digits, '_' or '-', at most 32)"
-        )
-    wave = wave or os.environ.get("FLEET_WAVE", "")
-    if not wave:
-        raise errors.UsageError("no wave: pass --wave or set FLEET_WAVE")
-    daemon = daemon or os.environ.get("FLEET_DAEMON", "")
-    if not daemon:
-        endpoint = read_endpoint(paths)
-        if endpoint is None:
-            raise errors.DaemonUnreachable(
-                "no daemon: pass --daemon URL, set FLEET_DAEMON, "
-                "or start the local one with `fleet daemon start`"
-            )
-        daemon = endpoint.url
-    env_file = os.environ.get("FLEET_TOKEN_FILE", "").strip()
-    if token_file is None and env_file:
-        token_file = Path(env_file)
-    if token_file is None and hook and participant != OPERATOR:
-        raise errors.UsageError(
-            "no token file: pass --token-file PATH or set FLEET_TOKEN_FILE (mint one with "
-            f"`fleet token mint {wave} {participant} --file PATH`)"
-        )
-    return WatchConfig(
-        participant=participant,
-        wave=wave,
-        daemon=daemon,
-        token_file=token_file.expanduser() if token_file else None,
-        state_dir=(state_dir or paths.channels).expanduser(),
-        cap=cap,
-        attention=attention,
-        wavelets=wavelets,
-        wait=wait,
-        unreachable_after=unreachable_after,
-    )
-
-
-def read_token(config: WatchConfig) -> str:
-    """The bearer token: the token file's content, else ``FLEET_TOKEN``, else the local operator token."""
-    if config.token_file is None and os.environ.get("FLEET_TOKEN", "").strip():
-        return os.environ["FLEET_TOKEN"].strip()
-    path = config.token_file or get_paths().operator_token
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise errors.Unauthorized(f"cannot read the token file {path}: {exc.strerror or exc}") from None
-    if not token:
-        raise errors.Unauthorized(f"the token file {path} is empty: mint a token with `fleet token mint`")
-    return token
-
-
 # ---------------------------------------------------------------- the wait
 
 
 @dataclass
 class Outcome:
-    """How a wait ended. ``items`` is non-empty exactly when ``how == "items"``."""
+    """How a wait ended. ``frames`` is non-empty exactly when ``how == "frames"``."""
 
-    how: Literal["items", "elapsed", "unreachable"]
-    items: list[WatchItem] = field(default_factory=list)
+    how: Literal["frames", "elapsed", "unreachable"]
+    frames: list[Frame] = field(default_factory=list)
     down_for: float = 0.0
     reason: str = ""
 
 
 class Watcher:
-    """Long-polls the participant's feed through the delivery core until something is handed out.
+    """Long-polls the participant's feed through an :class:`~fleet.delivery.engine.Engine` until
+    something is handed out.
 
     ``client`` must carry a token that may read the participant's feed (its own, or the operator's).
     """
 
-    def __init__(self, config: WatchConfig, client: Client) -> None:
+    def __init__(self, config: TransportConfig, client: Client) -> None:
         self.config = config
         self.client = client
-        self._only: frozenset[str] | None = None
-        self.labels: dict[str, str] = {}
-        """Wavelet id -> WAVE/WAVELET of every wavelet a feed named so far."""
+        self.sink = ListSink()
         self._checked = False
 
-    def _check(self, feed: Feed) -> None:
+    def engine(
+        self, state: DeliveryState, *, routing: RoutingLog | None = None, attendant: Attendant | None = None
+    ) -> Engine:
+        c = self.config
+        core = Delivery(c.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
+        return Engine(core, self.client, self.sink, wave=c.wave, routing=routing, attendant=attendant)
+
+    def _check(self, engine: Engine, feed: Feed) -> None:
         """On the first answer: the participant and the wavelets asked for must be on rosters."""
         if self._checked:
             return
@@ -435,59 +204,53 @@ class Watcher:
                         f"{c.participant!r} is not on the roster of {wl.path}: watch a wavelet they are on"
                     )
                 ids.add(wl.id)
-            self._only = frozenset(ids)
+            engine.only = frozenset(ids)
         self._checked = True
 
-    def wait(self, core: Delivery, before_emit: Callable[[], bool] = lambda: True) -> Outcome:
-        """Poll until items are handed out (``items``), ``config.wait`` passes (``elapsed``), or the
+    def wait(self, engine: Engine, before_emit: Callable[[], bool] = lambda: True) -> Outcome:
+        """Poll until frames are handed out (``frames``), ``config.wait`` passes (``elapsed``), or the
         daemon stays unreachable for ``config.unreachable_after`` (``unreachable``).
 
-        ``before_emit`` is asked before items are returned; False ends the wait as ``elapsed`` with
+        ``before_emit`` is asked before frames are returned; False ends the wait as ``elapsed`` with
         nothing returned (the core's state may still have advanced over echoes; do not save it then).
-        Errors other than the daemon being unreachable (unknown wave, rejected token) are raised.
+        Permanent errors (unknown wave, rejected token) are raised.
         """
         c = self.config
         deadline = time.monotonic() + c.wait if c.wait > 0 else None
-        skip: dict[str, str] = {}
-        """Cursors for wavelets outside ``only``, for the request only, so they do not end the poll."""
         outage: float | None = None
-        reason = ""
-        backoff = BACKOFF_FIRST
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return Outcome("elapsed")
             poll = c.poll_wait if deadline is None else max(0.0, min(c.poll_wait, deadline - now))
             try:
-                feed = self.client.feed(c.wave, c.participant, {**core.cursors, **skip}, wait=poll)
-            except errors.DaemonUnreachable as exc:
+                feed = self.client.feed(
+                    c.wave, c.participant, engine.feed_cursors, wait=engine.poll_wait(poll)
+                )
+            except errors.FleetError as exc:
+                if not exc.transient:
+                    raise
                 now = time.monotonic()
                 outage = now if outage is None else outage
-                reason = exc.message
                 if now - outage >= c.unreachable_after:
-                    return Outcome("unreachable", down_for=now - outage, reason=_short_reason(reason))
-                log.info("daemon unreachable (%s); retrying", reason)
-                pause = backoff * random.uniform(0.8, 1.2)
+                    return Outcome("unreachable", down_for=now - outage, reason=_short_reason(exc.message))
+                log.info("daemon unreachable (%s); retrying", exc.message)
+                pause = backoff.delay()
                 if deadline is not None:
                     pause = min(pause, max(0.0, deadline - now))
-                pause = min(pause, max(0.0, outage + c.unreachable_after - now))
-                time.sleep(pause)
-                backoff = min(backoff * 2, BACKOFF_MAX)
+                time.sleep(min(pause, max(0.0, outage + c.unreachable_after - now)))
                 continue
-            outage, backoff = None, BACKOFF_FIRST
-            self._check(feed)
-            before = ({**core.cursors}, dict(skip))
-            self.labels.update({w.id: f"{w.wave}/{w.name}" for w in feed.wavelets})
-            items = take(core, feed, self._only)
-            if self._only is not None:
-                for b in feed.blips:
-                    if b.wavelet_id not in self._only and b.id > skip.get(b.wavelet_id, ""):
-                        skip[b.wavelet_id] = b.id
-            if items:
+            outage = None
+            backoff.reset()
+            self._check(engine, feed)
+            step = engine.handle(feed)
+            frames = self.sink.take()
+            if frames:
                 if not before_emit():
                     return Outcome("elapsed")
-                return Outcome("items", items)
-            if feed.blips and before == (core.cursors, skip):
+                return Outcome("frames", frames)
+            if step.stuck:
                 log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
                 time.sleep(BACKOFF_MAX)
 
@@ -498,32 +261,33 @@ def _short_reason(message: str) -> str:
     return message[start + 1 : end] if 0 <= start < end else message
 
 
-def _client(config: WatchConfig) -> Client:
+def _client(config: TransportConfig) -> Client:
     return Client(config.daemon, read_token(config), retries=0, timeout=10)
 
 
 # ---------------------------------------------------------------- plain mode
 
 
-def watch(config: WatchConfig, after: str | None) -> tuple[list[WatchItem], str]:
-    """Plain ``fleet watch``: wait, then return (items, the next ``--after`` value).
+def watch(config: TransportConfig, after: str | None) -> tuple[list[Frame], str]:
+    """Plain ``fleet watch``: wait, then return (frames, the next ``--after`` value).
 
-    Items is empty only when ``config.wait`` elapsed. A daemon unreachable for
+    Frames is empty only when ``config.wait`` elapsed. A daemon unreachable for
     ``config.unreachable_after`` raises :class:`~fleet.errors.DaemonUnreachable`.
     """
     if after:
         state = decode_after(after, config.daemon, config.wave, config.participant)
     else:
         state = DeliveryState(daemon=config.daemon, wave=config.wave, participant=config.participant)
-    core = Delivery(config.participant, state, cap=config.cap, attention=config.attention)
     with _client(config) as client:
-        outcome = Watcher(config, client).wait(core)
+        watcher = Watcher(config, client)
+        engine = watcher.engine(state)
+        outcome = watcher.wait(engine)
     if outcome.how == "unreachable":
         raise errors.DaemonUnreachable(
             f"the fleet daemon at {config.daemon} has been unreachable for {outcome.down_for:.0f}s "
             f"({outcome.reason}); start it with `fleet daemon start`, or check --daemon / FLEET_DAEMON"
         )
-    return outcome.items, encode_after(core.state)
+    return outcome.frames, encode_after(engine.core.state)
 
 
 # ---------------------------------------------------------------- hook mode
@@ -561,12 +325,12 @@ class _OrphanGuard:
                     os._exit(0)
 
 
-def run_hook(config: WatchConfig, emit: Callable[[str], None] | None = None) -> int:
+def run_hook(config: TransportConfig, emit: Callable[[str], None] | None = None) -> int:
     """``fleet watch --hook``: the exit status Claude Code acts on (2 wake, 0 nothing).
 
     ``emit`` receives the text for the model (default: written to stderr and flushed); the state is
     saved only after it returns. Raises the :mod:`fleet.errors` of a permanent failure (the CLI
-    turns them into their exit codes), :class:`~fleet.delivery.CorruptState` included.
+    turns them into their exit codes), :class:`~fleet.errors.CorruptState` included.
     """
     emit = emit or _to_stderr
     state_file = StateFile(config.state_dir, config.daemon, config.wave, config.participant)
@@ -575,61 +339,47 @@ def run_hook(config: WatchConfig, emit: Callable[[str], None] | None = None) -> 
         return 0
     guard = _OrphanGuard()
     guard.start()
+    attendant: Attendant | None = None
     try:
-        core = Delivery(config.participant, state_file.load(), cap=config.cap, attention=config.attention)
+        routing = None
+        if config.attention == "targeted":
+            from fleet.delivery.attention import ATTENDANT_TIMEOUT, Attendant, RoutingLog, routing_log_path
+
+            routing = RoutingLog(routing_log_path(state_file), config.participant, config.wave)
+            if config.attendant:
+                attendant = Attendant(
+                    config.attendant, routing, config.attendant_timeout or ATTENDANT_TIMEOUT
+                )
+        state = state_file.load()
         with _client(config) as client:
             watcher = Watcher(config, client)
-            outcome = watcher.wait(core, before_emit=lambda: not guard.orphaned())
-            if outcome.how == "items":
-                emit(hook_report(outcome.items, config.participant, config.wave))
+            engine = watcher.engine(state, routing=routing, attendant=attendant)
+            outcome = watcher.wait(engine, before_emit=lambda: not guard.orphaned())
+            if outcome.how == "frames":
+                emit(hook_report(outcome.frames, config.participant, config.wave))
             with guard.lock:  # an arm orphaned before emitting must not save what it skipped
-                if core.dirty and (outcome.how == "items" or not guard.orphaned()):
-                    state_file.save(core.state)
-                    _log_routes(config, state_file, core, watcher.labels)
+                if engine.core.dirty and (outcome.how == "frames" or not guard.orphaned()):
+                    state_file.save(engine.core.state)
                 guard.stop()
-            if outcome.how == "items":
-                _report_delivered(client, config, len(outcome.items))
+            if outcome.how == "frames":
+                presence = Presence(
+                    lambda: client, config.wave, config.participant, session_id=config.session_id
+                )
+                presence.report("delivered", len(outcome.frames), timeout=2.0)
         if outcome.how == "unreachable":
             emit(unreachable_report(config, outcome.down_for, outcome.reason))
             return EXIT_WAKE
-        return EXIT_WAKE if outcome.how == "items" else 0
+        return EXIT_WAKE if outcome.how == "frames" else 0
     finally:
+        if attendant is not None:
+            attendant.close()
         guard.stop()
         state_file.release()
-
-
-def _log_routes(config: WatchConfig, state_file: StateFile, core: Delivery, labels: dict[str, str]) -> None:
-    """Targeted attention: the committed routing decisions go to the channel's routing log."""
-    if config.attention == "targeted":
-        from fleet.attention import RoutingLog, routing_log_path
-
-        log_ = RoutingLog(routing_log_path(state_file), config.participant, config.wave)
-        log_.routed(core.take_routed(), labels)
 
 
 def _to_stderr(text: str) -> None:
     sys.stderr.write(text)
     sys.stderr.flush()
-
-
-def _report_delivered(client: Client, config: WatchConfig, count: int) -> None:
-    """Presence says the participant is working (best effort: a wake never waits on it for long)."""
-    report = PresenceReport(
-        participant=config.participant,
-        event="delivered",
-        count=count,
-        session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or None,
-    )
-
-    def send() -> None:
-        try:
-            client.report_presence(config.wave, report)
-        except errors.FleetError as exc:
-            log.debug("presence not reported: %s", exc)
-
-    t = threading.Thread(target=send, daemon=True)
-    t.start()
-    t.join(2.0)
 
 
 # ---------------------------------------------------------------- the hook's settings
@@ -638,10 +388,9 @@ def _report_delivered(client: Client, config: WatchConfig, count: int) -> None:
 HOOK_EVENTS = ("SessionStart", "Stop", "StopFailure")
 
 
-class HookHandler(BaseModel):
+@record(extra="forbid")
+class HookHandler:
     """One command hook in Claude Code's settings (claude-code.md §4); field names are Claude Code's."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["command"] = "command"
     command: str
@@ -651,16 +400,14 @@ class HookHandler(BaseModel):
     rewakeMessage: str
 
 
-class HookMatcher(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@record(extra="forbid")
+class HookMatcher:
     hooks: list[HookHandler]
 
 
-class HookSettings(BaseModel):
+@record(extra="forbid")
+class HookSettings:
     """The ``--settings`` JSON :func:`hook_settings` prints: event name -> matchers."""
-
-    model_config = ConfigDict(extra="forbid")
 
     hooks: dict[str, list[HookMatcher]]
 
@@ -674,6 +421,7 @@ def hook_command(
     state_dir: Path | None = None,
     python: str | None = None,
     attention: Attention = "full",
+    cap: int | None = None,
 ) -> str:
     """The shell command of the hook. ``exec`` makes the watch the session's direct child (so it can
     tell when the session is gone); every word is quoted; the token is named by its file only."""
@@ -683,6 +431,8 @@ def hook_command(
              "--state-dir", str(state_dir or get_paths().channels)]  # fmt: skip
     if attention != "full":
         words += ["--attention", attention]
+    if cap is not None:
+        words += ["--cap", str(cap)]
     return "exec " + shlex.join(words)
 
 
@@ -695,6 +445,7 @@ def hook_settings(
     daemon: str,
     state_dir: Path | None = None,
     python: str | None = None,
+    cap: int | None = None,
 ) -> str:
     """The ``--settings`` JSON that installs ``fleet watch --hook`` for ``participant``.
 
@@ -707,9 +458,16 @@ def hook_settings(
     """
     handler = HookHandler(
         command=hook_command(
-            participant, wave, daemon, token_file, state_dir=state_dir, python=python, attention=attention
+            participant,
+            wave,
+            daemon,
+            token_file,
+            state_dir=state_dir,
+            python=python,
+            attention=attention,
+            cap=cap,
         ),
         rewakeMessage=f"New blips from the fleet wave {wave} for {participant}:",
     )
     entry = [HookMatcher(hooks=[handler])]
-    return HookSettings(hooks={event: entry for event in HOOK_EVENTS}).model_dump_json()
+    return dumps(HookSettings(hooks={event: entry for event in HOOK_EVENTS}))

@@ -4,7 +4,7 @@ A record is a stdlib dataclass declared with :func:`record`. :func:`load` turns 
 one, checking every field against its annotation (and the constraints given with :func:`field`);
 :func:`dump` turns one back into JSON-able data; :func:`schema` gives its JSON Schema (what the
 channel's MCP tools declare). The annotations understood are ``str``, ``int``, ``float``, ``bool``,
-``None``, ``Any``, ``Path``, ``Literal[...]``, ``X | Y`` unions, ``list[X]``, ``dict[str, X]`` and
+``None``, ``Any``, ``Path``, enums, ``Literal[...]``, ``X | Y`` unions, ``list[X]``, ``dict[str, X]`` and
 other records.
 
 Why not pydantic for these: the records are on the start-up path of every short-lived ``fleet``
@@ -26,6 +26,7 @@ What a caller may rely on:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import re
 import sys
@@ -222,6 +223,13 @@ def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) 
     elif hint is Path:
         if isinstance(value, str):
             return Path(value)
+    elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            allowed = ", ".join(json.dumps(m.value) for m in hint)
+            problems.append((path, f"must be one of {allowed}"))
+            return None
     elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
             return value
@@ -310,6 +318,8 @@ def dump(obj: Any, *, exclude_none: bool = False) -> Any:
         return {k: dump(v, exclude_none=exclude_none) for k, v in obj.items()}
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.value
     if hasattr(obj, "model_dump"):  # a pydantic model inside a record (reports of long commands)
         return obj.model_dump(mode="json", by_alias=True)
     return obj
@@ -347,6 +357,8 @@ def _schema(hint: Any, meta: typing.Mapping[str, Any] | None = None) -> dict[str
         out = {"enum": values}
         if all(isinstance(v, str) for v in values):
             out["type"] = "string"
+    elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+        out = {"enum": [m.value for m in hint]}
     elif origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         out = {"type": "array", "items": _schema(item)}

@@ -22,16 +22,16 @@ import pytest
 from conftest import retry_until
 from mcphelp import RawMcp, channel_argv, minted_token_file
 
-from fleet.attention import (
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.delivery import StateFile
+from fleet.delivery.attention import (
     AttendantEntry,
     MissEntry,
     RouteEntry,
     parse_entry,
     routing_log_path,
 )
-from fleet.client import Client
-from fleet.daemon import Daemon
-from fleet.delivery import StateFile
 from fleet.paths import Paths
 from fleet.watch import hook_settings
 

@@ -199,14 +199,14 @@ def test_every_blip_of_others_is_pushed_exactly_once_despite_failures(
     of another author is pushed exactly once and in per-wavelet order; own blips never."""
     s = Stream()
     blips = [s.blip(w, a) for w, a in spec]
-    saved = fresh().model_dump_json()
+    saved = wire.dumps(fresh())
     delivered: list[str] = []
     for fail_at in [*failures, None]:
-        core = Delivery("alice", DeliveryState.model_validate_json(saved), cap=0)
+        core = Delivery("alice", wire.loads(DeliveryState, saved), cap=0)
         # a feed sends only blips after each cursor; the rest are what this "restart" sees
         todo = [b for b in blips if b.id > core.cursors.get(b.wavelet_id, "")]
         delivered += [d.blip.id for d in run(core, todo, fail_at=fail_at)]
-        saved = core.state.model_dump_json()
+        saved = wire.dumps(core.state)
     assert delivered == [b.id for b in blips if b.author != "alice"]
 
 
@@ -503,17 +503,17 @@ def test_targeted_every_blip_of_others_is_in_exactly_one_committed_frame(
     of others is routed once and lands in exactly one committed frame (full iff a rule says so)."""
     s = Stream()
     blips = [s.blip(w, a, t, kind=k) for w, a, t, k in spec]
-    saved = fresh("bob").model_dump_json()
+    saved = wire.dumps(fresh("bob"))
     committed: list[tuple[str, bool]] = []
     routed: list[str] = []
     for fail_at in [*failures, None]:
-        core = Delivery("bob", DeliveryState.model_validate_json(saved), cap=0, attention="targeted")
+        core = Delivery("bob", wire.loads(DeliveryState, saved), cap=0, attention="targeted")
         todo = [b for b in blips if b.id > core.cursors.get(b.wavelet_id, "")]
         pushed = run(core, todo, fail_at=fail_at)
         done = {r.blip.id for r in core.take_routed()}
         routed += sorted(done)
         committed += [(b.id, not d.digest) for d in pushed for b in d.blips if b.id in done]
-        saved = core.state.model_dump_json()
+        saved = wire.dumps(core.state)
     others = [b for b in blips if b.author != "bob"]
     assert sorted(routed) == sorted(b.id for b in others)
     assert sorted(committed) == sorted((b.id, route(b, "bob").full) for b in others)

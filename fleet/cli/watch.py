@@ -16,7 +16,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.delivery import DEFAULT_CAP, Attention
+from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention
 from fleet.paths import get_paths
 
 ParticipantOpt = Annotated[
@@ -99,6 +99,27 @@ def watch(
         bool, typer.Option("--json", help='One JSON object per blip, then {"after": VALUE}.')
     ] = False,
     attention: AttentionOpt = "full",
+    digest_hold: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Targeted only: how long a digest with nothing addressed to you waits for more chatter "
+            "before it is handed out (0: at once) [default: 30 with --hook, 0 otherwise].",
+        ),
+    ] = None,
+    attendant: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CMD",
+            help="Targeted only: a command given each digest batch as JSON on stdin; it may answer "
+            '{"promote": [blip ids]} to deliver those in full (as the channel\'s --attendant).',
+        ),
+    ] = None,
+    attendant_timeout: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help="How long the attendant may take per batch [default: 2]."),
+    ] = None,
 ) -> None:
     """Block until a blip lands for PARTICIPANT, print what is new and an `after=` line, and exit 0.
 
@@ -108,36 +129,43 @@ def watch(
     stderr, and a daemon unreachable for --unreachable-after seconds also exits 2.
     """
     from fleet import watch as core
+    from fleet.delivery.config import resolve
 
     if hook and (after or as_json):
         raise errors.UsageError("--hook keeps its position in the state file: drop --after and --json")
     if not hook and state_dir is not None:
         raise errors.UsageError("--state-dir is for --hook only (plain watch keeps its position in --after)")
-    config = core.resolve_config(
+    config = resolve(
         participant=participant,
         wave=wave,
         daemon=daemon,
         token_file=token_file,
         state_dir=state_dir,
+        need_token_file=hook,
         cap=cap,
         wavelets=list(wavelet or []),
         wait=(core.HOOK_WAIT if hook else 0.0) if wait is None else wait,
         unreachable_after=unreachable_after,
-        hook=hook,
         attention=attention,
+        # a plain watch hands out what it has when it returns; an arm may wait for more chatter
+        digest_hold=(DIGEST_HOLD if hook else 0.0) if digest_hold is None else digest_hold,
+        attendant=attendant or None,
+        attendant_timeout=attendant_timeout,
     )
     if hook:
         if not os.environ.get("FLEET_DEBUG"):  # stderr is read by the model on a wake: no stray logs
             logging.getLogger("fleet").setLevel(logging.ERROR)
         raise typer.Exit(core.run_hook(config))
-    items, next_after = core.watch(config, after)
+    frames, next_after = core.watch(config, after)
     if as_json:
-        for item in items:
-            render.dump(item, compact=True)
+        for frame in frames:
+            render.dump(frame, compact=True)
         render.dump(core.AfterLine(after=next_after), compact=True)
     else:
-        for item in items:
-            render.out(core.as_text(item))
+        from fleet.delivery.frames import block
+
+        for frame in frames:
+            render.out(block(frame))
             render.out()
         render.out(f"after={next_after}")
     sys.stdout.flush()
@@ -157,18 +185,15 @@ def hook_config(
     file. `fleet spawn --transport hook` injects exactly this.
     """
     from fleet import watch as core
+    from fleet.delivery.config import resolve
 
-    config = core.resolve_config(
+    config = resolve(
         participant=participant,
         wave=wave,
         daemon=daemon,
         token_file=token_file,
         state_dir=state_dir,
-        cap=DEFAULT_CAP,
-        wavelets=[],
-        wait=0,
-        unreachable_after=core.UNREACHABLE_AFTER,
-        hook=True,
+        need_token_file=True,
     )
     tokens = config.token_file or get_paths().operator_token  # no file: only the operator gets here
     render.out(

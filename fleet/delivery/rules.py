@@ -1,63 +1,46 @@
-"""The delivery core: which blips a participant is handed, and where it stands in each wavelet.
+"""The delivery rules: which blips a participant is handed, as what, and where it then stands.
 
-A plain library with no I/O besides its state file, shared by every transport (the channel's MCP
-notifications, ``fleet watch --hook``, the attention layer). The rules (DESIGN §3):
+Pure: no I/O, no clock of its own, no threads. Every transport (the channel's MCP notifications,
+``fleet watch`` and its hook) runs them through :class:`fleet.delivery.engine.Engine`. The rules
+(docs/design.md §3, §4):
 
 * **A cursor per wavelet** (never one global cursor): a blip is handled when its id is greater than
   its wavelet's cursor. Ids are strictly increasing UUIDv7 text, so string order is commit order.
-* **Echo suppression is stateless:** a blip authored by the participant itself is stepped over.
+* **Echo suppression is stateless:** a blip authored by the participant itself, and the provenance
+  (``system``) blip of its own fork, invite or leave, is stepped over.
 * **A failed push keeps the cursor:** :meth:`Delivery.process` stops at the first push that fails,
   and only blips before it are committed; the rest are handed out again next time.
 * **The cap:** at most ``cap`` pushes per wavelet (``cap <= 0`` means no cap). The first blip past
   it produces one exhaustion notice instead of itself; every blip after that is stepped over
   silently (it stays readable with ``wavelet_read``). A blip authored by the operator in that
   wavelet resets the wavelet's count, and is itself delivered.
-* **Attention** (DESIGN §4, opt-in per participant): with ``attention="full"`` (the default) every
-  blip of others is its own push, exactly as above. With ``attention="targeted"`` each blip is
-  routed by :func:`route`: in full when it names the participant (:func:`mentions`), is the
-  operator's, or is a ``surface``; everything else (``system`` provenance included) is *digested*.
-  A wavelet's share of one feed batch becomes its full blips, one frame each, in order, then one
-  digest frame listing every digested blip (:func:`digest_text`). Frames, not blips, count toward
-  the cap, and a wavelet batch commits whole: if any of its frames fails to push, none of it is
-  committed and the whole batch is handed out again (a frame pushed before the failure may then be
-  pushed twice; nothing is skipped). Nothing is ever dropped: every blip of others is in exactly
-  one committed frame, or stepped over by the cap as in full mode.
+* **Attention** (opt-in per participant): with ``attention="full"`` (the default) every blip of
+  others is its own push, exactly as above. With ``attention="targeted"`` each blip is routed by
+  :func:`route`: in full when it names the participant (:func:`mentions`), is the operator's, or is
+  a ``surface``; everything else (``system`` provenance included) is *digested*. A wavelet's share
+  of one feed batch becomes its full blips, one frame each, in order, then one digest frame listing
+  every digested blip. Frames, not blips, count toward the cap, and a wavelet batch commits whole:
+  if any of its frames fails to push, none of it is committed and the whole batch is handed out
+  again (a frame pushed before the failure may then be pushed twice; nothing is skipped). Nothing
+  is ever dropped: every blip of others is in exactly one committed frame, or stepped over by the
+  cap as in full mode.
 * **The digest hold** (targeted, ``hold`` > 0, :meth:`Delivery.gather`): a wavelet batch with
   nothing to deliver in full is held back, uncommitted, for up to ``hold`` seconds so that later
   chatter joins the same digest frame (one wake instead of one per blip). A full blip in that
   wavelet, the deadline, or :data:`HOLD_MAX_LINES` digested blips release it. Held blips are in
   memory only: after a restart they are simply handed out again.
-* **State** lives in one JSON file per (daemon, wave, participant) under the state dir, replaced
-  atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
-  (``fcntl.flock``), so two transports never deliver the same blips twice. A restarted holder
-  resumes from the file: no replay, no gap. A file that cannot be read raises
-  :class:`CorruptState` and is never overwritten, so a corrupt file stops delivery instead of
-  skipping blips.
 """
 
 from __future__ import annotations
 
 import enum
-import fcntl
-import hashlib
-import json
-import logging
-import os
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Literal
-from urllib.parse import urlsplit
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from fleet.errors import FleetError
+from fleet.delivery.state import DeliveryState
 from fleet.models import OPERATOR, Blip
-from fleet.paths import ensure_private_dir
-
-log = logging.getLogger(__name__)
 
 DEFAULT_CAP = 40
 """Pushes per wavelet before the exhaustion notice (DESIGN §3); configurable per channel."""
@@ -65,31 +48,6 @@ DIGEST_HOLD = 30.0
 """Seconds a digest-only batch may wait for more chatter (targeted attention); 0 pushes at once."""
 HOLD_MAX_LINES = 100
 """Digested blips after which a held digest goes out without waiting for its deadline."""
-
-
-class CorruptState(FleetError):
-    """The delivery state file exists but cannot be used. Delivery stops; nothing is skipped."""
-
-    exit_code = 1
-    kind = "corrupt_state"
-
-
-class DeliveryState(BaseModel):
-    """The state file's content. Field names are the file format; ``version`` guards changes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: Literal[1] = 1
-    daemon: str
-    wave: str
-    participant: str
-    cursors: dict[str, str] = Field(default_factory=dict)
-    """wavelet id -> id of the last blip handled there (delivered, noticed or stepped over)."""
-    delivered: dict[str, int] = Field(default_factory=dict)
-    """wavelet id -> pushes since the cap was last reset there."""
-    exhausted: dict[str, str] = Field(default_factory=dict)
-    """wavelet id -> id of the blip that produced the exhaustion notice (at most one per reset)."""
-    updated_at: float = 0.0
 
 
 # ---------------------------------------------------------------- decisions
@@ -211,14 +169,6 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return cut.rstrip() + "…"
 
 
-def blip_block(wavelet: str, author: str, kind: str, blip_id: str, text: str, replaces: str | None) -> str:
-    """A blip as a readable block, the same for every transport: ``[WAVE/WAVELET] author (kind) · id``
-    (and ``[replaces ID]`` for a new version), then the text below it."""
-    mark = "" if kind == "message" else f" ({kind})"
-    edit = f" [replaces {replaces}]" if replaces else ""
-    return f"[{wavelet}] {author}{mark} · {blip_id}{edit}\n{text}"
-
-
 def digest_line(blip: Blip) -> str:
     """One digest line: ``author: excerpt [blip id]`` (the kind after the author unless a message)."""
     kind = "" if blip.kind == "message" else f" ({blip.kind})"
@@ -280,15 +230,6 @@ class Routed:
     rule: Rule
     action: Action
     """What became of the frame carrying it: delivered, replaced by the cap notice, or capped."""
-
-
-def exhaustion_notice(wavelet: str, cap: int, unit: str = "blips") -> str:
-    """The text of the one notice sent when ``wavelet`` reaches its cap (``unit``: what was counted)."""
-    return (
-        f"Delivery cap reached in {wavelet}: {cap} {unit} were pushed to you there since the operator "
-        f"last posted in it. Further blips there are not pushed; they stay readable with wavelet_read. "
-        f"Delivery resumes when the operator posts in {wavelet}. Do not post to ask for more."
-    )
 
 
 class Delivery:
@@ -544,123 +485,3 @@ class Delivery:
 
     def mark_saved(self) -> None:
         self.dirty = False
-
-
-# ---------------------------------------------------------------- the state file
-
-
-def daemon_key(url: str) -> str:
-    """A stable, file-name-safe key for a daemon URL (scheme, host and port; path ignored)."""
-    parts = urlsplit(url.strip())
-    host = (parts.hostname or "local").lower()
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{host}_{port}"
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def state_path(directory: Path, daemon: str, wave: str, participant: str) -> Path:
-    """Where the state of (daemon, wave, participant) lives: one file, deterministic, readable name."""
-    ident = f"{daemon_key(daemon)}|{wave}|{participant}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{daemon_key(daemon)}-{digest}.json"
-    return directory / name
-
-
-class StateFile:
-    """The state file of one (daemon, wave, participant) and the lock beside it.
-
-    :meth:`acquire` takes the lock without waiting; the holder is the one deliverer. :meth:`load`
-    and :meth:`save` may be called by the holder only.
-    """
-
-    def __init__(self, directory: Path, daemon: str, wave: str, participant: str) -> None:
-        self.daemon = daemon
-        self.wave = wave
-        self.participant = participant
-        self.path = state_path(directory, daemon, wave, participant)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self._lock_file: IO[bytes] | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._lock_file is not None
-
-    def acquire(self) -> bool:
-        """Take the lock if free (True), or return False at once when another process holds it."""
-        if self._lock_file is not None:
-            return True
-        ensure_private_dir(self.path.parent)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        f = os.fdopen(fd, "r+b")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            return False
-        self._lock_file = f
-        return True
-
-    def release(self) -> None:
-        if self._lock_file is not None:
-            try:
-                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
-            finally:
-                self._lock_file.close()
-                self._lock_file = None
-
-    def fresh(self) -> DeliveryState:
-        return DeliveryState(daemon=self.daemon, wave=self.wave, participant=self.participant)
-
-    def load(self) -> DeliveryState:
-        """The saved state, or a fresh one when there is no file. Raises :class:`CorruptState`."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return self.fresh()
-        except OSError as exc:
-            raise self._corrupt(f"cannot read it: {exc}") from exc
-        try:
-            state = DeliveryState.model_validate_json(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the file"
-            raise self._corrupt(f"{where}: {first['msg']}") from exc
-        if (state.wave, state.participant) != (self.wave, self.participant):
-            raise self._corrupt(
-                f"it belongs to {state.participant} in wave {state.wave}, "
-                f"not {self.participant} in {self.wave}"
-            )
-        return state
-
-    def save(self, state: DeliveryState) -> None:
-        """Replace the file atomically (write a temp file, rename over); mode 0600.
-
-        A crash of the process at any point leaves the old or the new file, never a mix. There is
-        deliberately no fsync: saves happen after every delivered batch, and with many channels on
-        one disk fsync was most of a channel's CPU time. After a power loss the file may be older
-        (blips are replayed, never skipped) or unreadable (:class:`CorruptState`: delivery stops).
-        """
-        state.updated_at = time.time()
-        data = json.dumps(state.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except FileNotFoundError:  # the state dir was removed under us: recreate it once
-            ensure_private_dir(self.path.parent)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-
-    def _corrupt(self, reason: str) -> CorruptState:
-        return CorruptState(
-            f"the delivery state file {self.path} is unusable ({reason}). Delivery is stopped so that "
-            f"no blip is skipped. To replay from your joins (capped), move it aside: "
-            f"mv '{self.path}' '{self.path}.bad'; or restore a good copy. Then restart the channel."
-        )

@@ -1,7 +1,7 @@
-"""The attention layer's I/O: the routing log and the external attendant (DESIGN §4).
+"""The attention layer's I/O: the routing log and the external attendant (docs/design.md §4).
 
 The rules themselves (who gets what in full, what is digested, how frames count toward the cap) are
-pure and live in :mod:`fleet.delivery`, so every transport applies them the same way. This module
+pure and live in :mod:`fleet.delivery.rules`, so every transport applies them the same way. This module
 holds what touches the outside world, for the transports to call:
 
 * **The routing log** (:class:`RoutingLog`): a client-local JSONL file beside the participant's
@@ -24,6 +24,7 @@ holds what touches the outside world, for the transports to call:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -35,13 +36,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Annotated, Literal
+from typing import IO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-from fleet.delivery import Action, Batch, Routed, Rule, StateFile
+from fleet.delivery.rules import Action, Batch, Routed, Rule
+from fleet.delivery.state import StateFile
 from fleet.models import Blip
 from fleet.paths import ensure_private_dir
+from fleet.wire import RecordError, dumps, field, load, loads, record
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,15 @@ def _now() -> str:
 # ---------------------------------------------------------------- log lines
 
 
-class Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    at: str = Field(default_factory=_now)
+@record(extra="forbid")
+class Entry:
+    at: str = field(default_factory=_now)
     """When the line was written (UTC, ISO 8601)."""
     participant: str
     wave: str
 
 
+@record(extra="forbid")
 class RouteEntry(Entry):
     """One routing decision: a blip of someone else, committed to the participant's delivery."""
 
@@ -93,6 +94,7 @@ class RouteEntry(Entry):
     """What the cap made of the frame carrying it: pushed, replaced by the cap notice, stepped over."""
 
 
+@record(extra="forbid")
 class MissEntry(Entry):
     """A read-after-digest miss: the agent read a blip it had only been given as a digest line."""
 
@@ -109,6 +111,7 @@ class MissEntry(Entry):
 AttendantOutcome = Literal["promoted", "none", "exit", "timeout", "invalid", "unknown_ids", "error"]
 
 
+@record(extra="forbid")
 class AttendantEntry(Entry):
     """One attendant run over one digest batch. Every outcome but ``promoted``/``none`` is a fallback
     (``unknown_ids`` still promotes the ids it got right)."""
@@ -119,20 +122,28 @@ class AttendantEntry(Entry):
     offered: int
     """Digested blips given to it."""
     outcome: AttendantOutcome
-    promoted: list[str] = Field(default_factory=list)
-    unknown: list[str] = Field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
     """Ids it answered that were not digested blips of the batch (ignored)."""
     detail: str = ""
     elapsed_ms: float = 0.0
 
 
-LogEntry = Annotated[RouteEntry | MissEntry | AttendantEntry, Field(discriminator="event")]
-_ENTRY: TypeAdapter[RouteEntry | MissEntry | AttendantEntry] = TypeAdapter(LogEntry)
+LogEntry = RouteEntry | MissEntry | AttendantEntry
+_ENTRIES: dict[str, type[LogEntry]] = {"route": RouteEntry, "miss": MissEntry, "attendant": AttendantEntry}
 
 
-def parse_entry(line: str | bytes) -> RouteEntry | MissEntry | AttendantEntry:
-    """One log line as its model; raises :class:`pydantic.ValidationError` on anything else."""
-    return _ENTRY.validate_json(line)
+def parse_entry(line: str | bytes) -> LogEntry:
+    """One log line as its record (by its ``event``); raises :class:`fleet.wire.RecordError` on
+    anything else."""
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise RecordError([("", f"not valid JSON ({exc})")]) from None
+    cls = _ENTRIES.get(str(data.get("event"))) if isinstance(data, dict) else None
+    if cls is None:
+        raise RecordError([("event", 'must be one of "route", "miss", "attendant"')])
+    return load(cls, data)
 
 
 _OUTCOMES: dict[Action, Literal["delivered", "notice", "capped"]] = {
@@ -168,7 +179,7 @@ class RoutingLog:
 
     def append(self, entries: Iterable[Entry]) -> None:
         """Append lines in one write (nothing when ``entries`` is empty)."""
-        data = b"".join(e.model_dump_json().encode() + b"\n" for e in entries)
+        data = b"".join(dumps(e).encode() + b"\n" for e in entries)
         if not data:
             return
         with self._lock:
@@ -253,7 +264,7 @@ class RoutingLog:
                 continue
             try:
                 entry = parse_entry(line)
-            except ValidationError:
+            except RecordError:
                 continue
             if isinstance(entry, RouteEntry) and entry.route == "digest":
                 self._digested[entry.blip_id] = (entry.wavelet_id, entry.rule)
@@ -267,9 +278,8 @@ class RoutingLog:
 # ---------------------------------------------------------------- the attendant
 
 
-class AttendantBlip(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+@record(extra="forbid")
+class AttendantBlip:
     id: str
     author: str
     kind: str
@@ -278,10 +288,9 @@ class AttendantBlip(BaseModel):
     replaces: str | None = None
 
 
-class AttendantRequest(BaseModel):
+@record(extra="forbid")
+class AttendantRequest:
     """What an attendant reads on stdin: one wavelet's digested blips from one feed batch."""
-
-    model_config = ConfigDict(extra="forbid")
 
     version: Literal[1] = 1
     participant: str
@@ -294,12 +303,11 @@ class AttendantRequest(BaseModel):
     """The blips the rules digested, oldest first, full text included."""
 
 
-class AttendantVerdict(BaseModel):
+@record(extra="forbid")
+class AttendantVerdict:
     """What an attendant may print on stdout: ``{"promote": [blip ids]}`` (empty output: none)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    promote: list[str] = Field(default_factory=list)
+    promote: list[str] = field(default_factory=list)
 
 
 class Attendant:
@@ -346,7 +354,7 @@ class Attendant:
             ],
         )
         t0 = time.monotonic()
-        verdict, outcome, detail = self._run(request.model_dump_json().encode())
+        verdict, outcome, detail = self._run(dumps(request).encode())
         promoted: list[str] = []
         unknown: list[str] = []
         if verdict is not None:
@@ -420,11 +428,10 @@ class Attendant:
         if not out.strip():
             return AttendantVerdict(), "none", ""
         try:
-            return AttendantVerdict.model_validate_json(bytes(out)), "none", ""
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "output"
-            return None, "invalid", f"not a verdict ({where}: {first['msg']}): {bytes(out[:120])!r}"
+            return loads(AttendantVerdict, bytes(out)), "none", ""
+        except RecordError as exc:
+            where, msg = exc.problems[0]
+            return None, "invalid", f"not a verdict ({where or 'output'}: {msg}): {bytes(out[:120])!r}"
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -1,0 +1,205 @@
+"""The channel: a stdio MCP server that makes one Claude Code session a participant of one wave.
+
+Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
+
+    python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
+        [--cap 40] [--state-dir DIR] [--attention full|targeted [--digest-hold 30]
+        [--attendant CMD [--attendant-timeout 2]]] [--no-deliver]
+
+Options fall back to the environment and the local paths as :mod:`fleet.delivery.config` says. The
+token is only ever read from the file (0600), never taken from the command line. ``python -m fleet
+channel`` goes straight to :func:`main` without loading the rest of the CLI, so one channel per
+agent stays small (``bench/cli.py`` prints its start-up figures).
+
+What the session gets:
+
+* ``instructions`` opening with "You are <participant>", claiming that name's prior blips as the
+  session's own, and carrying the prompt contract (:func:`fleet.channel.tools.instructions`).
+* Eight tools (:mod:`fleet.channel.tools`).
+* Delivery: one second after ``notifications/initialized`` (so a health check such as ``claude mcp
+  list``, which disconnects at once, consumes nothing), one long-poll ``feed`` after another
+  across every wavelet on the participant's roster (new memberships appear without a restart, a left
+  wavelet stops), each batch run through :class:`fleet.delivery.engine.Engine`. Each frame becomes::
+
+      {"method": "notifications/claude/channel",
+       "params": {"content": TEXT, "meta": {"wavelet": "WAVE/WAVELET", "wavelet_id": ID,
+                                             "blip_id": ID, "author": NAME, "kind": KIND}}}
+
+  (:mod:`fleet.delivery.frames`): ``kind`` is ``message``, ``system``, ``surface``, ``cap`` for the
+  one exhaustion notice (author ``fleet``), or ``digest`` under targeted attention (``blip_ids``
+  instead of ``blip_id``); a replacement blip also carries ``replaces``. A state file that cannot be
+  read stops delivery (tools keep working) with one notification of kind ``error`` naming the file
+  and the fix; no blip is skipped.
+* Targeted attention (``--attention targeted``): only blips that name the participant, the
+  operator's blips and surfaces are pushed in full; the rest of a wavelet's batch follows them as
+  one digest frame. A digest with nothing in full beside it waits up to ``--digest-hold`` seconds
+  (30) for more chatter; each committed decision, attendant run and read-after-digest miss is a
+  line of the routing log; ``--attendant CMD`` may promote digested blips to full delivery, never
+  the reverse (:mod:`fleet.delivery.attention`).
+* Outages: the channel keeps answering; tool calls report the outage; delivery reconnects with
+  backoff and resumes from its cursors, so nothing is lost. Only the holder of the state-file lock
+  delivers and reports presence; a second channel of the same (daemon, wave, participant) — say, a
+  ``claude mcp list`` health check — serves tools and stands by.
+* ``--no-deliver`` (what spawn's ``--transport hook`` passes): tools only. The channel never takes the
+  state-file lock and never delivers; ``fleet watch --hook`` (:mod:`fleet.watch`) delivers instead, on
+  the same state file. It still reports presence (pings from one second after
+  ``notifications/initialized``, ``gone`` at exit), so spawn sees the session start and the wave sees
+  it alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from fleet import errors
+from fleet.delivery.config import TransportConfig, resolve
+from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD
+
+log = logging.getLogger(__name__)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The one parser of ``fleet channel`` (the CLI hands its arguments here unparsed)."""
+    p = argparse.ArgumentParser(
+        prog="fleet channel",
+        description="Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel "
+        "delivery. Not for people at a terminal: Claude Code starts it from an inline --mcp-config.",
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--participant", metavar="NAME", help="Who this session is in the wave [env FLEET_PARTICIPANT]."
+    )
+    p.add_argument("--wave", metavar="WAVE", help="The wave to take part in [env FLEET_WAVE].")
+    p.add_argument(
+        "--daemon", metavar="URL", help="The store daemon [env FLEET_DAEMON; default: the local one]."
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        type=Path,
+        help="A file holding the participant's token (never a token on a command line) "
+        "[env FLEET_TOKEN_FILE].",
+    )
+    p.add_argument(
+        "--cap",
+        type=int,
+        default=DEFAULT_CAP,
+        help="Blips pushed per wavelet before one cap notice (0: no cap).",
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        type=Path,
+        help="Where delivery cursors are kept [default: the fleet state dir].",
+    )
+    p.add_argument(
+        "--attention",
+        choices=["full", "targeted"],
+        default="full",
+        help="full: every blip is pushed. targeted: only blips naming you, the operator's and surfaces; "
+        "the rest as one digest per wavelet batch.",
+    )
+    p.add_argument(
+        "--attendant",
+        metavar="CMD",
+        help='Targeted only: a command given each digest batch as JSON on stdin; it may answer {"promote": '
+        "[blip ids]} to deliver those in full. Errors never suppress anything.",
+    )
+    p.add_argument(
+        "--attendant-timeout",
+        metavar="SECONDS",
+        type=float,
+        help="How long the attendant may take per batch [default: 2].",
+    )
+    p.add_argument(
+        "--digest-hold",
+        metavar="SECONDS",
+        type=float,
+        default=DIGEST_HOLD,
+        help="Targeted only: how long a digest with nothing addressed to you waits for more chatter "
+        "(0: at once).",
+    )
+    p.add_argument(
+        "--deliver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-deliver: serve tools only; `fleet watch --hook` delivers (spawn --transport hook).",
+    )
+    return p
+
+
+def config_from(argv: list[str]) -> TransportConfig:
+    """The channel's configuration from its command line (see :mod:`fleet.delivery.config`)."""
+    a = parser().parse_args(argv)
+    if a.cap < 0:
+        raise errors.UsageError("--cap must be 0 (no cap) or a positive number of pushes")
+    return resolve(
+        participant=a.participant,
+        wave=a.wave,
+        daemon=a.daemon,
+        token_file=a.token_file,
+        state_dir=a.state_dir,
+        need_token_file=True,
+        cap=a.cap,
+        attention=a.attention,
+        attendant=a.attendant or None,
+        attendant_timeout=a.attendant_timeout,
+        digest_hold=a.digest_hold,
+        deliver=a.deliver,
+    )
+
+
+def run(config: TransportConfig) -> int:
+    """Serve MCP on this process's stdin/stdout until stdin closes; returns the exit status (0).
+
+    Takes over stdout first (see :func:`fleet.mcpwire.take_stdout`); SIGTERM, SIGINT and SIGHUP shut
+    down cleanly, with the cursors saved.
+    """
+    from fleet.channel.server import Channel
+    from fleet.mcpwire import take_stdout
+
+    proto = take_stdout()
+    channel = Channel(config, input=sys.stdin.buffer, output=proto)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    # SIGHUP: the agent's pane (its terminal) went away; shut down as cleanly as on SIGTERM
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    log.info(
+        "channel for %s in %s via %s (cap %d, attention %s, state %s)",
+        config.participant,
+        config.wave,
+        config.daemon,
+        config.cap,
+        config.attention,
+        channel.state_file.path,
+    )
+    try:
+        channel.serve()
+    except SystemExit:
+        channel.shutdown()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``fleet channel ARGS``: parse, then serve. Errors are one line on stderr and their exit code."""
+    debug = bool(os.environ.get("FLEET_DEBUG"))
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
+    )
+    logging.getLogger("fleet").setLevel(logging.DEBUG if debug else logging.INFO)
+    try:
+        return run(config_from(argv))
+    except errors.FleetError as exc:
+        sys.stderr.write(f"fleet: error: {exc.message}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

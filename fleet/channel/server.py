@@ -1,0 +1,388 @@
+"""The channel's runtime: the MCP server, the delivery engine with an MCP sink, presence and saving.
+
+:class:`Channel` wires :mod:`fleet.mcpwire` (protocol), :mod:`fleet.channel.tools` (the tools) and
+:class:`fleet.delivery.engine.Engine` (delivery) together and runs three threads besides the
+protocol reader: delivery (one long-poll step after another), presence
+(:class:`fleet.delivery.presence.PresenceLoop`) and the state saver (writes the state file after
+each batch, off the delivery thread). Each thread is kept in :attr:`Channel.threads` by role.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import IO, TYPE_CHECKING
+
+import fleet
+from fleet import errors
+from fleet.channel.tools import DeliveryOut, DeliveryPhase, Tools, WaveletDelivery, instructions
+from fleet.client import Client
+from fleet.delivery.config import TransportConfig, read_token
+from fleet.delivery.engine import Backoff, Engine, Outage
+from fleet.delivery.frames import Frame, error_frame, notification
+from fleet.delivery.presence import Presence, PresenceLoop
+from fleet.delivery.rules import Delivery
+from fleet.delivery.state import DeliveryState, StateFile
+from fleet.mcpwire import Server, ServerInfo
+from fleet.wire import copy
+
+if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
+    from fleet.delivery.attention import Attendant, RoutingLog
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION = "notifications/claude/channel"
+STANDBY_RETRY = 2.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
+BACKOFF_PERMANENT_MAX = 30.0
+"""A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
+
+
+class _McpSink:
+    """The engine's sink: each frame as a ``notifications/claude/channel`` push."""
+
+    def __init__(self, server: Server, stop: threading.Event) -> None:
+        self.server = server
+        self.stop = stop
+
+    def push(self, frame: Frame) -> bool:
+        if self.stop.is_set():
+            return False
+        return self.server.notify(NOTIFICATION, notification(frame))
+
+
+class Channel:
+    """One participant's channel: the MCP server, the tools and the delivery loop.
+
+    :meth:`serve` blocks until the client closes stdin (or the output breaks), then shuts down:
+    the state is saved, presence says ``gone``, the lock is released.
+    """
+
+    def __init__(self, config: TransportConfig, *, input: IO[bytes], output: IO[str]) -> None:
+        self.config = config
+        self.participant = config.participant
+        self.wave = config.wave
+        self.daemon = config.daemon
+        self.token_file = str(config.token_file)
+        self.session_id = config.session_id or ""
+        self.state_file = StateFile(config.state_dir, config.daemon, config.wave, config.participant)
+        self._token = ""
+        self._token_error = ""
+        self._tools_client: Client | None = None
+        self._feed_client: Client | None = None
+        self._clients_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._save_wanted = threading.Event()
+        self._save_lock = threading.Lock()
+        self._saved_seq = 0
+        self._snap_seq = 0
+        self.engine: Engine | None = None
+        self._delivery_state: DeliveryPhase = "starting"
+        self._delivery_detail = "waiting for the client's notifications/initialized"
+        self._outage: Outage | None = None
+        self.threads: dict[str, threading.Thread] = {}
+        """The channel's threads by role: ``delivery``, ``presence``, ``state`` (and
+        ``early-presence`` while the handshake ping is in flight)."""
+        self._tools_only = False
+        """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
+        self._pinged_early = False
+        """Set when this channel reported presence at the handshake, before claiming delivery."""
+        self.routing: RoutingLog | None = None
+        """Targeted attention only: the routing log (decisions, attendant runs, misses)."""
+        self._attendant: Attendant | None = None
+        if config.attention == "targeted":
+            from fleet.delivery.attention import ATTENDANT_TIMEOUT, Attendant, RoutingLog, routing_log_path
+
+            self.routing = RoutingLog(routing_log_path(self.state_file), self.participant, self.wave)
+            if config.attendant:
+                timeout = config.attendant_timeout or ATTENDANT_TIMEOUT
+                self._attendant = Attendant(config.attendant, self.routing, timeout)
+        self.reload_token()
+        self.presence = Presence(
+            self.client, self.wave, self.participant, session_id=config.session_id, host=config.host
+        )
+        self._presence_loop = PresenceLoop(
+            self.presence, config.ping_interval, lambda: self._reports_presence, self._stop
+        )
+        self.tools = Tools(self)
+        self.server = Server(
+            ServerInfo(
+                name="fleet",
+                version=fleet.__version__,
+                instructions=instructions(self.participant, self.wave, config.attention),
+                experimental={"claude/channel": {}},
+            ),
+            self.tools.table(),
+            input=input,
+            output=output,
+        )
+        self._sink = _McpSink(self.server, self._stop)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def serve(self) -> None:
+        """Run until the input ends; delivery, presence and saving run on their threads meanwhile."""
+        for role, target in (
+            ("delivery", self._deliver_forever),
+            ("presence", self._presence_loop.run),
+            ("state", self._save_forever),
+        ):
+            self.threads[role] = t = threading.Thread(
+                target=target, name=f"fleet-channel-{role}", daemon=True
+            )
+            t.start()
+        try:
+            self.server.serve()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop delivery, save the cursors, report ``gone``, release the lock. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._attendant is not None:  # a run in progress must not outlive the channel
+            self._attendant.close()
+        self._presence_loop.wake()
+        self._save_wanted.set()
+        for role in ("presence", "early-presence"):  # a report still in flight must not land after "gone"
+            t = self.threads.get(role)
+            if t is not None:
+                t.join(1.0)
+        engine = self.engine
+        got = engine.lock.acquire(timeout=3.0) if engine is not None else False
+        try:
+            if self.state_file.held:
+                self._write_state(self._snapshot())
+                self.presence.report("gone", timeout=1.0)
+                self.state_file.release()
+            elif self._tools_only or (self._pinged_early and self._lock_free()):
+                self.presence.report("gone", timeout=1.0)
+        finally:
+            if got and engine is not None:
+                engine.lock.release()
+        log.info("channel for %s in %s stopped", self.participant, self.wave)
+
+    # ------------------------------------------------------------ daemon access (tools.Host)
+
+    def reload_token(self) -> bool:
+        """(Re)read the token file; True when the token changed (clients are then rebuilt)."""
+        try:
+            token = read_token(self.config)
+        except errors.Unauthorized as exc:
+            self._token_error = exc.message
+            return False
+        self._token_error = ""
+        if token == self._token:
+            return False
+        self._token = token
+        with self._clients_lock:
+            self._tools_client = self._feed_client = None
+        return True
+
+    def client(self, feed: bool = False) -> Client:
+        if self._token_error:
+            self.reload_token()
+            if self._token_error:
+                raise errors.Unauthorized(self._token_error)
+        with self._clients_lock:
+            if feed:
+                if self._feed_client is None:
+                    self._feed_client = Client(self.config.daemon, self._token, retries=0)
+                return self._feed_client
+            if self._tools_client is None:
+                self._tools_client = Client(self.config.daemon, self._token, retries=2, timeout=15)
+            return self._tools_client
+
+    def outage_since(self) -> float | None:
+        return self._outage.since if self._outage else None
+
+    def label(self, wavelet_id: str) -> str | None:
+        return self.engine.labels.get(wavelet_id) if self.engine else None
+
+    def delivery_status(self) -> DeliveryOut:
+        rows: list[WaveletDelivery] = []
+        engine = self.engine
+        if engine is not None:
+            with engine.lock:
+                state = copy(engine.core.state)
+                labels = dict(engine.labels)
+                held, seen = engine.core.held, engine.core.feed_cursors
+            for wid, label in sorted(labels.items(), key=lambda kv: kv[1]):
+                rows.append(
+                    WaveletDelivery(
+                        wavelet=label,
+                        wavelet_id=wid,
+                        cursor=state.cursors.get(wid, ""),
+                        delivered=state.delivered.get(wid, 0),
+                        capped=wid in state.exhausted,
+                        held=held.get(wid, 0),
+                        seen=seen.get(wid, ""),
+                    )
+                )
+        return DeliveryOut(
+            state=self._delivery_state, detail=self._delivery_detail, cap=self.config.cap, wavelets=rows
+        )
+
+    # ------------------------------------------------------------ presence
+
+    def _lock_free(self) -> bool:
+        """True when no channel holds this participant's state lock (probed, not kept)."""
+        if self.state_file.held:
+            return False
+        if not self.state_file.acquire():
+            return False
+        self.state_file.release()
+        return True
+
+    @property
+    def _reports_presence(self) -> bool:
+        """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
+        return self.state_file.held or self._tools_only
+
+    # ------------------------------------------------------------ delivery
+
+    def _deliver_forever(self) -> None:
+        self.server.initialized.wait()
+        if self.config.deliver and not self.server.closed.is_set() and self._lock_free():
+            # The handshake is done and no other channel delivers for this participant: say so at
+            # once (spawn's readiness check waits for this ping), before delivery is claimed after
+            # the grace below. A channel standing by behind a live one stays silent.
+            self._pinged_early = True
+            self.threads["early-presence"] = t = threading.Thread(
+                target=self.presence.report, args=("ping",), name="fleet-channel-early-presence", daemon=True
+            )
+            t.start()
+        if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
+            return
+        if not self.config.deliver:
+            self._set_delivery(
+                "stopped", "tools only (--no-deliver): blips reach this session through `fleet watch --hook`"
+            )
+            self._tools_only = True
+            self._presence_loop.wake()
+            return
+        try:
+            engine = self._claim()
+        except errors.CorruptState as exc:
+            log.error("%s", exc)
+            self._set_delivery("stopped", exc.message)
+            self.server.notify(
+                NOTIFICATION,
+                notification(
+                    error_frame(f"fleet channel: delivery is stopped. {exc.message} Tell the operator.")
+                ),
+            )
+            return
+        if engine is None:
+            return
+        self.engine = engine
+        self._presence_loop.wake()  # the first ping says this channel delivers now
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
+        while not self._stop.is_set() and not self.server.closed.is_set():
+            try:
+                engine.source = self.client(feed=True)
+                step = engine.step(self.config.poll_wait)
+            except errors.FleetError as exc:
+                self._feed_failed(exc, backoff)
+                continue
+            if self._outage is not None:
+                log.info(
+                    "daemon reachable again after %.1fs; resuming delivery", time.time() - self._outage.since
+                )
+            self._outage = None
+            backoff.reset()
+            self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            if engine.core.dirty:
+                self._save_wanted.set()
+            if step.pushed:
+                self._presence_loop.wake(step.pushed)
+            if not step.complete:
+                log.info("protocol output closed; delivery stops with the cursors saved")
+                return
+            if step.stuck:
+                log.warning("the daemon's feed returned only blips at or behind the cursors; backing off")
+                self._stop.wait(BACKOFF_MAX)
+
+    def _claim(self) -> Engine | None:
+        """Take the state-file lock (standing by while another channel holds it) and load the state."""
+        while not self.state_file.acquire():
+            self._set_delivery(
+                "standby",
+                f"another channel of {self.participant} holds {self.state_file.lock_path}; "
+                "this one serves tools and takes over when it exits",
+            )
+            if self._stop.wait(STANDBY_RETRY) or self.server.closed.is_set():
+                return None
+        try:
+            state = self.state_file.load()
+        except errors.CorruptState:
+            self.state_file.release()
+            raise
+        self._set_delivery("running", "connecting")
+        c = self.config
+        core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
+        return Engine(
+            core,
+            self.client(feed=True),
+            self._sink,
+            wave=self.wave,
+            routing=self.routing,
+            attendant=self._attendant,
+        )
+
+    def _feed_failed(self, exc: errors.FleetError, backoff: Backoff) -> None:
+        """Record an outage or rejection and wait (jittered backoff; slower for permanent errors)."""
+        if isinstance(exc, errors.Unauthorized):
+            self.reload_token()
+        if self._outage is None:
+            self._outage = Outage(time.time(), exc.message)
+            log.warning("delivery interrupted: %s; retrying with backoff", exc.message)
+        else:
+            self._outage.reason = exc.message
+        self._set_delivery("reconnecting", exc.message)
+        self._stop.wait(backoff.delay(None if exc.transient else BACKOFF_PERMANENT_MAX))
+
+    def _set_delivery(self, state: DeliveryPhase, detail: str) -> None:
+        self._delivery_state, self._delivery_detail = state, detail
+
+    # ------------------------------------------------------------ saving
+
+    def _save_forever(self) -> None:
+        """Write the state file after each batch, off the delivery thread (coalescing under load)."""
+        while True:
+            self._save_wanted.wait()
+            self._save_wanted.clear()
+            if self._stop.is_set():
+                return
+            engine = self.engine
+            if engine is None:
+                continue
+            with engine.lock:
+                snapshot = self._snapshot()
+            self._write_state(snapshot)
+
+    def _snapshot(self) -> tuple[int, DeliveryState] | None:
+        """A numbered copy of unsaved state (the caller holds the engine's lock), or None when saved."""
+        engine = self.engine
+        if engine is None or not engine.core.dirty:
+            return None
+        engine.core.mark_saved()
+        self._snap_seq += 1
+        return self._snap_seq, copy(engine.core.state)
+
+    def _write_state(self, snapshot: tuple[int, DeliveryState] | None) -> None:
+        if snapshot is None:
+            return
+        seq, state = snapshot
+        with self._save_lock:
+            if seq <= self._saved_seq:  # a newer copy is already on disk
+                return
+            try:
+                self.state_file.save(state)
+                self._saved_seq = seq
+            except OSError as exc:  # the cursors stay in memory; the next batch tries again
+                log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
+                if self.engine is not None:
+                    self.engine.core.dirty = True

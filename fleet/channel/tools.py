@@ -1,0 +1,600 @@
+"""The channel's eight tools and its instructions: what a session can do in its wave.
+
+Each tool has an input schema, an output schema, ``structuredContent`` and a text rendering:
+``wavelet_post``, ``wavelet_read``, ``wavelet_list``, ``wavelet_fork``, ``wavelet_surface``,
+``wavelet_invite``, ``wavelet_leave``, ``wavelet_ping``. Wavelets are named as ``WAVE/WAVELET``, a
+wavelet name in the channel's wave, or an id (prefix). Every failure (bad arguments, unknown
+wavelet, oversized text, revoked token, daemon down) is an ``isError`` result whose text says what
+to do. The arguments and results are :mod:`fleet.wire` records; their JSON Schemas are derived from
+them (:func:`fleet.wire.schema`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from fleet import errors
+from fleet.client import Client
+from fleet.delivery.frames import blip_block
+from fleet.delivery.rules import Attention
+from fleet.mcpwire import Tool, ToolResult
+from fleet.models import Blip, Context, Wavelet
+from fleet.wire import RecordError, field, load, record, schema
+
+if TYPE_CHECKING:  # loaded under targeted attention only
+    from fleet.delivery.attention import RoutingLog
+
+READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 2000
+
+
+def instructions(participant: str, wave: str, attention: Attention = "full") -> str:
+    """The ``initialize`` instructions: identity first, then how delivery works, then the contract.
+
+    Targeted attention adds one paragraph on digests; full attention's text is unchanged.
+    """
+    return f"""You are {participant}.
+
+You are the participant "{participant}" in the fleet wave "{wave}". Every blip authored by {participant} in \
+this wave is yours, including those written before this session started or before it was resumed: \
+carry on from them as your own work, never answer them as if someone else wrote them.
+
+Other participants' blips reach you as <channel source="fleet" ...> messages whose attributes are \
+wavelet (WAVE/WAVELET), wavelet_id, blip_id, author and kind. kind is "message" (a participant wrote \
+it), "system" (fleet records a fork, join or leave), "surface" (a conclusion reported up from a \
+sub-wavelet) or "cap" (a notice that delivery paused in that wavelet). Your own blips are never \
+delivered back to you.
+{_targeted_paragraph(participant) if attention == "targeted" else ""}
+Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip you answer). \
+wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \
+wave's wavelets and rosters. wavelet_fork starts a sub-conversation with chosen participants (private \
+if asked). wavelet_surface reports a sub-wavelet's conclusion to its parent. wavelet_invite and \
+wavelet_leave change a roster. wavelet_ping checks the connection and who is working.
+
+Rules:
+1. Never post merely to acknowledge, agree or thank. Post only to add information, a decision, a \
+question or a result.
+2. Finish a task with one blip that starts with "DONE:" and states the result, then stay silent until \
+someone gives you something new.
+3. Never reply to system or surface blips, nor to cap notices: they are records, not requests.
+4. When you need someone's attention, name them in the blip (for example "bob: please check ...").
+5. Input typed into your terminal is the operator controlling you: answer it locally in the terminal \
+and do not post about it, unless the operator asks you to relay something; then post it as one blip \
+prefixed "operator asks:".
+"""
+
+
+def _targeted_paragraph(participant: str) -> str:
+    return f"""
+Your attention is targeted: a blip reaches you in full only when it names you ("{participant}" or \
+[[{participant}]]), comes from the operator, or is a surface. Everything else in a wavelet arrives \
+as one message of kind "digest": one line per blip with its author, the start of its text and its \
+id in brackets (the ids are also in the blip_ids attribute). A digest is not a request. Read a \
+digested blip in full with wavelet_read (wavelet and blip_id) only when it bears on your task.
+"""
+
+
+# ---------------------------------------------------------------- tool arguments
+
+_WAVELET = "The wavelet: WAVE/WAVELET, a wavelet name in this wave (e.g. main), or a wavelet id."
+
+
+@record(extra="forbid")
+class PostArgs:
+    wavelet: str = field(min_length=1, doc=_WAVELET)
+    text: str = field(min_length=1, doc="The blip's text (markdown is fine).")
+
+
+@record(extra="forbid")
+class ReadArgs:
+    wavelet: str = field(min_length=1, doc=_WAVELET)
+    after: str = field(
+        default="",
+        doc="Only this wavelet's blips newer than this blip id (no ancestor context). "
+        "Default: the full context.",
+    )
+    limit: int = field(
+        default=READ_LIMIT_DEFAULT, ge=1, le=READ_LIMIT_MAX, doc="At most this many blips, the newest ones."
+    )
+    blip_id: str = field(
+        default="",
+        doc="Only this blip, in full (for example an id from a digest line); "
+        "after and limit are then ignored.",
+    )
+
+
+@record(extra="forbid")
+class NoArgs:
+    pass
+
+
+@record(extra="forbid")
+class ForkArgs:
+    wavelet: str = field(min_length=1, doc="The parent wavelet to fork from (WAVE/WAVELET, name or id).")
+    name: str = field(
+        min_length=1, doc="The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
+    )
+    with_: list[str] = field(
+        default_factory=list,
+        key="with",
+        doc="Participants to put on the new wavelet's roster (you are added too).",
+    )
+    private: bool = field(default=False, doc="Only the roster can see a private wavelet.")
+
+
+@record(extra="forbid")
+class SurfaceArgs:
+    wavelet: str = field(
+        min_length=1, doc="The sub-wavelet whose conclusion you report (posted into its parent)."
+    )
+    text: str = field(min_length=1, doc="The conclusion, self-contained.")
+    source_blip_id: str = field(default="", doc="Optionally, the blip id the conclusion comes from.")
+
+
+@record(extra="forbid")
+class InviteArgs:
+    wavelet: str = field(min_length=1, doc=_WAVELET)
+    name: str = field(min_length=1, doc="The participant to add to the roster.")
+
+
+@record(extra="forbid")
+class LeaveArgs:
+    wavelet: str = field(min_length=1, doc=_WAVELET)
+    name: str = field(default="", doc="Who leaves the roster. Default: you.")
+
+
+# ---------------------------------------------------------------- tool results
+
+
+@record(extra="forbid")
+class BlipOut:
+    id: str
+    wavelet: str = field(doc="WAVE/WAVELET.")
+    wavelet_id: str
+    author: str
+    kind: str
+    text: str
+    created_at: str
+    replaces: str | None = None
+
+
+@record(extra="forbid")
+class WaveletOut:
+    id: str
+    path: str = field(doc="WAVE/WAVELET.")
+    name: str
+    parent_id: str | None
+    private: bool
+    created_by: str
+    members: list[str]
+    member: bool = field(
+        doc="Whether this channel's participant is on the roster (and so receives its blips)."
+    )
+
+
+@record(extra="forbid")
+class PostOut:
+    blip: BlipOut
+
+
+@record(extra="forbid")
+class ReadOut:
+    wavelet: WaveletOut
+    path: list[str] = field(doc="The ancestor chain, root first, ending with this wavelet.")
+    blips: list[BlipOut]
+    omitted: int = field(doc="Older blips left out by ``limit``.")
+    cursor: str = field(doc="The newest blip id shown (pass as ``after`` to read only what is newer).")
+
+
+@record(extra="forbid")
+class ListOut:
+    wave: str
+    wavelets: list[WaveletOut]
+
+
+@record(extra="forbid")
+class WaveletResult:
+    wavelet: WaveletOut
+
+
+@record(extra="forbid")
+class WaveletDelivery:
+    wavelet: str
+    wavelet_id: str
+    cursor: str
+    delivered: int = field(doc="Pushes since the cap last reset.")
+    capped: bool
+    held: int = field(
+        default=0, doc="Targeted attention: blips read but held back for a later digest (not yet committed)."
+    )
+    seen: str = field(default="", doc="The newest blip id read there: ``cursor``, or the last held blip.")
+
+
+DeliveryPhase = Literal["starting", "running", "reconnecting", "standby", "stopped"]
+
+
+@record(extra="forbid")
+class DeliveryOut:
+    state: DeliveryPhase
+    detail: str
+    cap: int
+    wavelets: list[WaveletDelivery]
+
+
+@record(extra="forbid")
+class PresenceOut:
+    participant: str
+    state: str
+
+
+@record(extra="forbid")
+class PingOut:
+    participant: str
+    wave: str
+    daemon: str
+    reachable: bool
+    latency_ms: float | None
+    daemon_version: str
+    session_id: str
+    delivery: DeliveryOut
+    presence: list[PresenceOut]
+    error: str
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _blip_out(blip: Blip, label: str) -> BlipOut:
+    return BlipOut(
+        id=blip.id,
+        wavelet=label,
+        wavelet_id=blip.wavelet_id,
+        author=blip.author,
+        kind=blip.kind,
+        text=blip.text,
+        created_at=blip.created_at,
+        replaces=blip.replaces,
+    )
+
+
+def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
+    names = [m.name for m in w.roster]
+    return WaveletOut(
+        id=w.id,
+        path=w.path,
+        name=w.name,
+        parent_id=w.parent_id,
+        private=w.private,
+        created_by=w.created_by,
+        members=names,
+        member=participant in names,
+    )
+
+
+def _blip_line(b: BlipOut) -> str:
+    return blip_block(b.wavelet, b.author, b.kind, b.id, b.text, b.replaces)
+
+
+def _wavelet_line(w: WaveletOut) -> str:
+    flags = " (private)" if w.private else ""
+    you = " [you are a member]" if w.member else ""
+    return f"{w.path}{flags} · id {w.id} · roster: {', '.join(w.members) or '(empty)'}{you}"
+
+
+# ---------------------------------------------------------------- the tools
+
+
+class Host(Protocol):
+    """What the tools need from the channel that serves them."""
+
+    participant: str
+    wave: str
+    daemon: str
+    token_file: str
+    session_id: str
+    routing: RoutingLog | None
+
+    def client(self) -> Client: ...
+
+    def reload_token(self) -> bool: ...
+
+    def outage_since(self) -> float | None: ...
+
+    def label(self, wavelet_id: str) -> str | None: ...
+
+    def delivery_status(self) -> DeliveryOut: ...
+
+
+class Tools:
+    """The tool table of one channel (:meth:`table`), acting through ``host``."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def table(self) -> list[Tool]:
+        def tool(
+            name: str,
+            description: str,
+            args: type[Any],
+            out: type[Any],
+            fn: Callable[[Any], ToolResult],
+            read_only: bool = False,
+        ) -> Tool:
+            return Tool(
+                name=name,
+                description=description,
+                input_schema=schema(args),
+                output_schema=schema(out),
+                handler=self._guarded(name, args, fn),
+                annotations={"readOnlyHint": read_only, "openWorldHint": False},
+            )
+
+        return [
+            tool(
+                "wavelet_post",
+                "Post a blip (a message) to a wavelet; every other member receives it. Use it to reply, "
+                "passing the wavelet attribute of the blip you answer. Never post only to acknowledge.",
+                PostArgs,
+                PostOut,
+                self._post,
+            ),
+            tool(
+                "wavelet_read",
+                "Read a wavelet: its ancestors' blips up to each fork point, then its own blips, oldest "
+                "first. With `after`, only this wavelet's blips newer than that blip id.",
+                ReadArgs,
+                ReadOut,
+                self._read,
+                read_only=True,
+            ),
+            tool(
+                "wavelet_list",
+                "List the wave's wavelets you can see, with parents, rosters and whether you are a member.",
+                NoArgs,
+                ListOut,
+                self._list,
+                read_only=True,
+            ),
+            tool(
+                "wavelet_fork",
+                "Fork a sub-wavelet of a wavelet for a sub-conversation with the participants in `with` "
+                "(you are on it too). Private forks are invisible to everyone else. Report its outcome "
+                "with wavelet_surface.",
+                ForkArgs,
+                WaveletResult,
+                self._fork,
+            ),
+            tool(
+                "wavelet_surface",
+                "Report a sub-wavelet's conclusion to its parent wavelet (posted there as a surface blip "
+                "that references its source). This is how a private sub-conversation reports back.",
+                SurfaceArgs,
+                PostOut,
+                self._surface,
+            ),
+            tool(
+                "wavelet_invite",
+                "Add a participant to a wavelet's roster; they receive its blips from then on.",
+                InviteArgs,
+                WaveletResult,
+                self._invite,
+            ),
+            tool(
+                "wavelet_leave",
+                "Remove a participant (default: you) from a wavelet's roster; delivery of its blips stops.",
+                LeaveArgs,
+                WaveletResult,
+                self._leave,
+            ),
+            tool(
+                "wavelet_ping",
+                "Check this channel: whether the daemon answers, who you are, how delivery stands, and "
+                "which participants of the wave are working, idle or gone.",
+                NoArgs,
+                PingOut,
+                self._ping,
+                read_only=True,
+            ),
+        ]
+
+    def _guarded(self, name: str, args_model: type[Any], fn: Callable[[Any], ToolResult]) -> Any:
+        """Validate the arguments, run the tool, and turn every failure into an actionable isError."""
+
+        def handler(arguments: dict[str, Any]) -> ToolResult:
+            try:
+                args = load(args_model, arguments)
+            except RecordError as exc:
+                problems = "; ".join(f"{loc or 'arguments'}: {msg}" for loc, msg in exc.problems)
+                return ToolResult.error(f"{name}: invalid arguments ({problems}). Fix them and call again.")
+            try:
+                try:
+                    return fn(args)
+                except errors.Unauthorized:
+                    if not self.host.reload_token():  # the operator may have rewritten the token file
+                        raise
+                    return fn(args)
+            except errors.FleetError as exc:
+                return ToolResult.error(self.explain(name, exc))
+
+        return handler
+
+    def explain(self, name: str, exc: errors.FleetError) -> str:
+        h = self.host
+        message = exc.message
+        if isinstance(exc, errors.DaemonUnreachable):
+            since = h.outage_since() or time.time()
+            return (
+                f"{name} failed: the fleet daemon at {h.daemon} is unreachable "
+                f"(down for {time.time() - since:.0f}s: {message}). The channel keeps reconnecting and "
+                "will resume delivery without losing blips. Retry later; a post that failed this way "
+                "may or may not have been stored, so check with wavelet_read before posting it again."
+            )
+        if isinstance(exc, errors.Unauthorized):
+            return (
+                f"{name} failed: the daemon rejected this channel's token ({message}). Ask the operator "
+                f"for a new one: `fleet token mint {h.wave} {h.participant} --file "
+                f"{h.token_file}`; the channel re-reads that file, no restart needed."
+            )
+        if isinstance(exc, errors.NotFound):
+            return (
+                f"{name} failed: {message}. It does not exist in wave {h.wave}, or it is private and "
+                f"you are not on its roster. Call wavelet_list to see what you can use."
+            )
+        if isinstance(exc, errors.PayloadTooLarge):
+            return (
+                f"{name} failed: {message}. Split the text into several smaller blips, or write the bulk "
+                "to a file and post its path."
+            )
+        if isinstance(exc, errors.Forbidden):
+            return f"{name} failed: {message}. You are not allowed to do this; ask the operator if needed."
+        return f"{name} failed: {message}"
+
+    def _resolve(self, ref: str) -> Wavelet:
+        return self.host.client().resolve(ref.strip(), wave=self.host.wave)
+
+    def _post(self, args: PostArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        blip = self.host.client().post(w.id, args.text, as_=self.host.participant)
+        out = PostOut(blip=_blip_out(blip, w.path))
+        return ToolResult.ok(f"posted blip {blip.id} to {w.path}", out)
+
+    def _read(self, args: ReadArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        c = self.host.client()
+        if args.blip_id:
+            return self._read_blip(w, args.blip_id.strip())
+        if args.after:
+            page = c.read(w.id, after=args.after, limit=args.limit)
+            chain, blips = [w], page.blips
+        else:
+            ctx: Context = c.context(w.id)
+            chain, blips = ctx.path, ctx.blips
+        labels = {x.id: x.path for x in chain}
+        omitted = max(0, len(blips) - args.limit)
+        if self.host.routing is not None:
+            self.host.routing.misses(blips[omitted:], "read", labels)
+        shown = [_blip_out(b, labels.get(b.wavelet_id, b.wavelet_id)) for b in blips[omitted:]]
+        cursor = shown[-1].id if shown else args.after
+        out = ReadOut(
+            wavelet=_wavelet_out(w, self.host.participant),
+            path=[x.path for x in chain],
+            blips=shown,
+            omitted=omitted,
+            cursor=cursor,
+        )
+        head = f"{w.path}: {len(shown)} blip(s)"
+        if len(chain) > 1:
+            head += f", with context from {' > '.join(x.path for x in chain[:-1])}"
+        if omitted:
+            head += f"; {omitted} older blip(s) omitted (raise limit to see them)"
+        body = "\n\n".join(_blip_line(b) for b in shown) or "(no blips)"
+        return ToolResult.ok(f"{head}\n\n{body}", out)
+
+    def _read_blip(self, w: Wavelet, blip_id: str) -> ToolResult:
+        """One blip in full (typically from a digest line): in ``w`` or in its fork context."""
+        c = self.host.client()
+        blip = c.get_blip(blip_id)
+        label = w.path if blip.wavelet_id == w.id else c.get_wavelet(blip.wavelet_id).path
+        if self.host.routing is not None:
+            self.host.routing.misses([blip], "blip", {blip.wavelet_id: label})
+        shown = _blip_out(blip, label)
+        out = ReadOut(
+            wavelet=_wavelet_out(w, self.host.participant),
+            path=[w.path],
+            blips=[shown],
+            omitted=0,
+            cursor=blip.id,
+        )
+        return ToolResult.ok(f"{label}: blip {blip.id}\n\n{_blip_line(shown)}", out)
+
+    def _list(self, _args: NoArgs) -> ToolResult:
+        wave = self.host.client().get_wave(self.host.wave)
+        items = [_wavelet_out(w, self.host.participant) for w in wave.wavelets]
+        out = ListOut(wave=wave.name, wavelets=items)
+        by_parent: dict[str | None, list[WaveletOut]] = {}
+        for item in items:
+            by_parent.setdefault(item.parent_id, []).append(item)
+        known = {item.id for item in items}
+        lines: list[str] = []
+
+        def walk(parent: str | None, depth: int) -> None:
+            for item in by_parent.get(parent, []):
+                lines.append("  " * depth + _wavelet_line(item))
+                walk(item.id, depth + 1)
+
+        walk(None, 0)
+        for item in items:  # forks whose parent the caller cannot see
+            if item.parent_id is not None and item.parent_id not in known:
+                lines.append(_wavelet_line(item))
+        return ToolResult.ok(f"wave {wave.name}:\n" + "\n".join(lines), out)
+
+    def _fork(self, args: ForkArgs) -> ToolResult:
+        me = self.host.participant
+        parent = self._resolve(args.wavelet)
+        members = list(dict.fromkeys([me, *args.with_]))
+        w = self.host.client().fork(parent.id, args.name, with_=members, private=args.private, as_=me)
+        out = WaveletResult(wavelet=_wavelet_out(w, me))
+        return ToolResult.ok(f"forked {w.path} from {parent.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _surface(self, args: SurfaceArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        c = self.host.client()
+        blip = c.surface(
+            w.id, args.text, source_blip_id=args.source_blip_id or None, as_=self.host.participant
+        )
+        label = self.host.label(blip.wavelet_id) or c.get_wavelet(blip.wavelet_id).path
+        out = PostOut(blip=_blip_out(blip, label))
+        return ToolResult.ok(f"surfaced {w.path} into {label} as blip {blip.id}", out)
+
+    def _invite(self, args: InviteArgs) -> ToolResult:
+        me = self.host.participant
+        w = self.host.client().invite(self._resolve(args.wavelet).id, args.name, as_=me)
+        out = WaveletResult(wavelet=_wavelet_out(w, me))
+        return ToolResult.ok(f"invited {args.name} to {w.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _leave(self, args: LeaveArgs) -> ToolResult:
+        me = self.host.participant
+        who = args.name or me
+        w = self.host.client().leave(self._resolve(args.wavelet).id, who, as_=me)
+        out = WaveletResult(wavelet=_wavelet_out(w, me))
+        return ToolResult.ok(f"{who} left {w.path}\n{_wavelet_line(out.wavelet)}", out)
+
+    def _ping(self, _args: NoArgs) -> ToolResult:
+        h = self.host
+        error, version, latency, presence = "", "", None, []
+        try:
+            c = h.client()
+            t0 = time.perf_counter()
+            who = c.whoami()
+            latency = round((time.perf_counter() - t0) * 1000, 2)
+            version = who.daemon_version
+            presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
+        except errors.FleetError as exc:
+            error = self.explain("wavelet_ping", exc)
+        out = PingOut(
+            participant=h.participant,
+            wave=h.wave,
+            daemon=h.daemon,
+            reachable=latency is not None,
+            latency_ms=latency,
+            daemon_version=version,
+            session_id=h.session_id,
+            delivery=h.delivery_status(),
+            presence=presence,
+            error=error,
+        )
+        lines = [
+            f"you are {h.participant} in wave {h.wave} via {h.daemon}",
+            f"daemon: answered in {latency} ms (fleet {version})"
+            if latency is not None
+            else f"daemon: {error}",
+            f"delivery: {out.delivery.state} ({out.delivery.detail}); cap {out.delivery.cap} per wavelet",
+        ]
+        lines += [
+            f"  {d.wavelet}: {d.delivered} delivered since the last reset{' — capped' if d.capped else ''}"
+            for d in out.delivery.wavelets
+        ]
+        if presence:
+            lines.append("presence: " + ", ".join(f"{p.participant} {p.state}" for p in presence))
+        return ToolResult.ok("\n".join(lines), out)

@@ -1,0 +1,203 @@
+"""The delivery engine: one step from a feed batch to frames in a sink, the same for every transport.
+
+:class:`Engine` joins the pure rules (:mod:`fleet.delivery.rules`) to two seams:
+
+- a **feed source** (:class:`FeedSource`; :class:`fleet.client.Client` is one): one long-poll across
+  every wavelet on the participant's roster, given the cursors;
+- a **sink** (:class:`Sink`): where frames go. The channel's sink pushes MCP notifications; the
+  hook's and plain watch's collect frames to write once the step is over.
+
+:meth:`Engine.step` polls the source once and :meth:`Engine.handle` runs the batch: labels and
+retain (memberships left are forgotten), gather (targeted attention's digest hold), the attendant
+(rescue only), deliver (frames pushed in order; a wavelet batch commits whole, a failed push keeps
+its cursor), the routing log, and the commit of the core's state in memory. Saving the state is the
+caller's (the channel saves off its delivery thread, the hook right after it has written its
+frames). The engine starts no thread and owns no clock of its own (``clock`` is injectable), so a
+test drives it with a fake feed and a list sink in milliseconds. ``lock`` is held while the state
+changes, so another thread (a status tool, shutdown) can read it whole.
+
+:class:`Backoff` is the one retry schedule of the delivery loops built on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from fleet.delivery.frames import Frame, frame_of
+from fleet.delivery.rules import Decision, Delivery
+from fleet.models import Blip, Feed
+
+if TYPE_CHECKING:
+    from fleet.delivery.attention import Attendant, RoutingLog
+
+log = logging.getLogger(__name__)
+
+
+class FeedSource(Protocol):
+    """Where an engine gets its blips (:meth:`fleet.client.Client.feed` has this signature)."""
+
+    def feed(
+        self, wave: str, participant: str, cursors: dict[str, str], wait: float = 0, limit: int = 200
+    ) -> Feed: ...
+
+
+class Sink(Protocol):
+    """Where an engine puts frames. ``push`` returns False when the frame could not be delivered
+    (the protocol output is gone): the step stops and the frame's batch stays uncommitted."""
+
+    def push(self, frame: Frame) -> bool: ...
+
+
+class ListSink:
+    """A sink that keeps the frames (the hook, plain watch, tests)."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.frames: list[Frame] = []
+        self.fail_after = fail_after
+        """Refuse every push after this many (tests of failed pushes); None: never refuse."""
+
+    def push(self, frame: Frame) -> bool:
+        if self.fail_after is not None and len(self.frames) >= self.fail_after:
+            return False
+        self.frames.append(frame)
+        return True
+
+    def take(self) -> list[Frame]:
+        frames, self.frames = self.frames, []
+        return frames
+
+
+@dataclass
+class Step:
+    """What one :meth:`Engine.handle` did."""
+
+    pushed: int = 0
+    """Frames pushed in batches that committed."""
+    complete: bool = True
+    """False: a push failed (the sink is gone); what follows it was not committed."""
+    blips: int = 0
+    """Blips the feed returned."""
+    stuck: bool = False
+    """The feed returned blips but no cursor moved: a daemon answering at or behind the cursors."""
+
+
+class Engine:
+    """One participant's delivery: a :class:`~fleet.delivery.rules.Delivery` between a source and a sink."""
+
+    def __init__(
+        self,
+        core: Delivery,
+        source: FeedSource,
+        sink: Sink,
+        *,
+        wave: str,
+        routing: RoutingLog | None = None,
+        attendant: Attendant | None = None,
+        only: Iterable[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.core = core
+        self.source = source
+        self.sink = sink
+        self.wave = wave
+        self.routing = routing
+        self.attendant = attendant
+        self.only: frozenset[str] | None = frozenset(only) if only is not None else None
+        """Deliver only these wavelet ids (``fleet watch --wavelet``); the others are left untouched."""
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.labels: dict[str, str] = {}
+        """Wavelet id -> WAVE/WAVELET of the participant's memberships, as of the last feed."""
+        self._skip: dict[str, str] = {}
+        """Cursors of wavelets outside ``only``, for the request only, so they do not end a poll."""
+
+    @property
+    def participant(self) -> str:
+        return self.core.participant
+
+    @property
+    def feed_cursors(self) -> dict[str, str]:
+        """What the next feed request sends: the core's cursors (past held blips) and the skips."""
+        return {**self.core.feed_cursors, **self._skip}
+
+    def poll_wait(self, wait: float) -> float:
+        """``wait``, shortened so that a held digest is not kept past its deadline."""
+        deadline = self.core.hold_deadline()
+        if deadline is None:
+            return wait
+        return max(0.0, min(wait, deadline - self.clock()))
+
+    def step(self, wait: float) -> Step:
+        """Poll the source once (up to ``wait`` seconds) and handle what it returns.
+
+        Raises what the source raises (:class:`~fleet.errors.FleetError`); the state is unchanged then.
+        """
+        feed = self.source.feed(self.wave, self.participant, self.feed_cursors, wait=self.poll_wait(wait))
+        return self.handle(feed)
+
+    def handle(self, feed: Feed) -> Step:
+        """Run one feed batch through the rules into the sink (see the module docstring)."""
+        core = self.core
+        pushed, complete = 0, True
+        blips: list[Blip] = []
+        for b in feed.blips:
+            if self.only is None or b.wavelet_id in self.only:
+                blips.append(b)
+            elif b.id > self._skip.get(b.wavelet_id, ""):
+                self._skip[b.wavelet_id] = b.id
+        with self.lock:
+            self.labels = {w.id: f"{w.wave}/{w.name}" for w in feed.wavelets}
+            core.retain(self.labels)
+            before = self.feed_cursors
+            if core.attention == "full":
+                pushed, complete = core.process(blips, self._push)
+        if core.attention == "targeted":
+            batches = core.gather(blips, self.clock())
+            if self.attendant is not None:  # outside the lock: a run may take seconds
+                for batch in batches:
+                    self.attendant.review(batch, self.labels.get(batch.wavelet_id, batch.wavelet_id))
+            with self.lock:
+                pushed, complete = core.deliver(batches, self._push)
+            if self.routing is not None:
+                self.routing.routed(core.take_routed(), self.labels)
+        stuck = bool(feed.blips) and self.feed_cursors == before
+        return Step(pushed=pushed, complete=complete, blips=len(feed.blips), stuck=stuck)
+
+    def _push(self, decision: Decision) -> bool:
+        wavelet = decision.blip.wavelet_id
+        label = self.labels.get(wavelet, wavelet)
+        return self.sink.push(frame_of(decision, label, self.core.cap, self.core.attention))
+
+
+@dataclass
+class Backoff:
+    """Jittered exponential waits between retries: ``first``, doubling, at most ``limit``."""
+
+    first: float = 0.2
+    limit: float = 5.0
+    jitter: float = 0.2
+    _next: float = field(default=0.0, init=False)
+
+    def delay(self, limit: float | None = None) -> float:
+        """The next wait (each call doubles the following one, up to ``limit``)."""
+        cap = self.limit if limit is None else limit
+        current = min(self._next or self.first, cap)
+        self._next = min(current * 2, cap)
+        return current * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+    def reset(self) -> None:
+        self._next = 0.0
+
+
+@dataclass
+class Outage:
+    """A daemon outage in progress: since when (``time.time()``) and the latest reason."""
+
+    since: float
+    reason: str

@@ -1,0 +1,158 @@
+"""The delivery state file: where a participant stands in each wavelet, kept across restarts.
+
+One JSON file per (daemon, wave, participant) under the state dir, replaced atomically (rename
+over), with ``<file>.lock`` beside it. Whoever delivers holds that lock (``fcntl.flock``), so two
+transports never deliver the same blips twice; the kernel drops a dead holder's lock, so it never
+wedges. A restarted holder resumes from the file: no replay, no gap. A file that cannot be read
+raises :class:`~fleet.errors.CorruptState` and is never overwritten, so a corrupt file stops
+delivery instead of skipping blips.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import IO, Literal
+from urllib.parse import urlsplit
+
+from fleet.errors import CorruptState
+from fleet.paths import ensure_private_dir
+from fleet.wire import RecordError, dump, field, loads, record
+
+
+@record(extra="forbid")
+class DeliveryState:
+    """The state file's content. Field names are the file format; ``version`` guards changes."""
+
+    version: Literal[1] = 1
+    daemon: str
+    wave: str
+    participant: str
+    cursors: dict[str, str] = field(default_factory=dict)
+    """wavelet id -> id of the last blip handled there (delivered, noticed or stepped over)."""
+    delivered: dict[str, int] = field(default_factory=dict)
+    """wavelet id -> pushes since the cap was last reset there."""
+    exhausted: dict[str, str] = field(default_factory=dict)
+    """wavelet id -> id of the blip that produced the exhaustion notice (at most one per reset)."""
+    updated_at: float = 0.0
+
+
+def daemon_key(url: str) -> str:
+    """A stable, file-name-safe key for a daemon URL (scheme, host and port; path ignored)."""
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "local").lower()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{host}_{port}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def state_path(directory: Path, daemon: str, wave: str, participant: str) -> Path:
+    """Where the state of (daemon, wave, participant) lives: one file, deterministic, readable name."""
+    ident = f"{daemon_key(daemon)}|{wave}|{participant}"
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{daemon_key(daemon)}-{digest}.json"
+    return directory / name
+
+
+class StateFile:
+    """The state file of one (daemon, wave, participant) and the lock beside it.
+
+    :meth:`acquire` takes the lock without waiting; the holder is the one deliverer. :meth:`load`
+    and :meth:`save` may be called by the holder only.
+    """
+
+    def __init__(self, directory: Path, daemon: str, wave: str, participant: str) -> None:
+        self.daemon = daemon
+        self.wave = wave
+        self.participant = participant
+        self.path = state_path(directory, daemon, wave, participant)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock_file: IO[bytes] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock_file is not None
+
+    def acquire(self) -> bool:
+        """Take the lock if free (True), or return False at once when another process holds it."""
+        if self._lock_file is not None:
+            return True
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        f = os.fdopen(fd, "r+b")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            return False
+        self._lock_file = f
+        return True
+
+    def release(self) -> None:
+        if self._lock_file is not None:
+            try:
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+            finally:
+                self._lock_file.close()
+                self._lock_file = None
+
+    def fresh(self) -> DeliveryState:
+        return DeliveryState(daemon=self.daemon, wave=self.wave, participant=self.participant)
+
+    def load(self) -> DeliveryState:
+        """The saved state, or a fresh one when there is no file. Raises :class:`CorruptState`."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return self.fresh()
+        except OSError as exc:
+            raise self._corrupt(f"cannot read it: {exc}") from exc
+        try:
+            state = loads(DeliveryState, raw)
+        except RecordError as exc:
+            first_loc, first_msg = exc.problems[0]
+            raise self._corrupt(f"{first_loc or 'the file'}: {first_msg}") from exc
+        if (state.wave, state.participant) != (self.wave, self.participant):
+            raise self._corrupt(
+                f"it belongs to {state.participant} in wave {state.wave}, "
+                f"not {self.participant} in {self.wave}"
+            )
+        return state
+
+    def save(self, state: DeliveryState) -> None:
+        """Replace the file atomically (write a temp file, rename over); mode 0600.
+
+        A crash of the process at any point leaves the old or the new file, never a mix. There is
+        deliberately no fsync: saves happen after every delivered batch, and with many channels on
+        one disk fsync was most of a channel's CPU time. After a power loss the file may be older
+        (blips are replayed, never skipped) or unreadable (:class:`CorruptState`: delivery stops).
+        """
+        state.updated_at = time.time()
+        data = json.dumps(dump(state), separators=(",", ":"), sort_keys=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except FileNotFoundError:  # the state dir was removed under us: recreate it once
+            ensure_private_dir(self.path.parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def _corrupt(self, reason: str) -> CorruptState:
+        return CorruptState(
+            f"the delivery state file {self.path} is unusable ({reason}). Delivery is stopped so that "
+            f"no blip is skipped. To replay from your joins (capped), move it aside: "
+            f"mv '{self.path}' '{self.path}.bad'; or restore a good copy. Then restart the channel."
+        )
