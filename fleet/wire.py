@@ -227,8 +227,8 @@ def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) 
         try:
             return hint(value)
         except ValueError:
-            allowed = ", ".join(json.dumps(m.value) for m in hint)
-            problems.append((path, f"must be one of {allowed}"))
+            values = ", ".join(json.dumps(m.value) for m in hint)
+            problems.append((path, f"must be one of {values}"))
             return None
     elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
