@@ -25,7 +25,6 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import re
@@ -38,7 +37,6 @@ from typing import Any, Literal, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T")
 
-_MISSING = dataclasses.MISSING
 
 
 class RecordError(ValueError):
@@ -48,6 +46,23 @@ class RecordError(ValueError):
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         self.problems = problems
         super().__init__("; ".join(f"{loc or 'body'}: {msg}" for loc, msg in problems[:5]))
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()
+
+
+class _Spec:
+    """What :func:`field` puts in a class body; :func:`record` turns it into a :class:`_Field`."""
+
+    __slots__ = ("default", "factory", "meta")
+
+    def __init__(self, default: Any, factory: Any, meta: dict[str, Any]) -> None:
+        self.default, self.factory, self.meta = default, factory, meta
 
 
 def field(
@@ -76,9 +91,19 @@ def field(
         )
         if v not in (None, "")
     }
-    if default_factory is not _MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+    return _Spec(default, default_factory, meta)
+
+
+class _Field:
+    __slots__ = ("default", "factory", "key", "meta", "name")
+
+    def __init__(self, name: str, default: Any, factory: Any, meta: dict[str, Any]) -> None:
+        self.name, self.default, self.factory, self.meta = name, default, factory, meta
+        self.key: str = meta.get("key", name)
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING and self.factory is _MISSING
 
 
 @overload
@@ -89,53 +114,90 @@ def record(*, extra: Literal["ignore", "forbid"] = "ignore") -> Callable[[type[T
 
 @dataclass_transform(kw_only_default=True, field_specifiers=(field,))
 def record(cls: type[T] | None = None, /, *, extra: Literal["ignore", "forbid"] = "ignore") -> Any:
-    """Declare a record (a keyword-only, slotted dataclass). ``extra="forbid"`` refuses unknown keys."""
+    """Declare a record: keyword-only ``__init__``, ``__eq__`` and ``__repr__`` from the annotated
+    fields (base records' first). ``extra="forbid"`` makes :func:`load` refuse unknown keys.
+
+    Deliberately not :func:`dataclasses.dataclass`: its code generation costs about half a
+    millisecond a class at import, which every ``fleet`` command and channel would pay for each.
+    """
 
     def wrap(c: type[T]) -> type[T]:
-        out = dataclasses.dataclass(kw_only=True, slots=True)(c)
-        out.__record_extra__ = extra  # type: ignore[attr-defined]
-        return out
+        fields: dict[str, _Field] = {}
+        for base in reversed(c.__mro__[1:]):
+            for f in getattr(base, "__record_fields__", ()):
+                fields[f.name] = f
+        own = c.__dict__.get("__annotations__", {})  # noqa: RUF063 (inspect costs 6 ms to import)
+        for name, hint in own.items():
+            if str(hint).startswith(("ClassVar", "typing.ClassVar")):
+                continue
+            value = c.__dict__.get(name, _MISSING)
+            if isinstance(value, _Spec):
+                fields[name] = _Field(name, value.default, value.factory, value.meta)
+                if value.default is _MISSING:
+                    delattr(c, name)
+                else:
+                    setattr(c, name, value.default)
+            else:
+                fields[name] = _Field(name, value, _MISSING, {})
+        c.__record_fields__ = tuple(fields.values())  # type: ignore[attr-defined]
+        c.__record_extra__ = extra  # type: ignore[attr-defined]
+        c.__init__ = _init  # type: ignore[method-assign]
+        c.__eq__ = _eq  # type: ignore[method-assign]
+        c.__repr__ = _repr  # type: ignore[method-assign]
+        c.__hash__ = None  # type: ignore[assignment]
+        return c
 
     return wrap if cls is None else wrap(cls)
 
 
-# ---------------------------------------------------------------- introspection (cached per class)
+def _init(self: Any, **values: Any) -> None:
+    for f in self.__record_fields__:
+        if f.name in values:
+            value = values.pop(f.name)
+        elif f.factory is not _MISSING:
+            value = f.factory()
+        elif f.default is not _MISSING:
+            value = f.default
+        else:
+            raise TypeError(f"{type(self).__name__}() is missing the field {f.name!r}")
+        object.__setattr__(self, f.name, value)
+    if values:
+        raise TypeError(f"{type(self).__name__}() got unexpected fields: {', '.join(values)}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    key: str
-    hint: Any
-    required: bool
-    meta: typing.Mapping[str, Any]
+def _eq(self: Any, other: Any) -> Any:
+    if type(other) is not type(self):
+        return NotImplemented
+    return all(getattr(self, f.name) == getattr(other, f.name) for f in self.__record_fields__)
 
 
-_FIELDS: dict[type, tuple[_Field, ...]] = {}
-
-
-def _fields(cls: type) -> tuple[_Field, ...]:
-    got = _FIELDS.get(cls)
-    if got is None:
-        module = sys.modules.get(cls.__module__)
-        hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
-        got = tuple(
-            _Field(
-                name=f.name,
-                key=f.metadata.get("key", f.name),
-                hint=hints[f.name],
-                required=f.default is _MISSING and f.default_factory is _MISSING,
-                meta=f.metadata,
-            )
-            for f in dataclasses.fields(cls)
-            if f.init
-        )
-        _FIELDS[cls] = got
-    return got
+def _repr(self: Any) -> str:
+    inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.__record_fields__)
+    return f"{type(self).__name__}({inner})"
 
 
 def is_record(obj: Any) -> bool:
-    return dataclasses.is_dataclass(obj)
+    """True for a record class or instance."""
+    return hasattr(obj, "__record_fields__")
+
+
+# ---------------------------------------------------------------- introspection (cached per class)
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    fields: tuple[_Field, ...] = cls.__record_fields__  # type: ignore[attr-defined]
+    return fields
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The fields' annotations, evaluated (once per class, on first use)."""
+    got = _HINTS.get(cls)
+    if got is None:
+        module = sys.modules.get(cls.__module__)
+        got = _HINTS[cls] = typing.get_type_hints(cls, globalns=vars(module) if module else None)
+    return got
 
 
 # ---------------------------------------------------------------- load
@@ -230,7 +292,7 @@ def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) 
             values = ", ".join(json.dumps(m.value) for m in hint)
             problems.append((path, f"must be one of {values}"))
             return None
-    elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    elif isinstance(hint, type) and is_record(hint):
         if isinstance(value, hint):
             return value
         if isinstance(value, dict):
@@ -244,6 +306,7 @@ def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) 
 def _record(cls: type, value: dict[str, Any], path: str, problems: list[tuple[str, str]]) -> Any:
     kwargs: dict[str, Any] = {}
     known = set()
+    hints = _hints(cls)
     for f in _fields(cls):
         known.add(f.key)
         if f.key not in value:
@@ -252,7 +315,7 @@ def _record(cls: type, value: dict[str, Any], path: str, problems: list[tuple[st
             continue
         where = _join(path, f.key)
         before = len(problems)
-        v = _convert(f.hint, value[f.key], where, problems)
+        v = _convert(hints[f.name], value[f.key], where, problems)
         if len(problems) == before:
             _check(f.meta, v, where, problems)
         kwargs[f.name] = v
@@ -294,7 +357,7 @@ def _hint_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is list:
         return "an array"
-    if origin is dict or dataclasses.is_dataclass(hint):
+    if origin is dict or is_record(hint):
         return "an object"
     return str(hint)
 
@@ -304,7 +367,7 @@ def _hint_name(hint: Any) -> str:
 
 def dump(obj: Any, *, exclude_none: bool = False) -> Any:
     """``obj`` (a record, or lists and dicts of them) as JSON-able data, fields under their wire names."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if is_record(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
         for f in _fields(type(obj)):
             v = getattr(obj, f.name)
@@ -365,17 +428,16 @@ def _schema(hint: Any, meta: typing.Mapping[str, Any] | None = None) -> dict[str
     elif origin is dict:
         _k, item = typing.get_args(hint) or (str, Any)
         out = {"type": "object", "additionalProperties": _schema(item)}
-    elif dataclasses.is_dataclass(hint):
+    elif is_record(hint):
         props: dict[str, Any] = {}
         required: list[str] = []
-        for f in _fields(typing.cast(type, hint)):
-            props[f.key] = _schema(f.hint, f.meta)
+        hints = _hints(hint)
+        for f in _fields(hint):
+            props[f.key] = _schema(hints[f.name], f.meta)
             if f.required:
                 required.append(f.key)
             else:
-                default = _default_of(typing.cast(type, hint), f.name)
-                if default is not _MISSING:
-                    props[f.key]["default"] = default
+                props[f.key]["default"] = dump(f.factory() if f.default is _MISSING else f.default)
         out = {"type": "object", "properties": props, "additionalProperties": False}
         if required:
             out["required"] = required
@@ -397,13 +459,3 @@ def _schema(hint: Any, meta: typing.Mapping[str, Any] | None = None) -> dict[str
         if key in meta:
             out[name] = meta[key]
     return out
-
-
-def _default_of(cls: type, name: str) -> Any:
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            if f.default is not _MISSING:
-                return dump(f.default)
-            if f.default_factory is not _MISSING:
-                return dump(f.default_factory())
-    return _MISSING
