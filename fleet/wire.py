@@ -38,7 +38,6 @@ from typing import Any, Literal, TypeVar, dataclass_transform, overload
 T = TypeVar("T")
 
 
-
 class RecordError(ValueError):
     """Data that does not fit a record. ``problems`` holds (field path, what is wrong) pairs;
     :func:`fleet.errors.describe` puts them into words."""

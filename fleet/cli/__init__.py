@@ -1,9 +1,15 @@
 """The ``fleet`` command line: typer sub-apps per noun, and the one place errors become exit codes.
 
 Each command parses its arguments, calls :mod:`fleet.client`, and hands the result to
-:mod:`fleet.cli.render`. :func:`main` is the error boundary (DESIGN §7): a :class:`~fleet.errors.FleetError`
-prints ``fleet: error: <message>`` and exits with its code; usage errors exit 2; Ctrl-C exits 130;
-anything unexpected prints one line (``FLEET_DEBUG=1`` shows the traceback) and exits 1.
+:mod:`fleet.cli.render`. :func:`main` is the error boundary (docs/design.md §7): a
+:class:`~fleet.errors.FleetError` prints ``fleet: error: <message>`` and exits with its code; usage
+errors exit 2; Ctrl-C exits 130; anything unexpected prints one line (``FLEET_DEBUG=1`` shows the
+traceback) and exits 1.
+
+Start-up is part of the interface: ``fleet post`` is typed many times a minute by people and
+agents. :data:`COMMANDS` says which module registers each command, and :func:`build` imports only
+the module of the command on the command line (all of them for ``--help``, completion, or an
+unknown command), so a command pays for nothing but itself (``bench/cli.py`` measures it).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import typer
 
 import fleet
 from fleet import errors
-from fleet.cli import blips, channel, daemon, render, spawn, supervise, tokens, watch, wave, wavelet
+from fleet.cli import render
 from fleet.cli.common import JsonOpt
 from fleet.paths import get_paths
 
@@ -29,7 +35,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
-    add_completion=False,
+    add_completion=True,
 )
 
 
@@ -49,20 +55,59 @@ def _root(
     """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
 
 
-app.add_typer(daemon.app, name="daemon")
-app.add_typer(wave.app, name="wave")
-app.command()(wave.tree)
-wavelet.register(app)
-blips.register(app)
-app.add_typer(tokens.app, name="token")
-app.command()(tokens.whoami)
-channel.register(app)
-spawn.register(app)
-supervise.register(app)
-watch.register(app)
+COMMANDS: dict[str, str] = {
+    "daemon": "daemon",
+    "wave": "wave",
+    "tree": "wave",
+    "ls": "wave",
+    "fork": "wavelet",
+    "invite": "wavelet",
+    "leave": "wavelet",
+    "post": "blips",
+    "read": "blips",
+    "surface": "blips",
+    "replace": "blips",
+    "token": "tokens",
+    "whoami": "tokens",
+    "channel": "channel",
+    "spawn": "spawn",
+    "attach": "spawn",
+    "claude": "spawn",
+    "demo": "spawn",
+    "status": "supervise",
+    "respawn": "supervise",
+    "supervise": "supervise",
+    "kill": "supervise",
+    "watch": "watch",
+    "hook-config": "watch",
+}
+"""Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
+are defined here)."""
+
+_registered: set[str] = set()
 
 
-@app.command("paths")
+def build(argv: list[str] | None = None) -> typer.Typer:
+    """The app with the commands ``argv`` needs registered (every command when it names none we
+    know, asks for help or completion); returns :data:`app`."""
+    import importlib
+
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    completing = any(k.startswith("_FLEET_COMPLETE") for k in os.environ)
+    every = set(COMMANDS.values())
+    wanted = {COMMANDS[first]} if first in COMMANDS and not completing else every
+    for name in dict.fromkeys(COMMANDS.values()):
+        if name in wanted and name not in _registered:
+            importlib.import_module(f"fleet.cli.{name}").register(app)
+            _registered.add(name)
+    if "" not in _registered:
+        app.command("paths")(paths_)
+        app.command("doctor")(doctor)
+        _registered.add("")
+    return app
+
+
 def paths_(as_json: JsonOpt = False) -> None:
     """Show where fleet keeps its files (FLEET_HOME moves them all)."""
     paths = get_paths().as_dict()
@@ -72,7 +117,6 @@ def paths_(as_json: JsonOpt = False) -> None:
         render.pairs(list(paths.items()))
 
 
-@app.command("doctor")
 def doctor(as_json: JsonOpt = False) -> None:
     """Check this machine for what fleet needs (python, tmux, claude, daemon, secrets, layouts)."""
     from fleet import doctor as checks
@@ -94,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
     )
     try:
-        code = app(args=argv, prog_name="fleet", standalone_mode=False)
+        code = build(argv)(args=argv, prog_name="fleet", standalone_mode=False)
     except errors.FleetError as exc:
         render.error(exc.message)
         code = exc.exit_code

@@ -111,3 +111,7 @@ def status(as_json: JsonOpt = False) -> None:
             render.out("no daemon is running locally: start one with `fleet daemon start`")
     if not st.running:
         raise typer.Exit(3)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="daemon")

@@ -92,3 +92,8 @@ def whoami(as_json: JsonOpt = False) -> None:
         return
     scope = f" in wave {me.wave}" if me.wave else ""
     render.out(f"{me.principal}{scope} at {c.base_url} (daemon {me.daemon_version})")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="token")
+    root.command()(whoami)

@@ -72,3 +72,8 @@ def tree(
         render.note("no waves yet: create one with `fleet wave new NAME`")
     for w in waves:
         render.wave_tree(w)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="wave")
+    root.command()(tree)
