@@ -238,9 +238,10 @@ def _convert(hint: Any, value: Any, path: str, problems: list[tuple[str, str]]) 
         args = typing.get_args(hint)
         if value is None and type(None) in args:
             return None
-        for arg in args:
-            if arg is type(None):
-                continue
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # X | None: a value that is there must be an X (its own problems show)
+            return _convert(options[0], value, path, problems)
+        for arg in options:
             trial: list[tuple[str, str]] = []
             out = _convert(arg, value, path, trial)
             if not trial:

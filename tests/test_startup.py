@@ -1,0 +1,67 @@
+"""Start-up: the short-lived processes load only what their command needs.
+
+The figures (time, RSS, CPU) are measured by ``bench/cli.py``; these tests pin the causes: a channel
+process loads neither typer, pydantic, ``http.client`` (and with it ``ssl`` and ``email``) nor tmux;
+``fleet post``, ``read`` and ``tree`` load no pydantic, tmux or layouts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.paths import Paths
+
+HEAVY = ("pydantic", "typer", "http.client", "ssl", "email", "libtmux", "fleet.layouts", "fleet.spawn")
+
+
+def imported(argv: list[str], env: dict[str, str]) -> set[str]:
+    """The modules a ``python -X importtime ...`` run imported (read from its stderr)."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return {
+        line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")
+    }
+
+
+def heavy(modules: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
+    return sorted(
+        m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY if h not in allowed)
+    )
+
+
+@pytest.fixture
+def cli_env(daemon: Daemon, operator: Client, fleet_env: Paths) -> dict[str, str]:
+    operator.create_wave("w", ["alice"])
+    return dict(os.environ, FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
+
+
+@pytest.mark.parametrize("command", [["post", "w/main", "hello"], ["read", "w/main"], ["tree", "w"]])
+def test_the_everyday_commands_load_no_pydantic_tmux_or_layouts(
+    cli_env: dict[str, str], command: list[str]
+) -> None:
+    modules = imported(["-m", "fleet", *command], cli_env)
+    assert "fleet.client" in modules
+    assert heavy(modules, allowed=("typer",)) == []
+
+
+def test_a_channel_loads_no_cli_pydantic_http_client_or_tmux(
+    daemon: Daemon, operator: Client, tmp_path: Path
+) -> None:
+    operator.create_wave("w", ["alice"])
+    token = tmp_path / "alice.token"
+    token.write_text(operator.mint_token("w", "alice").token)
+    argv = ["-m", "fleet", "channel", "--participant", "alice", "--wave", "w", "--daemon", daemon.url,
+            "--token-file", str(token)]  # fmt: skip
+    # stdin at EOF: the channel starts, finds the client gone, shuts down cleanly (exit 0)
+    modules = imported(argv, dict(os.environ))
+    assert {"fleet.channel.server", "fleet.delivery.engine", "fleet.client"} <= modules
+    assert heavy(modules) == []
