@@ -16,7 +16,7 @@ the same :mod:`fleet.errors` class the daemon raised. What callers may rely on:
   a write that may have been applied is never sent twice.
 - **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``.
 
-:func:`connect` is the discovery rule of DESIGN §2: ``FLEET_DAEMON`` (+ ``FLEET_TOKEN`` or
+:func:`connect` is the discovery rule of docs/design.md §2: ``FLEET_DAEMON`` (+ ``FLEET_TOKEN`` or
 ``FLEET_TOKEN_FILE``) wins; otherwise the local daemon named by the endpoint file, if its pid is alive
 and it answers; otherwise one is started in the background (under a file lock, so concurrent clients
 start one daemon between them) and a one-line notice naming its log goes to stderr.
@@ -78,6 +78,7 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, get_paths
+from fleet.procs import looks_like_fleet, pid_alive
 from fleet.wire import RecordError, dumps, loads, record
 
 log = logging.getLogger(__name__)
@@ -606,7 +607,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
-    """A client for the daemon this environment means (DESIGN §2).
+    """A client for the daemon this environment means (docs/design.md §2).
 
     1. ``FLEET_DAEMON`` set: that URL, with ``FLEET_TOKEN`` (or the file ``FLEET_TOKEN_FILE`` names).
     2. Otherwise the local daemon of the endpoint file, if its pid is alive and ``/v1/health`` answers
@@ -671,23 +672,6 @@ def read_endpoint(paths: Paths) -> Endpoint | None:
         return loads(Endpoint, paths.endpoint.read_bytes())
     except (OSError, RecordError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True if process ``pid`` exists and is not a zombie (a dead daemon nobody reaped yet)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _answers(endpoint: Endpoint) -> bool:
@@ -792,7 +776,7 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
                 )
             time.sleep(0.02)
     if announce:
-        # The one line DESIGN §2 promises the user; stderr, so stdout stays data (and protocol).
+        # The one line docs/design.md §2 promises the user; stderr, so stdout stays data (and protocol).
         sys.stderr.write(f"fleet: started the local daemon at {endpoint.url} (log: {paths.daemon_log})\n")
     return endpoint, True
 
@@ -806,7 +790,7 @@ def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
     endpoint = read_endpoint(paths)
     if endpoint is None or not pid_alive(endpoint.pid):
         return None
-    if not _answers(endpoint) and not _looks_like_fleet(endpoint.pid):
+    if not _answers(endpoint) and not looks_like_fleet(endpoint.pid):
         log.warning("pid %s in %s is not a fleet daemon; not signalling it", endpoint.pid, paths.endpoint)
         return None
     try:
@@ -822,13 +806,6 @@ def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
             )
         time.sleep(0.02)
     return endpoint
-
-
-def _looks_like_fleet(pid: int) -> bool:
-    try:
-        return b"fleet" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def local_status(paths: Paths) -> DaemonStatus:

@@ -1,7 +1,7 @@
 """The one error tree of fleet.
 
 Every failure a user or an agent can cause is one of these classes. Each carries the exit code the
-CLI returns for it (DESIGN §7) and the HTTP status the daemon answers with, and its message says what
+CLI returns for it (docs/design.md §7) and the HTTP status the daemon answers with, and its message says what
 went wrong and what to do about it. The CLI turns them into exit codes at exactly one place
 (``fleet.cli.main``); the daemon turns them into JSON error bodies; the client turns those bodies back
 into the same classes, so a caller sees the same exception locally and remotely.

@@ -13,16 +13,17 @@ A layout is a TOML file (read with the stdlib, validated here):
     agent = "claude"                     # the command (shell words); claude flags are appended
     model = "sonnet"
     permission_mode = "acceptEdits"
-    attention = "targeted"               # full | targeted (DESIGN §4)
+    attention = "targeted"               # full | targeted (docs/design.md §4)
     cwd = "~/src/project"
     args = ["--verbose"]
 
     [participants.lead]                  # ... overridden per name
     attention = "full"
 
-Shipped layouts live in the package's ``layouts/`` folder; a user's own in ``fleet paths``'s
-``layouts`` folder take precedence by name. A path ending in ``.toml`` is loaded as is. A bad file
-is reported with its path and the offending field.
+Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
+data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
+precedence by name. ``fleet spawn --list-layouts`` lists them all. A path ending in ``.toml`` is
+loaded as is. A bad file is reported with its path and the offending field.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Layout(BaseModel):
 
 
 def _shipped() -> dict[str, Path]:
-    folder = importlib.resources.files("fleet") / "layouts"
+    folder = importlib.resources.files("fleet.shipped_layouts")
     return {
         Path(entry.name).stem: Path(str(entry)) for entry in folder.iterdir() if entry.name.endswith(".toml")
     }

@@ -1,6 +1,6 @@
 """Spawning: a wavelet's roster materialised as tmux panes, each running an agent wired to the wave.
 
-``Spawner.spawn(wavelet)`` is fleet's main job (DESIGN §6). What a caller may rely on:
+``Spawner.spawn(wavelet)`` is fleet's main job (docs/design.md §6). What a caller may rely on:
 
 - One tmux session per wave, one window per wavelet, one pane per participant, found again by their
   ``@fleet_*`` options, never by names or indexes.
@@ -45,6 +45,7 @@ from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
+from fleet.procs import zombie_status
 from fleet.tmux import PaneInfo, Tmux, check_length
 
 log = logging.getLogger(__name__)
@@ -455,27 +456,6 @@ def _layout_named(name: str, paths: Paths) -> Layout:
         return load_layout(name or DEFAULT_LAYOUT, paths)
     except errors.FleetError:
         return load_layout(DEFAULT_LAYOUT, paths)
-
-
-def zombie_status(pid: int) -> str | None:
-    """The exit status of an unreaped child of tmux, read from ``/proc`` (Linux), if that is what it is.
-
-    tmux 3.3a sometimes misses the SIGCHLD of an agent that exits within moments of being spawned and
-    leaves it a zombie with no recorded status; the kernel still holds the status for its parent.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if not fields or fields[0] != "Z" or len(fields) < 50:
-        return None
-    code = int(fields[49])
-    if os.WIFEXITED(code):
-        return str(os.WEXITSTATUS(code))
-    if os.WIFSIGNALED(code):
-        return f"signal {os.WTERMSIG(code)}"
-    return None
 
 
 def attach_hint(wave: str) -> str:

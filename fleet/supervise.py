@@ -1,6 +1,6 @@
 """Supervision: who in a wave is working, idle or dead; bringing the dead back; tearing panes down.
 
-fleet leaves process lifetime to tmux (DESIGN §6). Everything here *asks* tmux and the daemon and
+fleet leaves process lifetime to tmux (docs/design.md §6). Everything here *asks* tmux and the daemon and
 owns no process. What a caller may rely on:
 
 - :func:`status` gives one :class:`StatusRow` per (wavelet, participant): every agent on a wavelet's
@@ -26,13 +26,11 @@ owns no process. What a caller may rely on:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -43,7 +41,8 @@ from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths
-from fleet.spawn import PaneReport, Spawner, zombie_status
+from fleet.procs import group_running, zombie_status
+from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
 from fleet.wire import RecordError, loads
 
@@ -223,6 +222,51 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
     )
+
+
+# ---------------------------------------------------------------- the overview
+
+
+class WaveOverview(BaseModel):
+    """One wave in ``fleet ls``: its size and its panes, at a glance."""
+
+    wave: str
+    wave_id: str
+    wavelets: int
+    agents: list[str]
+    """Every agent on any roster of the wave, by name."""
+    live: list[str]
+    """Participants whose pane is alive."""
+    dead: list[str]
+    """Participants whose pane is dead (``fleet respawn`` or ``fleet spawn`` brings them back)."""
+    tmux_session: str | None = None
+    attach: str = ""
+
+
+def overview(client: Client, tmux: Tmux | None) -> list[WaveOverview]:
+    """Every wave the caller sees with its live and dead panes (one tmux query for all of them;
+    ``tmux`` None: tmux is not installed, so there are none)."""
+    from fleet.spawn import attach_hint
+
+    panes = tmux.panes() if tmux is not None else []
+    sessions = {p.wave: p.session_name for p in panes if p.wave}
+    out = []
+    for w in client.list_waves():
+        full = client.get_wave(w.id)
+        mine = panes_by_participant(p for p in panes if p.wave == w.id and p.participant)
+        out.append(
+            WaveOverview(
+                wave=w.name,
+                wave_id=w.id,
+                wavelets=len(full.wavelets),
+                agents=sorted({m.name for wl in full.wavelets for m in wl.roster if m.kind == "agent"}),
+                live=sorted(n for n, p in mine.items() if p.alive),
+                dead=sorted(n for n, p in mine.items() if p.dead),
+                tmux_session=sessions.get(w.id),
+                attach=attach_hint(w.name) if w.id in sessions else "",
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------- respawn
@@ -533,32 +577,6 @@ def resolve_target(client: Client, ref: str, wave_hint: str | None) -> tuple[Wav
             f"no wave or wavelet {ref!r}: `fleet wave list` shows the waves, `fleet tree WAVE` their wavelets"
         ) from None
     return client.get_wave(wl.wave_id), wl
-
-
-def group_running(pgid: int) -> bool:
-    """Whether a live (not zombie) process of process group ``pgid`` exists.
-
-    Linux: read from ``/proc``, since an orphaned channel may stay a zombie for a while before init
-    reaps it. Elsewhere: whether the group exists at all.
-    """
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # state, ppid, pgrp, ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 def await_exit(panes: Iterable[PaneInfo], timeout: float = 5.0) -> bool:

@@ -1,6 +1,6 @@
 """The tmux adapter: the only module that talks to tmux (through a ``libtmux.Server``).
 
-What callers may rely on (DESIGN §6):
+What callers may rely on (docs/design.md §6):
 
 - Identity lives in user options, never in names, titles or indexes: a session carries
   ``@fleet_wave`` (the wave id), a window ``@fleet_wavelet`` (the wavelet id), a pane

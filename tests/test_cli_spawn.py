@@ -149,3 +149,47 @@ def test_demo_runs_from_a_fresh_home_with_no_daemon(tmux_server: libtmux.Server,
         assert authors == {"alice", "bob", "carol"}
     finally:
         run(env, "daemon", "stop")
+
+
+def test_ls_shows_every_wave_with_its_live_and_dead_panes(
+    env: dict[str, str], operator: Client, tmux_server: libtmux.Server
+) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    operator.create_wave("idle", ["carol"])
+    assert run(env, "spawn", "w/main", "--agent", STANDIN, "--layout", "pair").returncode == 0
+    bob = next(p for p in Tmux(tmux_server).fleet_panes(operator.get_wave("w").id) if p.participant == "bob")
+    tmux_server.cmd("respawn-pane", "-k", "-t", bob.pane_id, "sh", "-c", "exit 3")  # bob's agent dies
+    rows = retry_until(
+        lambda: [r for r in json.loads(run(env, "ls", "--json").stdout) if r["dead"]],
+        what="bob's pane seen dead",
+    )
+    listed = {r["wave"]: r for r in json.loads(run(env, "ls", "--json").stdout)}
+    assert rows[0]["wave"] == "w"
+    assert (listed["w"]["live"], listed["w"]["dead"], listed["w"]["agents"]) == (
+        ["alice"],
+        ["bob"],
+        ["alice", "bob"],
+    )
+    assert listed["w"]["attach"].endswith("fleet attach w") and listed["idle"]["tmux_session"] is None
+    human = run(env, "ls")
+    assert human.returncode == 0
+    line = next(ln for ln in human.stdout.splitlines() if ln.startswith("w "))
+    assert "1 live, 1 dead (bob)" in line and "fleet attach w" in line
+
+
+def test_list_layouts_names_shipped_and_own_layouts(env: dict[str, str], fleet_env: Paths) -> None:
+    fleet_env.layouts.mkdir(parents=True)
+    (fleet_env.layouts / "mine.toml").write_text('description = "my own"\n')
+    (fleet_env.layouts / "broken.toml").write_text("arrangement = 'spiral'\n")
+    listed = run(env, "spawn", "--list-layouts")
+    assert listed.returncode == 0, listed.stderr
+    rows = {ln.split()[0]: ln for ln in listed.stdout.splitlines()[1:]}
+    assert {"demo", "lead", "pair", "review", "trio", "mine", "broken"} <= set(rows)
+    assert "shipped" in rows["trio"] and "yours" in rows["mine"] and "my own" in rows["mine"]
+    assert "BROKEN" in rows["broken"] and "arrangement" in rows["broken"]
+
+
+def test_shell_completion_is_offered(env: dict[str, str]) -> None:
+    shown = run(env, "--show-completion", "bash")
+    assert shown.returncode == 0, shown.stderr
+    assert "_FLEET_COMPLETE" in shown.stdout

@@ -307,7 +307,7 @@ def test_state_path_is_per_daemon_wave_participant(tmp_path: Path) -> None:
     assert os.sep not in base.name
 
 
-# ---------------------------------------------------------------- targeted attention (DESIGN §4)
+# ---------------------------------------------------------------- targeted attention (docs/design.md §4)
 
 
 @pytest.mark.parametrize(

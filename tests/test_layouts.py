@@ -73,3 +73,17 @@ def test_an_unknown_layout_lists_the_known_ones(fleet_env: Paths) -> None:
     with pytest.raises(errors.NotFound) as e:
         layouts.load("nope", fleet_env)
     assert "trio" in str(e.value)
+
+
+def test_every_fleet_package_is_in_the_wheel() -> None:
+    """pyproject lists its packages (the layouts folder is mapped in): a new one must be listed too."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.relative_to(root).parent.parts)
+        for p in (root / "fleet").rglob("*")
+        if p.is_file() and p.suffix in (".py", ".js", ".css", ".html") and "__pycache__" not in p.parts
+    }
+    assert found | {"fleet.shipped_layouts"} == listed

@@ -132,7 +132,7 @@ def doctor(as_json: JsonOpt = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and exit with the code DESIGN §7 assigns to what happened. Never returns."""
+    """Run the CLI and exit with the code docs/design.md §7 assigns to what happened. Never returns."""
     debug = bool(os.environ.get("FLEET_DEBUG"))
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"

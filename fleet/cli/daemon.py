@@ -46,7 +46,7 @@ def run(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
-    # An address typed on this command line is the explicit ask DESIGN §2 requires for remote use.
+    # An address typed on this command line is the explicit ask docs/design.md §2 requires for remote use.
     daemon = Daemon(
         get_paths(),
         listen or "127.0.0.1:0",

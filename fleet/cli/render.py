@@ -22,7 +22,7 @@ from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
     from fleet.doctor import Check
     from fleet.spawn import PaneReport, SpawnReport
-    from fleet.supervise import KillReport, SupervisorEvent, WaveStatus
+    from fleet.supervise import KillReport, SupervisorEvent, WaveOverview, WaveStatus
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
@@ -203,6 +203,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         out(("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]).rstrip())
+
+
+def overview(waves: Sequence[WaveOverview]) -> None:
+    """``fleet ls``: one row per wave."""
+    if not waves:
+        note("no waves yet: create one with `fleet wave new NAME`")
+        return
+    rows = []
+    for w in waves:
+        panes = f"{len(w.live)} live" + (f", {len(w.dead)} dead ({', '.join(w.dead)})" if w.dead else "")
+        where = w.attach or "not spawned"
+        rows.append([w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where])
+    table(["WAVE", "WAVELETS", "AGENTS", "PANES", "ATTACH"], rows)
 
 
 def status_table(st: WaveStatus) -> None:

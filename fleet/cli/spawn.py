@@ -7,14 +7,46 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from fleet import errors, layouts
+from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
+from fleet.layouts import DEFAULT_LAYOUT
 from fleet.paths import get_paths
 
 if TYPE_CHECKING:  # tmux and spawning are imported when a command needs them, not by every fleet run
     from fleet.spawn import Spawner, SpawnReport
 
+
+def _list_layouts(value: bool) -> None:
+    if not value:
+        return
+    from fleet import layouts
+
+    paths = get_paths()
+    rows = []
+    for name, path in layouts.available(paths).items():
+        try:
+            lay = layouts.load(name, paths)
+            what = lay.description or "-"
+        except errors.FleetError as exc:
+            what = f"BROKEN: {exc.message}"
+        where = "yours" if path.parent == paths.layouts else "shipped"
+        rows.append([name, where, what])
+    render.table(["LAYOUT", "FROM", "DESCRIPTION"], rows)
+    render.note(f"your own layouts go in {paths.layouts} (a name there overrides a shipped one)")
+    raise typer.Exit()
+
+
+ListLayoutsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--list-layouts",
+        callback=_list_layouts,
+        is_eager=True,
+        expose_value=False,
+        help="List the layouts (shipped and yours) and exit.",
+    ),
+]
 LayoutOpt = Annotated[
     str,
     typer.Option("--layout", "-l", help="A layout name (`fleet spawn --list-layouts`) or a .toml path."),
@@ -93,7 +125,7 @@ def report_and_exit(report: SpawnReport, as_json: bool) -> None:
 
 def spawn(
     wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
-    layout: LayoutOpt = layouts.DEFAULT_LAYOUT,
+    layout: LayoutOpt = DEFAULT_LAYOUT,
     agent: AgentOpt = None,
     transport: TransportOpt = "channel",
     socket: SocketOpt = None,
@@ -101,11 +133,14 @@ def spawn(
     wait: WaitOpt = 30.0,
     wave: WaveOpt = None,
     as_json: JsonOpt = False,
+    _list: ListLayoutsOpt = False,
 ) -> None:
     """Open WAVELET's roster in tmux: one window, one pane per participant, each an agent on the wave.
 
     Idempotent: live panes are left alone, dead ones resume their session, new members get panes.
     """
+    from fleet import layouts
+
     lay = layouts.load(layout, get_paths())
     report = make_spawner(socket, agent, transport, trust, wait).spawn(wavelet_ref, lay, wave_hint=wave)
     report_and_exit(report, as_json)

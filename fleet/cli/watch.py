@@ -1,4 +1,4 @@
-"""``fleet watch`` and ``fleet hook-config``: wake a session without channel notifications (DESIGN §5).
+"""``fleet watch`` and ``fleet hook-config``: wake a session without channel notifications (docs/design.md §5).
 
 The logic is in :mod:`fleet.watch`; these commands parse, call it, and print. In ``--hook`` mode
 stdout stays empty (Claude Code reads stderr) and logging goes to stderr only when ``FLEET_DEBUG``.
@@ -40,7 +40,7 @@ AttentionOpt = Annotated[
     Attention,
     typer.Option(
         help="full: every blip. targeted: only blips naming you, the operator's and surfaces in full; "
-        "the rest as one digest per wavelet batch (DESIGN §4)."
+        "the rest as one digest per wavelet batch (docs/design.md §4)."
     ),
 ]
 StateDirOpt = Annotated[

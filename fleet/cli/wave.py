@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client, names
 
@@ -77,3 +78,28 @@ def tree(
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="wave")
     root.command()(tree)
+    root.command()(ls)
+
+
+def ls(
+    socket: Annotated[
+        str | None,
+        typer.Option("--socket", envvar="FLEET_TMUX_SOCKET", metavar="SOCKET", help="The tmux server."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every wave at a glance: wavelets, agents, live and dead panes, and how to attach."""
+    from fleet import supervise
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
+
+    tmux: Tmux | None = None
+    try:
+        tmux = Tmux(tmux_server(socket))
+    except errors.ToolMissing:
+        render.note("tmux is not installed: no panes to show")
+    waves = supervise.overview(client(), tmux)
+    if as_json:
+        render.dump(waves)
+    else:
+        render.overview(waves)

@@ -43,7 +43,7 @@ from fleet.delivery.state import DeliveryState
 from fleet.models import OPERATOR, Blip
 
 DEFAULT_CAP = 40
-"""Pushes per wavelet before the exhaustion notice (DESIGN §3); configurable per channel."""
+"""Pushes per wavelet before the exhaustion notice (docs/design.md §3); configurable per channel."""
 DIGEST_HOLD = 30.0
 """Seconds a digest-only batch may wait for more chatter (targeted attention); 0 pushes at once."""
 HOLD_MAX_LINES = 100
@@ -127,7 +127,7 @@ def mentions(text: str, name: str) -> bool:
 
     ``name`` must stand alone: not inside a longer word or name, so for ``bob`` the texts ``bob``,
     ``Bob,``, ``@bob``, ``(bob)`` and ``[[bob]]`` match, while ``bobby``, ``bob_2``, ``bob-2`` and
-    ``jim-bob`` do not (``-`` and ``_`` are name characters, DESIGN §1). ``[[name]]`` always matches.
+    ``jim-bob`` do not (``-`` and ``_`` are name characters, docs/design.md §1). ``[[name]]`` always matches.
     """
     n = re.escape(name)
     return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
