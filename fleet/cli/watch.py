@@ -1,4 +1,5 @@
-"""``fleet watch`` and ``fleet hook-config``: wake a session without channel notifications (docs/design.md §5).
+"""``fleet watch`` and ``fleet hook-config``: waking a session without channel notifications
+(docs/design.md §5).
 
 The logic is in :mod:`fleet.watch`; these commands parse, call it, and print. In ``--hook`` mode
 stdout stays empty (Claude Code reads stderr) and logging goes to stderr only when ``FLEET_DEBUG``.
