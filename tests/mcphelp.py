@@ -58,7 +58,15 @@ class RawMcp:
     assert that stdout carried protocol only.
     """
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, stderr: Path | None = None):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        stderr: Path | None = None,
+        who: str = "",
+    ) -> None:
+        self.who = who
+        """Whose channel this is (for a test's bookkeeping)."""
         self.stderr_path = stderr
         self._stderr = open(stderr, "wb") if stderr else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(

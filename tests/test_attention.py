@@ -20,7 +20,8 @@ from typing import Any
 import chatter
 import pytest
 from conftest import retry_until
-from mcphelp import RawMcp, channel_argv, minted_token_file
+from mcphelp import RawMcp, channel_argv
+from worlds import World
 
 from fleet.client import Client
 from fleet.daemon import Daemon
@@ -28,9 +29,6 @@ from fleet.delivery import StateFile
 from fleet.delivery.attention import (
     AttendantEntry,
     MissEntry,
-    RouteEntry,
-    parse_entry,
-    routing_log_path,
 )
 from fleet.paths import Paths
 from fleet.watch import hook_settings
@@ -39,35 +37,10 @@ Note = dict[str, Any]
 
 
 @dataclass
-class Env:
-    daemon: Daemon
-    op: Client
-    paths: Paths
-    tmp: Path
-    chat: chatter.Chatter
-    tokens: dict[str, Path] = field(default_factory=dict)
-    procs: list[RawMcp] = field(default_factory=list)
+class Env(World):
+    """The chatter scenario's world (:mod:`chatter`): its wavelets, and what each participant is owed."""
 
-    def token_file(self, who: str) -> Path:
-        if who not in self.tokens:
-            self.tokens[who] = minted_token_file(self.op, chatter.WAVE, who, self.tmp)
-        return self.tokens[who]
-
-    def channel(self, who: str, *extra: str) -> RawMcp:
-        argv = channel_argv(who, chatter.WAVE, self.daemon.url, self.token_file(who), *extra)
-        proc = RawMcp(argv, stderr=self.tmp / f"{who}-{len(self.procs)}.stderr")
-        self.procs.append(proc)
-        proc.handshake()
-        return proc
-
-    def log(self, who: str) -> list[RouteEntry | MissEntry | AttendantEntry]:
-        path = routing_log_path(StateFile(self.paths.channels, self.daemon.url, chatter.WAVE, who))
-        if not path.exists():
-            return []
-        return [parse_entry(line) for line in path.read_bytes().splitlines()]
-
-    def routes(self, who: str) -> list[RouteEntry]:
-        return [e for e in self.log(who) if isinstance(e, RouteEntry)]
+    chat: chatter.Chatter = field(default_factory=chatter.Chatter)
 
     def blips_of_others(self, who: str) -> list[Any]:
         """Every blip ``who`` must be handed: others' blips in the wavelets ``who`` is on (not its own,
@@ -101,12 +74,12 @@ class Env:
 
 @pytest.fixture
 def env(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> Iterator[Env]:
-    e = Env(daemon, operator, fleet_env, tmp_path, chatter.setup(operator))
+    chat = chatter.setup(operator)
+    e = Env(daemon, operator, fleet_env, tmp_path, chatter.WAVE, chat.wavelets["main"], chat=chat)
     try:
         yield e
     finally:
-        for p in e.procs:
-            p.kill()
+        e.close()
 
 
 def frames(proc: RawMcp) -> tuple[list[Note], list[Note], list[Note]]:

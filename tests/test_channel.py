@@ -9,22 +9,22 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import worlds
 from conftest import retry_until
 from mcp import ClientSession, StdioServerParameters
 from mcp.client import NotificationBinding
 from mcp.client.stdio import stdio_client
-from mcphelp import RawMcp, channel_argv, env_with, minted_token_file
+from mcphelp import RawMcp, env_with
 from pydantic import BaseModel
+from worlds import World
 
 from fleet.client import Client
 from fleet.daemon import Daemon
-from fleet.delivery import StateFile
 from fleet.paths import Paths
 
 try:  # mcp >= 2
@@ -46,50 +46,9 @@ TOOLS = {
 }
 
 
-@dataclass
-class World:
-    """A wave ``w`` whose ``main`` has alice, bob and carol; token files for each; channel spawner."""
-
-    daemon: Daemon
-    op: Client
-    paths: Paths
-    tmp: Path
-    main: str
-    tokens: dict[str, Path] = field(default_factory=dict)
-    procs: list[RawMcp] = field(default_factory=list)
-
-    def token_file(self, who: str) -> Path:
-        if who not in self.tokens:
-            self.tokens[who] = minted_token_file(self.op, WAVE, who, self.tmp)
-        return self.tokens[who]
-
-    def argv(self, who: str, *extra: str) -> list[str]:
-        return channel_argv(who, WAVE, self.daemon.url, self.token_file(who), *extra)
-
-    def channel(self, who: str, *extra: str, env: dict[str, str] | None = None, init: bool = True) -> RawMcp:
-        n = sum(1 for p in self.procs if p.proc.args[5] == who)  # type: ignore[index]
-        proc = RawMcp(self.argv(who, *extra), env=env, stderr=self.tmp / f"{who}-{n}.stderr")
-        self.procs.append(proc)
-        if init:
-            proc.handshake()
-        return proc
-
-    def post(self, text: str, who: str = "bob", wavelet: str | None = None) -> str:
-        return self.op.post(wavelet or self.main, text, as_=who).id
-
-    def state_file(self, who: str) -> StateFile:
-        return StateFile(self.paths.channels, self.daemon.url, WAVE, who)
-
-
 @pytest.fixture
 def world(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> Iterator[World]:
-    operator.create_wave(WAVE, with_=list(PEOPLE))
-    w = World(daemon, operator, fleet_env, tmp_path, operator.resolve(f"{WAVE}/main").id)
-    try:
-        yield w
-    finally:
-        for p in w.procs:
-            p.kill()
+    yield from worlds.world(daemon, operator, fleet_env, tmp_path, WAVE, list(PEOPLE))
 
 
 def texts(proc: RawMcp, kind: str | None = "message") -> list[str]:
@@ -114,7 +73,7 @@ class ChannelParams(BaseModel):
 def test_sdk_client_initialize_tools_ping_and_channel_notifications(world: World) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=world.argv("alice")[1:],
+        args=world.channel_argv("alice")[1:],
         env={"FLEET_HOME": os.environ["FLEET_HOME"], "CLAUDE_CODE_SESSION_ID": "sess-sdk-1"},
     )
     seen: list[ChannelParams] = []
@@ -476,24 +435,7 @@ def test_a_hangup_shuts_the_channel_down_cleanly(world: World) -> None:
 
     alice = world.channel("alice")
     state = lambda: next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")  # noqa: E731
-    retry_until(lambda: world_lock_held(world, "alice"), what="alice delivering")
+    retry_until(lambda: world.lock_held("alice"), what="alice delivering")
     alice.proc.send_signal(signal.SIGHUP)
     assert alice.proc.wait(10) == 0
     retry_until(lambda: state() == "gone", what="gone after the hangup")
-
-
-def world_lock_held(world: World, who: str) -> bool:
-    import fcntl
-
-    from fleet.delivery import StateFile
-
-    sf = StateFile(world.paths.channels, world.daemon.url, WAVE, who)
-    if not sf.lock_path.exists():
-        return False
-    with sf.lock_path.open("rb") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-        return False

@@ -12,16 +12,16 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import libtmux
 import pytest
+import worlds
 from conftest import retry_until
-from mcphelp import RawMcp, channel_argv, minted_token_file
 from test_claude_code import CLAUDE, offline_claude_project
 from test_spawn import standin_log
+from worlds import World
 
 from fleet import layouts
 from fleet.client import Client
@@ -37,77 +37,9 @@ WAVE = "w"
 TAG = '<channel source="fleet"'
 
 
-@dataclass
-class World:
-    """Wave ``w`` (alice, bob, carol on ``main``), token files, and ways to run watches and channels."""
-
-    daemon: Daemon
-    op: Client
-    paths: Paths
-    tmp: Path
-    main: str
-    tokens: dict[str, Path] = field(default_factory=dict)
-    procs: list[subprocess.Popen[str]] = field(default_factory=list)
-    channels: list[RawMcp] = field(default_factory=list)
-
-    def token_file(self, who: str) -> Path:
-        if who not in self.tokens:
-            self.tokens[who] = minted_token_file(self.op, WAVE, who, self.tmp)
-        return self.tokens[who]
-
-    def argv(self, who: str, *extra: str, daemon: str | None = None) -> list[str]:
-        return [sys.executable, "-m", "fleet", "watch", "--participant", who, "--wave", WAVE,
-                "--daemon", daemon or self.daemon.url, "--token-file", str(self.token_file(who)),
-                *extra]  # fmt: skip
-
-    def run(self, who: str, *extra: str, daemon: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(who, *extra, daemon=daemon), capture_output=True, text=True, timeout=60
-        )
-
-    def start(self, who: str, *extra: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            self.argv(who, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self.procs.append(proc)
-        return proc
-
-    def channel(self, who: str, *extra: str) -> RawMcp:
-        proc = RawMcp(
-            channel_argv(who, WAVE, self.daemon.url, self.token_file(who), *extra),
-            stderr=self.tmp / f"{who}-channel-{len(self.channels)}.stderr",
-        )
-        self.channels.append(proc)
-        proc.handshake()
-        return proc
-
-    def post(self, text: str, who: str = "bob", wavelet: str | None = None) -> str:
-        return self.op.post(wavelet or self.main, text, as_=who).id
-
-    def state_file(self, who: str) -> StateFile:
-        return StateFile(self.paths.channels, self.daemon.url, WAVE, who)
-
-    def lock_held(self, who: str) -> bool:
-        probe = self.state_file(who)
-        if probe.acquire():
-            probe.release()
-            return False
-        return True
-
-
 @pytest.fixture
 def world(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> Iterator[World]:
-    operator.create_wave(WAVE, with_=["alice", "bob", "carol"])
-    w = World(daemon, operator, fleet_env, tmp_path, operator.resolve(f"{WAVE}/main").id)
-    try:
-        yield w
-    finally:
-        for p in w.procs:
-            if p.poll() is None:
-                p.kill()
-            p.communicate()
-        for c in w.channels:
-            c.kill()
+    yield from worlds.world(daemon, operator, fleet_env, tmp_path, WAVE, ["alice", "bob", "carol"])
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
@@ -222,7 +154,7 @@ def test_watch_echo_suppression_and_the_cap_carry_across_calls(world: World) -> 
 
 def test_watch_bad_input_has_documented_exit_codes(world: World) -> None:
     unknown_wave = subprocess.run(
-        [*world.argv("alice")[:6], "--wave", "nope", *world.argv("alice")[8:]],
+        [*world.watch_argv("alice")[:6], "--wave", "nope", *world.watch_argv("alice")[8:]],
         capture_output=True,
         text=True,
         timeout=60,
@@ -305,7 +237,7 @@ def test_an_arm_whose_session_died_exits_without_taking_blips(world: World) -> N
     # a stand-in "session": a process whose child is the arm (as Claude Code runs hooks with exec)
     session = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
-         *world.argv("alice", "--hook")],
+         *world.watch_argv("alice", "--hook")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     world.procs.append(session)  # type: ignore[arg-type]
