@@ -674,6 +674,7 @@ def hook_command(
     state_dir: Path | None = None,
     python: str | None = None,
     attention: Attention = "full",
+    cap: int | None = None,
 ) -> str:
     """The shell command of the hook. ``exec`` makes the watch the session's direct child (so it can
     tell when the session is gone); every word is quoted; the token is named by its file only."""
@@ -683,6 +684,8 @@ def hook_command(
              "--state-dir", str(state_dir or get_paths().channels)]  # fmt: skip
     if attention != "full":
         words += ["--attention", attention]
+    if cap is not None:
+        words += ["--cap", str(cap)]
     return "exec " + shlex.join(words)
 
 
@@ -695,6 +698,7 @@ def hook_settings(
     daemon: str,
     state_dir: Path | None = None,
     python: str | None = None,
+    cap: int | None = None,
 ) -> str:
     """The ``--settings`` JSON that installs ``fleet watch --hook`` for ``participant``.
 
@@ -705,10 +709,12 @@ def hook_settings(
     ``rewakeSummary``/``rewakeMessage`` fields label the wake (Claude Code 2.1.332 shows them; a
     version without them ignores them and shows "Stop hook feedback").
     """
+    command = hook_command(
+        participant, wave, daemon, token_file,
+        state_dir=state_dir, python=python, attention=attention, cap=cap,
+    )  # fmt: skip
     handler = HookHandler(
-        command=hook_command(
-            participant, wave, daemon, token_file, state_dir=state_dir, python=python, attention=attention
-        ),
+        command=command,
         rewakeMessage=f"New blips from the fleet wave {wave} for {participant}:",
     )
     entry = [HookMatcher(hooks=[handler])]

@@ -4,7 +4,8 @@ Claude Code is launched (or, with ``--resume``, resumed) with the wave's channel
 participant ``operator``; its development-channels confirmation is accepted automatically (pexpect,
 bounded wait), then the terminal is handed to the user. What the operator asks there arrives as
 ordinary human blips that wake the wave. Deliveries reach the operator's session only from wavelets
-whose roster includes ``operator`` (``fleet invite WAVELET operator``).
+whose roster includes ``operator`` (``fleet invite WAVELET operator``). Flags after ``--`` go to
+Claude Code as they are (``fleet claude -- --allowedTools=mcp__fleet``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from fleet import errors
@@ -25,7 +27,20 @@ from fleet.paths import Paths, write_private
 from fleet.spawn import DEV_CHANNELS_PROMPT, agent_argv, agent_words, channel_entry, mcp_config, require_agent
 
 
-def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: str = "claude") -> int:
+def run(
+    client: Client,
+    paths: Paths,
+    wave_ref: str,
+    *,
+    resume: bool,
+    claude: str = "claude",
+    args: Sequence[str] = (),
+) -> int:
+    """Run the operator's session to its end; returns Claude Code's exit status.
+
+    ``args`` are appended to Claude Code's command line as they are (say, ``--allowedTools=mcp__fleet``
+    so the operator's own posts need no permission prompt).
+    """
     import pexpect
 
     wave = client.get_wave(wave_ref)
@@ -41,8 +56,9 @@ def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: st
     write_private(token_file, client.token + "\n")
     entry = channel_entry(OPERATOR, wave.name, client.base_url, token_file)
     argv = agent_argv(
-        words, ResolvedProfile(), OPERATOR, session_id, mcp_config(entry), resume=resume, transport="channel"
-    )
+        words, ResolvedProfile(args=list(args)), OPERATOR, session_id, mcp_config(entry),
+        resume=resume, transport="channel",
+    )  # fmt: skip
     client.record_session(
         wave.id,
         NewSession(
