@@ -114,6 +114,9 @@ class Layout(BaseModel):
 
     name: str = Field(default="", exclude=True)
     source: str = Field(default="", exclude=True)
+    ref: str = Field(default="", exclude=True)
+    """What :func:`load` loads this layout again by: its name, or (loaded from a file) the file's
+    absolute path. Spawn records it with each session, so a respawn runs the same profile."""
 
     @field_validator("participants")
     @classmethod
@@ -176,11 +179,15 @@ def load(name: str, paths: Paths) -> Layout:
         path = Path(name).expanduser()
         if not path.is_file():
             raise errors.NotFound(f"no layout file {path}")
-        return parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+        layout = parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+        layout.ref = str(path.resolve())
+        return layout
     found = available(paths)
     if name not in found:
         raise errors.NotFound(
             f"no layout {name!r}: choose one of {', '.join(found)} or put {name}.toml in {paths.layouts}"
         )
     path = found[name]
-    return parse(path.read_text(encoding="utf-8"), str(path), name)
+    layout = parse(path.read_text(encoding="utf-8"), str(path), name)
+    layout.ref = name
+    return layout

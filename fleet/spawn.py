@@ -244,8 +244,9 @@ class Spawner:
         self.client.record_session(
             wave.id,
             NewSession(
-                participant=participant, session_id=session_id, wavelet_id=wl.id, layout=layout.name,
-                agent=agent, transport=transport, cwd=cwd, host=socket.gethostname(),
+                participant=participant, session_id=session_id, wavelet_id=wl.id,
+                layout=layout.ref or layout.name, agent=agent, transport=transport, cwd=cwd,
+                host=socket.gethostname(),
             ),
         )  # fmt: skip
         self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
@@ -462,7 +463,8 @@ class Spawner:
 
 
 def _layout_named(name: str, paths: Paths) -> Layout:
-    """The recorded layout, or the default one if it is gone (a respawn must not fail on that)."""
+    """The recorded layout (a name, or the path of a layout file), or the default one if it is gone
+    (a respawn must not fail on that)."""
     try:
         return load_layout(name or DEFAULT_LAYOUT, paths)
     except errors.FleetError:

@@ -150,6 +150,8 @@ class RealFleet:
         # the tmux server starts now, with this environment and its own config
         self.srv.cmd("new-session", "-d", "-s", "keepalive", "tail", "-f", "/dev/null")
         self.socket = str(self.srv.socket_name)
+        self.spawned = ""
+        """What the last :meth:`spawn` printed (its JSON report and stderr)."""
 
     def _identify(self, session_id: str) -> str | None:
         with Client(self.op.base_url, self.op.token) as c:  # the server's threads get their own client
@@ -217,6 +219,7 @@ class RealFleet:
     def spawn(self, wavelet: str, layout: str, *extra: str) -> dict[str, Any]:
         """``fleet spawn WAVELET --layout LAYOUT --json`` (``extra``: more options); every pane ready."""
         done = self.fleet("spawn", wavelet, "--layout", layout, "--wait", str(STARTUP), "--json", *extra)
+        self.spawned = done.stdout + done.stderr
         try:
             report: dict[str, Any] = json.loads(done.stdout)
         except ValueError:
@@ -247,6 +250,51 @@ class RealFleet:
     def pane(self, participant: str) -> str:
         out = self.srv.cmd("list-panes", "-a", "-F", "#{pane_id}\t#{@fleet_participant}").stdout
         return next(line.split("\t")[0] for line in out if line.endswith(f"\t{participant}"))
+
+    def pane_pid(self, participant: str) -> int:
+        out = self.srv.cmd("display-message", "-p", "-t", self.pane(participant), "#{pane_pid}").stdout
+        return int(out[0])
+
+    def pane_dead(self, participant: str) -> bool:
+        out = self.srv.cmd("display-message", "-p", "-t", self.pane(participant), "#{pane_dead}").stdout
+        return out == ["1"]
+
+    def operator_session(self, *claude_args: str, wave: str = "w") -> str:
+        """``fleet claude --wave WAVE -- CLAUDE_ARGS`` in a new tmux window (the operator's in-band
+        session, a real Claude Code against the scripted model); returns its pane id once its channel
+        reported from inside Claude Code and its prompt is on the screen."""
+        env = {
+            **claude_env(self.model.url, self.home),
+            "FLEET_DAEMON": self.op.base_url,
+            "FLEET_TOKEN": self.op.token,
+        }
+        flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
+        debug = str(self.debug_path("operator"))
+        argv = [sys.executable, "-m", "fleet", "claude", "--wave", wave, "--claude", self.claude, "--",
+                "--allowedTools=mcp__fleet", "--debug-file", debug, *claude_args]  # fmt: skip
+        out = self.srv.cmd(
+            "new-window", "-d", "-P", "-F", "#{pane_id}", "-c", str(self.project), *flags, *argv
+        )
+        pane = out.stdout[0]
+
+        def ready() -> bool:
+            recorded = self.op.sessions(wave, "operator")
+            rows = [r for r in self.op.presence(wave) if r.participant == "operator" and r.last_ping]
+            screen = "\n".join(self.srv.cmd("capture-pane", "-p", "-t", pane).stdout)
+            return bool(recorded and rows and rows[0].session_id == recorded[0].session_id and "❯" in screen
+                        and "development channels" not in screen)  # fmt: skip
+
+        try:
+            self.wait(ready, "the operator's Claude Code session", timeout=STARTUP)
+        except AssertionError as exc:
+            screen = "\n".join(self.srv.cmd("capture-pane", "-p", "-t", pane).stdout)
+            raise AssertionError(f"{exc}\nits screen:\n{screen}") from None
+        return pane
+
+    def type_into(self, pane: str, text: str) -> None:
+        """Type ``text`` into a pane's Claude Code prompt and press Enter."""
+        self.srv.cmd("send-keys", "-t", pane, "-l", text)
+        self.srv.cmd("send-keys", "-t", pane, "Enter")
 
     def screen(self, participant: str) -> str:
         return "\n".join(

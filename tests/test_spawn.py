@@ -288,8 +288,8 @@ def test_the_folder_trust_prompt_is_accepted_only_with_trust(
 def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_channel(
     operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str, tmp_path: Path
 ) -> None:
-    """``env`` (defaults merged with the participant's) is set in the pane; ``cap`` goes to the
-    channel entry, or to the hook command with ``--transport hook``."""
+    """``env`` (defaults merged with the participant's) is set in the pane, also on respawn; ``cap``
+    goes to the channel entry, or to the hook command with ``--transport hook``."""
     from functools import partial
 
     from fleet.watch import hook_settings
@@ -322,6 +322,12 @@ def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_
         config = next(a for a in p.argv if a.startswith("--mcp-config="))
         args: list[str] = json.loads(config.removeprefix("--mcp-config="))["mcpServers"]["fleet"]["args"]
         return args
+
+    # a respawn runs the same layout file's profile: the session recorded its path
+    assert {r.layout for r in operator.sessions("envs")} == {str(layout_file.resolve())}
+    (dump / "alice").unlink()
+    sp.respawn("envs", "alice", force=True)
+    assert env_of("alice")["SECRET_URL"] == "http://s3cret"
 
     by_name = {p.participant: p for p in rep.panes}
     assert channel_args(by_name["alice"])[-2:] == ["--cap", "3"]
