@@ -11,6 +11,7 @@ Claude Code as they are (``fleet claude -- --allowedTools=mcp__fleet``).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,13 @@ from fleet.layouts import ResolvedProfile
 from fleet.models import OPERATOR, NewSession
 from fleet.paths import Paths, write_private
 from fleet.spawn import DEV_CHANNELS_PROMPT, agent_argv, agent_words, channel_entry, mcp_config, require_agent
+
+
+def as_streamed(text: str) -> re.Pattern[str]:
+    """``text`` as it appears in a terminal's byte stream: Claude Code 2.1.332 draws the space between
+    two words as a cursor move (``ESC[10G``), so the literal sentence never occurs in its output."""
+    gap = r"(?:\s|\x1b\[[0-9;?]*[A-Za-z])+"
+    return re.compile(gap.join(re.escape(word) for word in text.split()))
 
 
 def run(
@@ -76,7 +84,7 @@ def run(
     signal.signal(signal.SIGWINCH, resize)
     child.logfile_read = sys.stdout
     try:
-        if child.expect_exact([DEV_CHANNELS_PROMPT, pexpect.TIMEOUT, pexpect.EOF], timeout=15) == 0:
+        if child.expect([as_streamed(DEV_CHANNELS_PROMPT), pexpect.TIMEOUT, pexpect.EOF], timeout=15) == 0:
             child.send("\r")
     finally:
         child.logfile_read = None
