@@ -123,6 +123,19 @@ class Transcript:
         """The texts of ``asyncRewake`` hook feedback that entered the conversation, in order."""
         return self._entered("task-notification")
 
+    def settled(self) -> bool:
+        """Everything Claude Code queued has entered the conversation and the model has answered
+        after the last of it (no wake pending or in flight)."""
+        lines = self.lines()
+        queued = sum(
+            1 for ln in lines if ln.get("type") == "queue-operation" and ln.get("operation") == "enqueue"
+        )
+        if len(self._entered("channel")) + len(self._entered("task-notification")) < queued:
+            return False
+        last_in = max((i for i, ln in enumerate(lines) if _is_wake(ln)), default=-1)
+        last_out = max((i for i, ln in enumerate(lines) if ln.get("type") == "assistant"), default=-1)
+        return last_out > last_in
+
     def hook_blocks(self) -> list[ChannelBlock]:
         """Channel blocks that came in hook feedback."""
         return [b for text in self.hook_feedback() for b in channel_blocks(text)]
@@ -167,3 +180,16 @@ class Transcript:
     def usage(self) -> list[dict[str, Any]]:
         """``message.usage`` of each assistant line."""
         return [dict(m["usage"]) for m in self.assistant_messages() if isinstance(m.get("usage"), dict)]
+
+
+def _is_wake(ln: dict[str, Any]) -> bool:
+    """A line that brings a channel push or hook feedback into the conversation."""
+    kinds = ("channel", "task-notification")
+    if ln.get("type") == "user":
+        return (ln.get("origin") or {}).get("kind") in kinds
+    attachment = ln.get("attachment")
+    return (
+        isinstance(attachment, dict)
+        and attachment.get("type") == "queued_command"
+        and (attachment.get("origin") or {}).get("kind") in kinds
+    )
