@@ -12,10 +12,12 @@ Counted from the scripted server's request log, per participant: wakes (turn req
 request bytes, and the new bytes of each wake beyond the previous request (the part a prompt cache
 cannot serve: the request laid out in the API's cache order, tools, system, then messages, with
 ``cache_control`` markers ignored, minus its longest common prefix with the previous request, in
-whole blocks). Also the first request of an idle fleet session (woken by the wave's creation):
-its size and where the bytes are. It asserts nothing.
+whole blocks). Two arrivals: ``burst`` (posted as fast as the daemon takes them: Claude Code folds
+what arrives during a turn into the next, so few wakes) and ``paced`` (``--rate`` posts a second).
+Also the first request of an idle fleet session (woken by the wave's creation), where its bytes
+are, and how many requests carried the MCP server instructions. It asserts nothing.
 
-    python bench/tokens.py [--blips 300] [--addressed 0.10] [--seed 4]
+    python bench/tokens.py [--blips 300] [--addressed 0.10] [--seed 4] [--rate 5]
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from fleet.client import Client  # noqa: E402
 from fleet.paths import get_paths  # noqa: E402
 
 MODES = ("full", "targeted")
+ARRIVALS = ("burst", "paced")
 TMUX_CONF = "set -g default-shell /bin/sh\nset -g history-limit 5000\n"
 
 
@@ -123,9 +126,19 @@ def caught_up(real: RealFleet, op: Client, chat: chatter.Chatter) -> bool:
     return True
 
 
-def one(root: Path, attention: str, args: argparse.Namespace) -> tuple[dict[str, Stats], float, int]:
-    """One fleet of five real sessions with ``attention``; per-participant stats, seconds, blips."""
-    home = root / attention
+@dataclass
+class Run:
+    per: dict[str, Stats]
+    seconds: float
+    posted: int
+    instructed: int
+    """Turn requests that carried the MCP server instructions (``# MCP Server Instructions``)."""
+    turns: int
+
+
+def one(root: Path, attention: str, arrival: str, args: argparse.Namespace) -> Run:
+    """One fleet of five real sessions with ``attention``, the chatter posted ``arrival``-wise."""
+    home = root / f"{arrival}-{attention}"
     (home / "home").mkdir(parents=True)
     os.environ.update(FLEET_HOME=str(home / "fleet"), HOME=str(home / "home"), SHELL="/bin/sh")
     (home / "fleet").mkdir()
@@ -137,19 +150,54 @@ def one(root: Path, attention: str, args: argparse.Namespace) -> tuple[dict[str,
     real = RealFleet(home, get_paths(), op, srv, channels=True)
     try:
         chat = chatter.setup(op)
-        real.spawn(
-            f"{chatter.WAVE}/main", real.layout(chatter.AGENTS, defaults={"cap": 0, "attention": attention})
-        )
+        layout = real.layout(chatter.AGENTS, defaults={"cap": 0, "attention": attention})
+        real.spawn(f"{chatter.WAVE}/main", layout)
         real.wait(lambda: caught_up(real, op, chat), "the idle fleet's first wakes", timeout=300)
         t0 = time.monotonic()
-        chatter.run(op, chat, args.blips, seed=args.seed, addressed=args.addressed)
+        n = 0
+
+        def pace() -> None:  # paced: --rate posts per second
+            nonlocal n
+            n += 1
+            if (pause := t0 + n / args.rate - time.monotonic()) > 0:
+                time.sleep(pause)
+
+        after = pace if arrival == "paced" else None
+        chatter.run(op, chat, args.blips, seed=args.seed, addressed=args.addressed, after=after)
         real.wait(lambda: caught_up(real, op, chat), "every session caught up", timeout=1800)
-        took = time.monotonic() - t0
-        return {who: stats(real.model.requests(who)) for who in chatter.AGENTS}, took, len(chat.posted)
+        turns = real.model.requests()
+        return Run(
+            per={who: stats(real.model.requests(who)) for who in chatter.AGENTS},
+            seconds=time.monotonic() - t0,
+            posted=len(chat.posted),
+            instructed=sum(r.contains("# MCP Server Instructions") for r in turns),
+            turns=len(turns),
+        )
     finally:
         real.close()
         daemon.terminate()
         daemon.wait(10)
+
+
+def table(arrival: str, full: Run, targeted: Run) -> None:
+    print(
+        f"\n{arrival}: caught up {full.seconds:.0f} s after the first post (full), {targeted.seconds:.0f} s"
+        " (targeted; a digest with nothing in full beside it is held up to 30 s)"
+    )
+    head = f"{'wakes':>7}{'request bytes':>15}{'new bytes':>13}{'new/wake':>10}"
+    print(f"{'':<7}{'--- full':<45}{'--- targeted'}")
+    print(f"{'who':<7}{head}   {head}   targeted/full new bytes")
+    for who in chatter.AGENTS:
+        cells = []
+        for s in (full.per[who], targeted.per[who]):
+            wake_new = s.new[1:]  # the first request is the idle session's first wake
+            mean = statistics.mean(wake_new) if wake_new else 0
+            cells.append(f"{s.wakes:>7}{s.total:>15,}{sum(wake_new):>13,}{mean:>10,.0f}")
+        f_new, t_new = sum(full.per[who].new[1:]), sum(targeted.per[who].new[1:])
+        ratio = f"{t_new / f_new:.1%}" if f_new else "-"
+        print(f"{who:<7}{cells[0]}   {cells[1]}   {ratio}")
+    for name, run in (("full", full), ("targeted", targeted)):
+        print(f"  {name}: {run.instructed} of {run.turns} requests carried the MCP server instructions")
 
 
 def breakdown(req: Request) -> str:
@@ -171,30 +219,19 @@ def main() -> None:
     ap.add_argument("--blips", type=int, default=300)
     ap.add_argument("--addressed", type=float, default=0.10, help="share of blips that name bob")
     ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=5.0, help="posts per second in the paced run")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-tokens-"))
-    runs = {mode: one(root, mode, args) for mode in MODES}
-    (full, full_s, posted), (targeted, targeted_s, _) = runs["full"], runs["targeted"]
+    runs = {(arrival, mode): one(root, mode, arrival, args) for arrival in ARRIVALS for mode in MODES}
+    posted = runs["burst", "full"].posted
     print(f"tokens bench: {posted} chatter blips through five real Claude Code {CLAUDE} sessions per mode")
-    print(
-        f"caught up after {full_s:.0f} s (full) and {targeted_s:.0f} s (targeted; digests may be held 30 s)"
-    )
-    head = f"{'':<7}{'wakes':>7}{'request bytes':>15}{'new bytes':>13}{'new/wake':>10}"
-    print(f"{'':<7}{'--- full':<45}{'--- targeted'}")
-    print(f"{'who':<7}{head[7:]}   {head[7:]}   targeted/full new bytes")
-    for who in chatter.AGENTS:
-        cells = []
-        for s in (full[who], targeted[who]):
-            wake_new = s.new[1:]  # the first request is the idle session's first wake
-            mean = statistics.mean(wake_new) if wake_new else 0
-            cells.append(f"{s.wakes:>7}{s.total:>15,}{sum(wake_new):>13,}{mean:>10,.0f}")
-        f_new, t_new = sum(full[who].new[1:]), sum(targeted[who].new[1:])
-        ratio = f"{t_new / f_new:.1%}" if f_new else "-"
-        print(f"{who:<7}{cells[0]}   {cells[1]}   {ratio}")
-    first = full["alice"].first
+    print(f"burst: posted as fast as the daemon takes them; paced: {args.rate:g} posts/s")
+    for arrival in ARRIVALS:
+        table(arrival, runs[arrival, "full"], runs[arrival, "targeted"])
+    first = runs["burst", "full"].per["alice"].first
     if first is not None:
-        print("first request of an idle fleet session (alice, woken by the wave's creation):")
+        print("\nfirst request of an idle fleet session (alice, woken by the wave's creation):")
         print(f"  {breakdown(first)}")
     print("new bytes exclude each participant's first request; bytes are the raw request bodies")
 

@@ -108,6 +108,7 @@ def assert_each_context_got_the_others_blips_once_in_order(
 
 
 def test_three_sessions_converse_over_channels(real_fleet: RealFleetFactory, operator: Client) -> None:
+    """Three sessions take turns over channel notifications (echo suppression, order, the contract)."""
     real = real_fleet(channels=True, script=conversation())
     converse(real, operator)
     assert_each_context_got_the_others_blips_once_in_order(real, Transcript.delivered)
@@ -117,6 +118,7 @@ def test_three_sessions_converse_over_channels(real_fleet: RealFleetFactory, ope
 def test_the_same_conversation_over_the_hook_transport_without_channels(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
+    """Channels unavailable, ``--transport hook``: every wake is the asyncRewake hook's feedback."""
     real = real_fleet(channels=False, script=conversation())
     converse(real, operator, "--transport", "hook")
     assert_each_context_got_the_others_blips_once_in_order(real, Transcript.hook_blocks)
@@ -205,6 +207,7 @@ def test_a_runaway_pair_stops_at_the_cap(real_fleet: RealFleetFactory, operator:
 def test_the_operators_in_band_session_wakes_every_rostered_session(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
+    """``fleet claude`` is a real session too: what the operator asks there wakes the roster."""
     question = "alice, bob: what do you need from me to finish?"
     script = Script({"operator": [rule(on_prompt(contains="ask the team"), post("w/main", question))]})
     real = real_fleet(channels=True, script=script)
@@ -228,6 +231,7 @@ def test_the_operators_in_band_session_wakes_every_rostered_session(
 def test_a_killed_session_resumes_with_its_history_and_no_replay(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
+    """kill -9, then ``fleet respawn``: ``--resume`` brings the history back; the cursors bring no replay."""
     script = Script(
         {
             "alice": [
@@ -278,6 +282,7 @@ def test_a_killed_session_resumes_with_its_history_and_no_replay(
 def test_a_fork_from_inside_a_session_reaches_the_running_peer_and_its_surface_the_parent(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
+    """A session forks a private wavelet: the peer's running channel picks it up; the surface wakes main."""
     conclusion = "The secret is settled: it is 42."
     script = Script(
         {
@@ -324,12 +329,7 @@ def test_a_fork_from_inside_a_session_reaches_the_running_peer_and_its_surface_t
                                 for c in real.transcript(who).delivered()),
             f"{who} woken by the surface",
         )  # fmt: skip
-    assert not [c for c in real.transcript("carol").enqueued() if c.wavelet == "w/secret"]
-    assert [
-        r.participant
-        for r in real.requests()
-        if r.reply and r.reply.trigger and r.reply.trigger.blip_kind == "surface" and r.reply.tool_uses
-    ] == []
+    assert not [c for c in real.transcript("carol").enqueued() if c.wavelet == "w/secret"]  # private
 
 
 def test_targeted_attention_gives_full_text_only_to_what_concerns_the_participant(
