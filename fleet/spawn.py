@@ -16,6 +16,7 @@
   inline ``--mcp-config`` (``=`` form: the flag is variadic) that names the token *file*, never the
   token. ``--transport hook`` injects ``fleet watch --hook`` as an ``asyncRewake`` hook instead of
   loading the development channel. The profile's ``cap`` is passed to the channel (or the hook).
+  fleet's own tools are pre-allowed (``--allowedTools=mcp__fleet``); the profile's ``args`` add more.
 - Each launched pane is then watched (bounded): ready once its channel pings the daemon; Claude
   Code's development-channels warning is accepted; a folder-trust prompt is accepted only with
   ``trust``; an agent that dies is reported with its exit status and last lines.
@@ -54,6 +55,8 @@ STANDIN = "fleet-standin"
 """Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
 
 DEV_CHANNELS_PROMPT = "I am using this for local development"
+ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
+"""Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
 TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
 
@@ -152,8 +155,13 @@ def agent_argv(
     transport: Transport,
     hook_settings: str | None = None,
 ) -> list[str]:
-    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic)."""
-    argv = [*words, f"--mcp-config={config_json}"]
+    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic).
+
+    fleet's own tools are granted (``--allowedTools=mcp__fleet``): a participant whose every post
+    waits at a permission prompt stalls the wave, and in Claude Code's default "auto" mode each call
+    would cost a classifier request to the model first.
+    """
+    argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
     if transport == "channel":
         argv.append("--dangerously-load-development-channels=server:fleet")
     elif hook_settings:

@@ -11,8 +11,8 @@ when it is missing or not :data:`CLAUDE_VERSION`: these tests are never skipped.
   register offline (``channels=False`` is what an account without the channels preview gets);
 * a :class:`~scripted_model.ScriptedModel` that tells participants apart by the session ids fleet
   recorded at spawn (asked of the daemon);
-* :meth:`RealFleet.layout` writes a layout whose agent is the pinned ``claude`` with
-  ``--allowedTools=mcp__fleet`` and a debug file per participant, and whose ``env`` points Claude
+* :meth:`RealFleet.layout` writes a layout whose agent is the pinned ``claude`` (spawn adds
+  ``--allowedTools=mcp__fleet``) with a debug file per participant, and whose ``env`` points Claude
   Code at the scripted model and keeps all traffic local (:func:`claude_env`);
 * :meth:`RealFleet.spawn` runs ``fleet spawn --json`` itself (a subprocess, as a user would) into the
   real tmux server of the ``tmux_server`` fixture; :meth:`RealFleet.fleet` runs any other command;
@@ -198,10 +198,11 @@ class RealFleet:
         *,
         defaults: Mapping[str, Any] | None = None,
         participants: Mapping[str, Mapping[str, Any]] | None = None,
-        args: Sequence[str] = ("--allowedTools=mcp__fleet",),
+        args: Sequence[str] = (),
     ) -> str:
-        """A layout file for ``roster``: the pinned claude in the project folder, ``args`` and a
-        debug file each, the scripted model's environment; ``defaults``/``participants`` add keys."""
+        """A layout file for ``roster``: the pinned claude in the project folder (spawn grants it
+        fleet's tools), ``args`` and a debug file each, the scripted model's environment;
+        ``defaults``/``participants`` add keys."""
         lines = [
             'arrangement = "tiled"',
             "[defaults]",
@@ -273,7 +274,7 @@ class RealFleet:
         flags = [f for k, v in env.items() for f in ("-e", f"{k}={v}")]
         debug = str(self.debug_path("operator"))
         argv = [sys.executable, "-m", "fleet", "claude", "--wave", wave, "--claude", self.claude, "--",
-                "--allowedTools=mcp__fleet", "--debug-file", debug, *claude_args]  # fmt: skip
+                "--debug-file", debug, *claude_args]  # fmt: skip
         out = self.srv.cmd(
             "new-window", "-d", "-P", "-F", "#{pane_id}", "-c", str(self.project), *flags, *argv
         )

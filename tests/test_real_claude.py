@@ -215,17 +215,18 @@ def test_the_operators_in_band_session_wakes_every_rostered_session(
     real.spawn("w/main", real.layout(["alice", "bob"]))
     pane = real.operator_session()
     real.type_into(pane, "ask the team what they need")
-    for who in ("alice", "bob"):
-        t = real.transcript(who)
-        real.wait(
-            lambda t=t: [c.text for c in t.delivered() if c.author == "operator"] == [question],
-            f"{who} woken by the operator's question",
-        )
-        woken = [e for r in real.requests(who) for e in r.channel_events() if e.author == "operator"]
-        assert [e.text for e in woken] == [question]  # it was in the model's request, once
+    for who in ("alice", "bob"):  # in its context and in the model's request, once (written in
+        t = real.transcript(who)  # either order: poll both)
+
+        def woken(t: Transcript = t, who: str = who) -> bool:
+            asked = [e.text for r in real.requests(who) for e in r.channel_events() if e.author == "operator"]
+            return asked == [question] == [c.text for c in t.delivered() if c.author == "operator"]
+
+        real.wait(woken, f"{who} woken by the operator's question")
     (asked,) = [b for b in real.blips("w/main") if b.author == "operator"]
     assert asked.text == question
-    assert real.transcript("operator").prompts() == ["ask the team what they need"]
+    op = real.transcript("operator")
+    real.wait(lambda: op.prompts() == ["ask the team what they need"], "the typed prompt in the transcript")
 
 
 def test_a_killed_session_resumes_with_its_history_and_no_replay(

@@ -92,6 +92,7 @@ def test_spawn_lays_out_one_pane_per_member_with_identity_options_and_exact_argv
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert token_file.read_text().strip() not in json.dumps(argv)  # no secret on a command line
         assert "--dangerously-load-development-channels=server:fleet" in argv
+        assert "--allowedTools=mcp__fleet" in argv  # its own posts never wait at a permission prompt
         assert argv[argv.index("--session-id") + 1] == p.session_id
         assert argv[argv.index("--name") + 1] == p.participant
         assert "--permission-mode" in argv and argv[argv.index("--permission-mode") + 1] == "acceptEdits"

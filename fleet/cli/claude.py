@@ -5,7 +5,7 @@ participant ``operator``; its development-channels confirmation is accepted auto
 bounded wait), then the terminal is handed to the user. What the operator asks there arrives as
 ordinary human blips that wake the wave. Deliveries reach the operator's session only from wavelets
 whose roster includes ``operator`` (``fleet invite WAVELET operator``). Flags after ``--`` go to
-Claude Code as they are (``fleet claude -- --allowedTools=mcp__fleet``).
+Claude Code as they are (``fleet claude -- --model opus``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ def run(
 ) -> int:
     """Run the operator's session to its end; returns Claude Code's exit status.
 
-    ``args`` are appended to Claude Code's command line as they are (say, ``--allowedTools=mcp__fleet``
-    so the operator's own posts need no permission prompt).
+    ``args`` are appended to Claude Code's command line as they are (say, ``--debug-file PATH``).
     """
     import pexpect
 

@@ -151,7 +151,7 @@ def claude(
         list[str] | None,
         typer.Argument(
             metavar="[-- CLAUDE_ARGS]...",
-            help="More Claude Code flags, after `--` (e.g. -- --allowedTools=mcp__fleet).",
+            help="More Claude Code flags, after `--` (e.g. -- --model opus).",
         ),
     ] = None,
 ) -> None:
