@@ -175,6 +175,7 @@ def one(root: Path, attention: str, arrival: str, args: argparse.Namespace) -> R
         )
     finally:
         real.close()
+        Path(f"/tmp/tmux-{os.geteuid()}/{srv.socket_name}").unlink(missing_ok=True)
         daemon.terminate()
         daemon.wait(10)
 
