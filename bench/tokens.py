@@ -175,7 +175,9 @@ def one(root: Path, attention: str, arrival: str, args: argparse.Namespace) -> R
         )
     finally:
         real.close()
-        Path(f"/tmp/tmux-{os.geteuid()}/{srv.socket_name}").unlink(missing_ok=True)
+        Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.geteuid()}", str(srv.socket_name)).unlink(
+            missing_ok=True
+        )
         daemon.terminate()
         daemon.wait(10)
 
