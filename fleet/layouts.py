@@ -16,9 +16,19 @@ A layout is a TOML file (read with the stdlib, validated here):
     attention = "targeted"               # full | targeted (docs/design.md §4)
     cwd = "~/src/project"
     args = ["--verbose"]
+    cap = 40                             # deliveries per wavelet before the cap notice (0: none)
+    env = { ANTHROPIC_BASE_URL = "http://127.0.0.1:8080" }
 
     [participants.lead]                  # ... overridden per name
     attention = "full"
+    env = { CLAUDE_CODE_MAX_OUTPUT_TOKENS = "8000" }
+
+``env`` is set in the agent's pane (``tmux respawn-pane -e``), on top of the tmux server's
+environment; a participant's ``env`` adds to the defaults' (a name in both takes the participant's
+value), and fleet's own ``FLEET_WAVE``/``FLEET_WAVELET`` win over both. The values reach the pane
+only: they are never put on the command line, in a spawn report or in a log. ``cap`` is passed to
+the participant's channel (``fleet channel --cap``) or, with ``--transport hook``, to its hook
+(``fleet watch --cap``); unset, the channel's default applies (DESIGN §3).
 
 Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
 data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
@@ -29,6 +39,7 @@ loaded as is. A bad file is reported with its path and the offending field.
 from __future__ import annotations
 
 import importlib.resources
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -41,6 +52,7 @@ from fleet.paths import Paths
 
 Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
 Attention = Literal["full", "targeted"]
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 PermissionMode = Literal["acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"]
 
 DEFAULT_LAYOUT = "trio"
@@ -57,6 +69,16 @@ class Profile(BaseModel):
     attention: Attention | None = None
     cwd: str | None = None
     args: list[str] | None = None
+    cap: int | None = Field(default=None, ge=0)
+    env: dict[str, str] | None = Field(default=None, repr=False)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for name in v or {}:
+            if not re.match(ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return v
 
     @field_validator("agent")
     @classmethod
@@ -75,6 +97,10 @@ class ResolvedProfile(BaseModel):
     attention: Attention = "full"
     cwd: str | None = None
     args: list[str] = Field(default_factory=list)
+    cap: int | None = None
+    """None: the channel's default cap."""
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Set in the pane; never logged or reported (kept out of the repr too)."""
 
 
 class Layout(BaseModel):
@@ -89,6 +115,9 @@ class Layout(BaseModel):
 
     name: str = Field(default="", exclude=True)
     source: str = Field(default="", exclude=True)
+    ref: str = Field(default="", exclude=True)
+    """What :func:`load` loads this layout again by: its name, or (loaded from a file) the file's
+    absolute path. Spawn records it with each session, so a respawn runs the same profile."""
 
     @field_validator("participants")
     @classmethod
@@ -101,7 +130,9 @@ class Layout(BaseModel):
     def profile(self, participant: str) -> ResolvedProfile:
         """The profile ``participant`` runs with: its overrides, else the defaults, else built-ins."""
         merged = self.defaults.model_dump(exclude_none=True)
-        merged.update(self.participants.get(participant, Profile()).model_dump(exclude_none=True))
+        own = self.participants.get(participant, Profile()).model_dump(exclude_none=True)
+        env = {**merged.get("env", {}), **own.pop("env", {})}
+        merged.update(own, env=env)
         return ResolvedProfile(**merged)
 
     def main_pane(self, roster: list[str]) -> str | None:
@@ -149,11 +180,15 @@ def load(name: str, paths: Paths) -> Layout:
         path = Path(name).expanduser()
         if not path.is_file():
             raise errors.NotFound(f"no layout file {path}")
-        return parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+        layout = parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+        layout.ref = str(path.resolve())
+        return layout
     found = available(paths)
     if name not in found:
         raise errors.NotFound(
             f"no layout {name!r}: choose one of {', '.join(found)} or put {name}.toml in {paths.layouts}"
         )
     path = found[name]
-    return parse(path.read_text(encoding="utf-8"), str(path), name)
+    layout = parse(path.read_text(encoding="utf-8"), str(path), name)
+    layout.ref = name
+    return layout

@@ -11,10 +11,12 @@
   after an invite adds panes for the new members.
 - Before launch each participant gets a fresh token in a 0600 file (its older tokens are revoked),
   and a Claude session id, recorded with the daemon so any machine can respawn it.
-- The agent is the pane's own command, launched without a shell. Claude Code gets the channel as an
+- The agent is the pane's own command, launched without a shell, with the profile's ``env`` set in
+  the pane (never on the command line, never in a report). Claude Code gets the channel as an
   inline ``--mcp-config`` (``=`` form: the flag is variadic) that names the token *file*, never the
   token. ``--transport hook`` injects ``fleet watch --hook`` as an ``asyncRewake`` hook instead of
-  loading the development channel.
+  loading the development channel. The profile's ``cap`` is passed to the channel (or the hook).
+  fleet's own tools are pre-allowed (``--allowedTools=mcp__fleet``); the profile's ``args`` add more.
 - Each launched pane is then watched (bounded): ready once its channel pings the daemon; Claude
   Code's development-channels warning is accepted; a folder-trust prompt is accepted only with
   ``trust``; an agent that dies is reported with its exit status and last lines.
@@ -33,9 +35,8 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -55,8 +56,18 @@ STANDIN = "fleet-standin"
 """Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
 
 DEV_CHANNELS_PROMPT = "I am using this for local development"
+ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
+"""Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
 TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
+
+
+class HookSettingsFn(Protocol):
+    """Builds the ``--settings`` JSON of ``--transport hook`` (:func:`fleet.watch.hook_settings`)."""
+
+    def __call__(
+        self, participant: str, wave: str, token_file: Path, attention: Attention, *, cap: int | None
+    ) -> str: ...
 
 
 class PaneReport(BaseModel):
@@ -115,6 +126,7 @@ def channel_entry(
     *,
     attention: str = "full",
     deliver: bool = True,
+    cap: int | None = None,
 ) -> dict[str, object]:
     """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file)."""
     args = ["-m", "fleet", "channel", "--participant", participant, "--wave", wave,
@@ -123,6 +135,8 @@ def channel_entry(
         args += ["--attention", attention]
     if not deliver:
         args += ["--no-deliver"]
+    if cap is not None:
+        args += ["--cap", str(cap)]
     env = {k: os.environ[k] for k in ("FLEET_HOME",) if os.environ.get(k)}
     return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
 
@@ -142,8 +156,13 @@ def agent_argv(
     transport: Transport,
     hook_settings: str | None = None,
 ) -> list[str]:
-    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic)."""
-    argv = [*words, f"--mcp-config={config_json}"]
+    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic).
+
+    fleet's own tools are granted (``--allowedTools=mcp__fleet``): a participant whose every post
+    waits at a permission prompt stalls the wave, and in Claude Code's default "auto" mode each call
+    would cost a classifier request to the model first.
+    """
+    argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
     if transport == "channel":
         argv.append("--dangerously-load-development-channels=server:fleet")
     elif hook_settings:
@@ -170,7 +189,7 @@ class Spawner:
         transport: Transport = "channel",
         trust: bool = False,
         ready_timeout: float = 30.0,
-        hook_settings: Callable[[str, str, Path, Attention], str] | None = None,
+        hook_settings: HookSettingsFn | None = None,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -214,13 +233,13 @@ class Spawner:
         token_file = self._fresh_token(wave, participant)
         entry = channel_entry(
             participant, wave.name, self.client.base_url, token_file,
-            attention=profile.attention, deliver=transport == "channel",
+            attention=profile.attention, deliver=transport == "channel", cap=profile.cap,
         )  # fmt: skip
         hook = None
         if transport == "hook":
             if self.hook_settings is None:
                 raise errors.UsageError("--transport hook needs fleet's watch hook, which is not available")
-            hook = self.hook_settings(participant, wave.name, token_file, profile.attention)
+            hook = self.hook_settings(participant, wave.name, token_file, profile.attention, cap=profile.cap)
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
             resume=resume, transport=transport, hook_settings=hook,
@@ -234,12 +253,14 @@ class Spawner:
         self.client.record_session(
             wave.id,
             NewSession(
-                participant=participant, session_id=session_id, wavelet_id=wl.id, layout=layout.name,
-                agent=agent, transport=transport, cwd=cwd, host=socket.gethostname(),
+                participant=participant, session_id=session_id, wavelet_id=wl.id,
+                layout=layout.ref or layout.name, agent=agent, transport=transport, cwd=cwd,
+                host=socket.gethostname(),
             ),
         )  # fmt: skip
         self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
-        self.tmux.respawn(pane_id, argv, cwd=cwd, env={"FLEET_WAVELET": wl.path, "FLEET_WAVE": wave.name})
+        env = {**profile.env, "FLEET_WAVELET": wl.path, "FLEET_WAVE": wave.name}  # values never logged
+        self.tmux.respawn(pane_id, argv, cwd=cwd, env=env)
         return PaneReport(
             participant=participant,
             pane_id=pane_id,
@@ -451,7 +472,8 @@ class Spawner:
 
 
 def _layout_named(name: str, paths: Paths) -> Layout:
-    """The recorded layout, or the default one if it is gone (a respawn must not fail on that)."""
+    """The recorded layout (a name, or the path of a layout file), or the default one if it is gone
+    (a respawn must not fail on that)."""
     try:
         return load_layout(name or DEFAULT_LAYOUT, paths)
     except errors.FleetError:

@@ -456,17 +456,12 @@ def hook_settings(
     ``rewakeSummary``/``rewakeMessage`` fields label the wake (Claude Code 2.1.332 shows them; a
     version without them ignores them and shows "Stop hook feedback").
     """
+    command = hook_command(
+        participant, wave, daemon, token_file,
+        state_dir=state_dir, python=python, attention=attention, cap=cap,
+    )  # fmt: skip
     handler = HookHandler(
-        command=hook_command(
-            participant,
-            wave,
-            daemon,
-            token_file,
-            state_dir=state_dir,
-            python=python,
-            attention=attention,
-            cap=cap,
-        ),
+        command=command,
         rewakeMessage=f"New blips from the fleet wave {wave} for {participant}:",
     )
     entry = [HookMatcher(hooks=[handler])]

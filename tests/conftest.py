@@ -89,3 +89,34 @@ def tmux_server(tmp_path: Path) -> Iterator[object]:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+@pytest.fixture
+def real_fleet(
+    tmp_path: Path, fleet_env: Paths, operator: object, tmux_server: object
+) -> Iterator[Callable[..., object]]:
+    """A factory of :class:`realclaude.RealFleet`: ``real_fleet(channels=True, script=Script(...))``.
+
+    Real Claude Code sessions against a scripted model (tests/scripted_model). Fails, never skips,
+    when the pinned Claude Code is missing. At the end the sessions are ended (the tmux server is
+    killed) and the model's log is checked for bad requests.
+    """
+    from realclaude import RealFleet
+
+    made: list[RealFleet] = []
+
+    def make(*, channels: bool = True, script: object = None) -> RealFleet:
+        world = RealFleet(
+            tmp_path,
+            fleet_env,
+            operator,  # type: ignore[arg-type]
+            tmux_server,  # type: ignore[arg-type]
+            channels=channels,
+            script=script,  # type: ignore[arg-type]
+        )
+        made.append(world)
+        return world
+
+    yield make
+    for world in made:
+        world.close()

@@ -87,3 +87,35 @@ def test_every_fleet_package_is_in_the_wheel() -> None:
         if p.is_file() and p.suffix in (".py", ".js", ".css", ".html") and "__pycache__" not in p.parts
     }
     assert found | {"fleet.shipped_layouts"} == listed
+
+
+def test_env_merges_defaults_with_the_participants_and_cap_is_optional(
+    fleet_env: Paths, tmp_path: Path
+) -> None:
+    path = tmp_path / "env.toml"
+    path.write_text(
+        '[defaults]\nenv = { A = "1", B = "2" }\ncap = 5\n[participants.bob]\nenv = { B = "3", C = "4" }\n'
+        "[participants.carol]\ncap = 0\n"
+    )
+    lay = layouts.load(str(path), fleet_env)
+    assert lay.profile("alice").env == {"A": "1", "B": "2"} and lay.profile("alice").cap == 5
+    assert lay.profile("bob").env == {"A": "1", "B": "3", "C": "4"}
+    assert lay.profile("carol").cap == 0
+    assert layouts.load("trio", fleet_env).profile("x").cap is None
+    assert layouts.load("trio", fleet_env).profile("x").env == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('[defaults]\nenv = { "BAD-NAME" = "x" }', "defaults.env"),
+        ("[defaults]\nenv = { N = 1 }", "defaults.env.N"),
+        ("[participants.bob]\ncap = -1", "participants.bob.cap"),
+    ],
+)
+def test_a_bad_env_or_cap_names_its_field(fleet_env: Paths, tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(errors.UsageError) as e:
+        layouts.load(str(path), fleet_env)
+    assert field in str(e.value)

@@ -92,6 +92,7 @@ def test_spawn_lays_out_one_pane_per_member_with_identity_options_and_exact_argv
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert token_file.read_text().strip() not in json.dumps(argv)  # no secret on a command line
         assert "--dangerously-load-development-channels=server:fleet" in argv
+        assert "--allowedTools=mcp__fleet" in argv  # its own posts never wait at a permission prompt
         assert argv[argv.index("--session-id") + 1] == p.session_id
         assert argv[argv.index("--name") + 1] == p.participant
         assert "--permission-mode" in argv and argv[argv.index("--permission-mode") + 1] == "acceptEdits"
@@ -283,3 +284,66 @@ def test_the_folder_trust_prompt_is_accepted_only_with_trust(
     operator.create_wave("other", ["dora"])
     trusted = spawner(operator, tmux_server, fleet_env, agent=agent, trust=True).spawn("other/main", lay)
     assert all(p.ready for p in trusted.panes), [p.why for p in trusted.panes]
+
+
+def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_channel(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str, tmp_path: Path
+) -> None:
+    """``env`` (defaults merged with the participant's) is set in the pane, also on respawn; ``cap``
+    goes to the channel entry, or to the hook command with ``--transport hook``."""
+    from functools import partial
+
+    from fleet.watch import hook_settings
+
+    dump = tmp_path / "env"
+    dump.mkdir()
+    agent = f"sh -c 'env > {dump}/$FLEET_PARTICIPANT_X; exec tail -f /dev/null'"
+    layout_file = tmp_path / "env.toml"
+    layout_file.write_text(
+        f'[defaults]\nagent = "{agent}"\ncap = 3\nenv = {{ SECRET_URL = "http://s3cret", SHARED = "d" }}\n'
+        '[participants.alice]\nenv = { FLEET_PARTICIPANT_X = "alice", SHARED = "a" }\n'
+        '[participants.bob]\nenv = { FLEET_PARTICIPANT_X = "bob", FLEET_WAVE = "not-this" }\ncap = 0\n'
+    )
+    lay = layouts.load(str(layout_file), fleet_env)
+    operator.create_wave("envs", ["alice", "bob"])
+    sp = Spawner(operator, Tmux(tmux_server), fleet_env, ready_timeout=0.5)
+    rep = sp.spawn("envs/main", lay)
+
+    def env_of(name: str) -> dict[str, str]:
+        text = retry_until(lambda: (dump / name).exists() and (dump / name).read_text(), what=f"{name}'s env")
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    alice, bob = env_of("alice"), env_of("bob")
+    assert alice["SECRET_URL"] == bob["SECRET_URL"] == "http://s3cret"
+    assert (alice["SHARED"], bob["SHARED"]) == ("a", "d")
+    assert alice["FLEET_WAVE"] == bob["FLEET_WAVE"] == "envs"  # fleet's own variables win
+    assert "s3cret" not in rep.model_dump_json() and "s3cret" not in repr(lay.profile("alice"))
+
+    def channel_args(p: Any) -> list[str]:
+        config = next(a for a in p.argv if a.startswith("--mcp-config="))
+        args: list[str] = json.loads(config.removeprefix("--mcp-config="))["mcpServers"]["fleet"]["args"]
+        return args
+
+    # a respawn runs the same layout file's profile: the session recorded its path
+    assert {r.layout for r in operator.sessions("envs")} == {str(layout_file.resolve())}
+    (dump / "alice").unlink()
+    sp.respawn("envs", "alice", force=True)
+    assert env_of("alice")["SECRET_URL"] == "http://s3cret"
+
+    by_name = {p.participant: p for p in rep.panes}
+    assert channel_args(by_name["alice"])[-2:] == ["--cap", "3"]
+    assert channel_args(by_name["bob"])[-2:] == ["--cap", "0"]
+
+    operator.create_wave("hooked", ["carol"])
+    hook = Spawner(
+        operator,
+        Tmux(tmux_server),
+        fleet_env,
+        transport="hook",
+        ready_timeout=0.5,
+        hook_settings=partial(hook_settings, daemon=operator.base_url),
+    ).spawn("hooked/main", lay)
+    (carol,) = hook.panes
+    settings = json.loads(next(a for a in carol.argv if a.startswith("--settings=")).split("=", 1)[1])
+    command = settings["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert command.endswith("--cap 3")

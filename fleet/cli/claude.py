@@ -4,17 +4,20 @@ Claude Code is launched (or, with ``--resume``, resumed) with the wave's channel
 participant ``operator``; its development-channels confirmation is accepted automatically (pexpect,
 bounded wait), then the terminal is handed to the user. What the operator asks there arrives as
 ordinary human blips that wake the wave. Deliveries reach the operator's session only from wavelets
-whose roster includes ``operator`` (``fleet invite WAVELET operator``).
+whose roster includes ``operator`` (``fleet invite WAVELET operator``). Flags after ``--`` go to
+Claude Code as they are (``fleet claude -- --model opus``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import sys
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from fleet import errors
@@ -25,7 +28,26 @@ from fleet.paths import Paths, write_private
 from fleet.spawn import DEV_CHANNELS_PROMPT, agent_argv, agent_words, channel_entry, mcp_config, require_agent
 
 
-def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: str = "claude") -> int:
+def as_streamed(text: str) -> re.Pattern[str]:
+    """``text`` as it appears in a terminal's byte stream: Claude Code 2.1.332 draws the space between
+    two words as a cursor move (``ESC[10G``), so the literal sentence never occurs in its output."""
+    gap = r"(?:\s|\x1b\[[0-9;?]*[A-Za-z])+"
+    return re.compile(gap.join(re.escape(word) for word in text.split()))
+
+
+def run(
+    client: Client,
+    paths: Paths,
+    wave_ref: str,
+    *,
+    resume: bool,
+    claude: str = "claude",
+    args: Sequence[str] = (),
+) -> int:
+    """Run the operator's session to its end; returns Claude Code's exit status.
+
+    ``args`` are appended to Claude Code's command line as they are (say, ``--debug-file PATH``).
+    """
     import pexpect
 
     wave = client.get_wave(wave_ref)
@@ -41,8 +63,9 @@ def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: st
     write_private(token_file, client.token + "\n")
     entry = channel_entry(OPERATOR, wave.name, client.base_url, token_file)
     argv = agent_argv(
-        words, ResolvedProfile(), OPERATOR, session_id, mcp_config(entry), resume=resume, transport="channel"
-    )
+        words, ResolvedProfile(args=list(args)), OPERATOR, session_id, mcp_config(entry),
+        resume=resume, transport="channel",
+    )  # fmt: skip
     client.record_session(
         wave.id,
         NewSession(
@@ -60,7 +83,7 @@ def run(client: Client, paths: Paths, wave_ref: str, *, resume: bool, claude: st
     signal.signal(signal.SIGWINCH, resize)
     child.logfile_read = sys.stdout
     try:
-        if child.expect_exact([DEV_CHANNELS_PROMPT, pexpect.TIMEOUT, pexpect.EOF], timeout=15) == 0:
+        if child.expect([as_streamed(DEV_CHANNELS_PROMPT), pexpect.TIMEOUT, pexpect.EOF], timeout=15) == 0:
             child.send("\r")
     finally:
         child.logfile_read = None

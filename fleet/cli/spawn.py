@@ -182,6 +182,13 @@ def claude(
     claude_bin: Annotated[
         str, typer.Option("--claude", metavar="CMD", help="The Claude Code command.")
     ] = "claude",
+    claude_args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- CLAUDE_ARGS]...",
+            help="More Claude Code flags, after `--` (e.g. -- --model opus).",
+        ),
+    ] = None,
 ) -> None:
     """Open Claude Code here as `operator`, with the wave's channel injected: your in-band voice."""
     name = wave or os.environ.get("FLEET_WAVE")
@@ -189,7 +196,8 @@ def claude(
         raise errors.UsageError("which wave? `fleet claude --wave WAVE` (or set FLEET_WAVE)")
     from fleet.cli.claude import run
 
-    raise typer.Exit(run(client(), get_paths(), name, resume=resume, claude=claude_bin))
+    code = run(client(), get_paths(), name, resume=resume, claude=claude_bin, args=claude_args or [])
+    raise typer.Exit(code)
 
 
 def demo(
