@@ -149,9 +149,10 @@ def one(how: str, root: Path, args: argparse.Namespace) -> tuple[dict[str, tuple
     """Run the scenario one way; returns each mode's (frames, wire bytes, model bytes) and its stats."""
     run = Run(root, how)
     try:
-        post = lambda after: chatter.run(  # noqa: E731
-            run.op, run.chat, args.blips, seed=args.seed, addressed=args.addressed, after=after
-        )
+
+        def post(after: Callable[[], None] | None) -> None:
+            chatter.run(run.op, run.chat, args.blips, seed=args.seed, addressed=args.addressed, after=after)
+
         if how == "burst":
             post(None)
             run.start_channels()

@@ -36,7 +36,7 @@ export FLEET_CLAUDE_BIN="$ROOT/.ci/node/node_modules/.bin/claude"
 say "lint and types"
 .venv/bin/ruff check fleet tests bench
 .venv/bin/ruff format --check fleet tests bench
-.venv/bin/mypy
+.venv/bin/mypy  # fleet/, tests/ and bench/ (pyproject.toml)
 
 say "tests"
 set +e

@@ -7,11 +7,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from fleet.paths import Paths, get_paths
+
+if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daemon loads none
+    import libtmux
+    from realclaude import RealFleet
+    from scripted_model import Script
+
+    from fleet.client import Client
+    from fleet.daemon import Daemon
 
 T = TypeVar("T")
 
@@ -42,7 +50,7 @@ def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
 
 
 @pytest.fixture
-def daemon(fleet_env: Paths) -> Iterator[object]:
+def daemon(fleet_env: Paths) -> Iterator[Daemon]:
     """A real daemon serving real HTTP on 127.0.0.1:0 in a thread, over a real SQLite file."""
     from fleet.daemon import Daemon
 
@@ -55,11 +63,11 @@ def daemon(fleet_env: Paths) -> Iterator[object]:
 
 
 @pytest.fixture
-def operator(daemon: object) -> object:
+def operator(daemon: Daemon) -> Client:
     """A client holding the operator token of ``daemon``."""
     from fleet.client import Client
 
-    return Client(daemon.url, daemon.operator_token)  # type: ignore[attr-defined]
+    return Client(daemon.url, daemon.operator_token)
 
 
 TMUX_CONF = """\
@@ -71,7 +79,7 @@ set -g history-limit 5000
 
 
 @pytest.fixture
-def tmux_server(tmp_path: Path) -> Iterator[object]:
+def tmux_server(tmp_path: Path) -> Iterator[libtmux.Server]:
     """A real tmux server on an isolated socket with its own config; killed and its socket removed after."""
     import libtmux
 
@@ -93,8 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def real_fleet(
-    tmp_path: Path, fleet_env: Paths, operator: object, tmux_server: object
-) -> Iterator[Callable[..., object]]:
+    tmp_path: Path, fleet_env: Paths, operator: Client, tmux_server: libtmux.Server
+) -> Iterator[Callable[..., RealFleet]]:
     """A factory of :class:`realclaude.RealFleet`: ``real_fleet(channels=True, script=Script(...))``.
 
     Real Claude Code sessions against a scripted model (tests/scripted_model). Fails, never skips,
@@ -105,15 +113,8 @@ def real_fleet(
 
     made: list[RealFleet] = []
 
-    def make(*, channels: bool = True, script: object = None) -> RealFleet:
-        world = RealFleet(
-            tmp_path,
-            fleet_env,
-            operator,  # type: ignore[arg-type]
-            tmux_server,  # type: ignore[arg-type]
-            channels=channels,
-            script=script,  # type: ignore[arg-type]
-        )
+    def make(*, channels: bool = True, script: Script | None = None) -> RealFleet:
+        world = RealFleet(tmp_path, fleet_env, operator, tmux_server, channels=channels, script=script)
         made.append(world)
         return world
 

@@ -133,7 +133,8 @@ class RawMcp:
         """``tools/call`` and return its ``result`` (fails the test on a JSON-RPC error)."""
         reply = self.request("tools/call", {"name": tool, "arguments": arguments or {}}, timeout=timeout)
         assert "result" in reply, reply
-        return reply["result"]
+        result: dict[str, Any] = reply["result"]
+        return result
 
     def handshake(self, version: str = "2025-11-25") -> Message:
         init = self.request(

@@ -99,7 +99,7 @@ def digest_ids(note: Note) -> list[str]:
     for line, blip_id in zip(lines, ids, strict=True):
         assert line.endswith(f" [{blip_id}]"), (line, blip_id)
         assert ": " in line and len(line) < 200, line  # author, a short excerpt, the id
-    return ids
+    return list(ids)
 
 
 def meta_is_wire_safe(note: Note) -> bool:

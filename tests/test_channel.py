@@ -122,8 +122,8 @@ def test_sdk_client_initialize_tools_ping_and_channel_notifications(world: World
 
                 posted = await call("wavelet_post", {"wavelet": "main", "text": "hi from alice"})
                 assert posted["blip"]["author"] == "alice" and posted["blip"]["wavelet"] == "w/main"
-                read = await call("wavelet_read", {"wavelet": "w/main"})
-                assert [b["text"] for b in read["blips"]][-2:] == ["hello alice", "hi from alice"]
+                whole = await call("wavelet_read", {"wavelet": "w/main"})
+                assert [b["text"] for b in whole["blips"]][-2:] == ["hello alice", "hi from alice"]
                 newer = await call("wavelet_read", {"wavelet": world.main, "after": hello.meta["blip_id"]})
                 assert [b["text"] for b in newer["blips"]] == ["hi from alice"]
                 listed = await call("wavelet_list", {})
@@ -292,7 +292,10 @@ def test_delivery_marks_working_and_a_post_marks_idle(world: World) -> None:
     alice = world.channel("alice")
     world.post("work for alice")
     wait_text(alice, "work for alice")
-    state = lambda: next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")  # noqa: E731
+
+    def state() -> str:
+        return next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")
+
     retry_until(lambda: state() == "working", what="alice working")
     alice.call("wavelet_post", {"wavelet": "main", "text": "DONE: worked"})
     retry_until(lambda: state() == "idle", what="alice idle after posting")
@@ -300,7 +303,10 @@ def test_delivery_marks_working_and_a_post_marks_idle(world: World) -> None:
 
 def test_exit_reports_gone(world: World) -> None:
     alice = world.channel("alice")
-    state = lambda: next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")  # noqa: E731
+
+    def state() -> str:
+        return next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")
+
     retry_until(lambda: state() != "gone", what="alice present")
     assert alice.close() == 0
     assert state() == "gone"
@@ -434,7 +440,10 @@ def test_a_hangup_shuts_the_channel_down_cleanly(world: World) -> None:
     import signal
 
     alice = world.channel("alice")
-    state = lambda: next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")  # noqa: E731
+
+    def state() -> str:
+        return next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")
+
     retry_until(lambda: world.lock_held("alice"), what="alice delivering")
     alice.proc.send_signal(signal.SIGHUP)
     assert alice.proc.wait(10) == 0

@@ -252,7 +252,12 @@ def test_read_follow_prints_blips_posted_after_it_started(env: dict[str, str], o
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stdout = proc.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
 
     def next_line(deadline: float = 15) -> str:
         return lines.get(timeout=deadline)
@@ -342,7 +347,7 @@ def test_daemon_run_serves_until_sigterm_and_refuses_a_second(
     )
     try:
         status = retry_until(lambda: (s := local_status(fleet_env)).running and s, what="daemon run up")
-        assert status.pid == proc.pid and status.url.startswith("http://127.0.0.1:")
+        assert status and status.url and status.pid == proc.pid and status.url.startswith("http://127.0.0.1:")
         err = fails(1, "daemon", "run", env=local)
         assert status.url in err and "already runs" in err
         proc.send_signal(signal.SIGTERM)

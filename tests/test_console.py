@@ -135,6 +135,7 @@ class EventStream:
     sock: socket.socket
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
+    _file: Any = None
 
     @classmethod
     def open(cls, d: Daemon, path: str, cookie: str | None, last_event_id: str | None = None) -> EventStream:
@@ -818,7 +819,7 @@ def test_console_screenshot(page: Page, d: Daemon, op: Client) -> None:
     op.post(w.root_id, "Thanks both. Ship the fix behind the usual canary.")
     op.post(w.root_id, "Will do once carol approves.", as_="bob")
     for name, event in (("alice", "ping"), ("bob", "ping"), ("carol", "delivered")):
-        op.report_presence("checkout-bug", PresenceReport(participant=name, event=event, count=1))
+        op.report_presence("checkout-bug", PresenceReport(participant=name, event=event, count=1))  # type: ignore[arg-type]
     open_console(page, d, "#/checkout-bug/main")
     retry_until(
         lambda: (

@@ -49,7 +49,7 @@ class FakeFeed:
             kind=kind,
             text=text or f"{author} says something",
             created_at="2026-12-01T00:00:00.000Z",
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
         self.blips.append(blip)
         return blip
@@ -281,7 +281,7 @@ def test_a_targeted_batch_commits_whole_per_wavelet() -> None:
     assert a in e.core.cursors and b not in e.core.cursors
     e.sink = ListSink()
     e.step(0)
-    assert [f.id for f in e.sink.take()] == [x.id for x in in_b]  # type: ignore[attr-defined]
+    assert [f.id for f in e.sink.take()] == [x.id for x in in_b]
 
 
 def test_a_wavelet_left_is_forgotten_and_only_filters_without_moving_cursors() -> None:

@@ -94,7 +94,7 @@ def test_version_negotiation_echoes_supported_else_latest_legacy(
 def test_initialize_needs_a_version_and_happens_once(chan: RawMcp) -> None:
     assert chan.request("initialize", {"capabilities": {}})["error"]["code"] == -32602
     assert chan.request("initialize", {"protocolVersion": 7})["error"]["code"] == -32602
-    assert chan.request("initialize", [1, 2])["error"]["code"] == -32602
+    assert chan.request("initialize", [1, 2])["error"]["code"] == -32602  # type: ignore[arg-type]
     assert "result" in chan.request("initialize", {"protocolVersion": "2025-11-25"})
     again = chan.request("initialize", {"protocolVersion": "2025-11-25"})
     assert again["error"]["code"] == -32600
@@ -124,7 +124,7 @@ def test_notifications_are_never_answered(chan: RawMcp) -> None:
     chan.notify("notifications/unknown", {"x": 1})
     chan.notify("server/discover")  # a request method sent as a notification
     chan.notify("notifications/cancelled", {"requestId": 12345, "reason": "nothing in flight"})
-    chan.notify("notifications/cancelled", "not even an object")
+    chan.notify("notifications/cancelled", "not even an object")  # type: ignore[arg-type]
     chan.notify("tools/call", {"name": "wavelet_post"})
     chan.handshake()
     chan.notify("notifications/roots/list_changed")
@@ -185,7 +185,7 @@ def test_tools_call_protocol_errors(chan: RawMcp) -> None:
     assert unknown["error"]["code"] == -32602 and "wavelet_post" in unknown["error"]["message"]
     assert chan.request("tools/call", {"arguments": {}})["error"]["code"] == -32602
     assert chan.request("tools/call", {"name": "wavelet_ping", "arguments": [1]})["error"]["code"] == -32602
-    assert chan.request("tools/call", ["wavelet_ping"])["error"]["code"] == -32602
+    assert chan.request("tools/call", ["wavelet_ping"])["error"]["code"] == -32602  # type: ignore[arg-type]
     assert chan.request("tools/list", {"cursor": "page-2"})["error"]["code"] == -32602
     # arguments may be absent (params too, for tools/list)
     assert "result" in chan.request("tools/call", {"name": "wavelet_ping"})

@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -96,7 +97,7 @@ def assert_each_context_got_the_others_blips_once_in_order(
     for who in ("alice", "bob", "carol"):
         others = [b.id for b in blips if b.author != who]
         t = real.transcript(who)
-        real.wait(lambda t=t, others=others: [c.blip_id for c in reached(t)] == others,
+        real.wait(partial(lambda t, others: [c.blip_id for c in reached(t)] == others, t, others),
                   f"every blip of others in {who}'s context, once, in order")  # fmt: skip
         mine = {b.id for b in blips if b.author == who}
         assert not mine & {c.blip_id for c in [*t.enqueued(), *reached(t)]}, f"{who} was handed its own blip"
@@ -255,6 +256,7 @@ def test_a_killed_session_resumes_with_its_history_and_no_replay(
         return (
             any(c.text == ANSWER for c in alice.delivered())
             and bool(last)
+            and last[0].reply is not None
             and last[0].reply.text == ("Noted; waiting for the operator.")
         )
 
@@ -326,8 +328,8 @@ def test_a_fork_from_inside_a_session_reaches_the_running_peer_and_its_surface_t
     assert real.pane_pid("bob") == bob_pid and len(real.requests("bob")) >= 2
     for who in ("bob", "carol"):  # the parent's roster is woken by the surface
         real.wait(
-            lambda who=who: any(c.blip_id == surface_blip.id and c.kind == "surface"
-                                for c in real.transcript(who).delivered()),
+            partial(lambda who: any(c.blip_id == surface_blip.id and c.kind == "surface"
+                                    for c in real.transcript(who).delivered()), who),
             f"{who} woken by the surface",
         )  # fmt: skip
     assert not [c for c in real.transcript("carol").enqueued() if c.wavelet == "w/secret"]  # private

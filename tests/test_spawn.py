@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def argv_received(paths: Paths, name: str) -> list[list[str]]:
     return [e["argv"] for e in standin_log(paths, name) if e["event"] == "start"]
 
 
-def opt(srv: libtmux.Server, target: str, name: str, scope: str) -> str:
+def opt(srv: libtmux.Server, target: str | None, name: str, scope: str) -> str:
+    assert target is not None
     args = ["show-options", *([scope] if scope else []), "-v", "-t", target, name]
     out = srv.cmd(*args).stdout
     return out[0] if out else ""
@@ -74,7 +76,7 @@ def test_spawn_lays_out_one_pane_per_member_with_identity_options_and_exact_argv
         assert opt(tmux_server, p.pane_id, "@fleet_wavelet", "-p") == main_id
         assert opt(tmux_server, p.pane_id, "remain-on-exit", "-p") == "on"
         # the agent received exactly the command line spawn built, claude's flags included
-        got = retry_until(lambda p=p: argv_received(fleet_env, p.participant), what="stand-in start")
+        got = retry_until(partial(argv_received, fleet_env, p.participant), what="stand-in start")
         assert got == [p.argv[3:]]  # minus `python -m fleet.standin`
         argv = got[0]
         config = next(a for a in argv if a.startswith("--mcp-config="))
@@ -311,7 +313,8 @@ def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_
 
     def env_of(name: str) -> dict[str, str]:
         text = retry_until(lambda: (dump / name).exists() and (dump / name).read_text(), what=f"{name}'s env")
-        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        assert isinstance(text, str)
+        return dict(tuple(line.split("=", 1)) for line in text.splitlines() if "=" in line)  # type: ignore[misc]
 
     alice, bob = env_of("alice"), env_of("bob")
     assert alice["SECRET_URL"] == bob["SECRET_URL"] == "http://s3cret"

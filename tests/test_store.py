@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,9 @@ OP = OPERATOR_PRINCIPAL
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store(tmp_path / "fleet.sqlite3")
-    yield s  # type: ignore[misc]
+    yield s
     s.close()
 
 
@@ -279,8 +280,8 @@ def test_replaying_the_event_log_rebuilds_the_same_state(store: Store, tmp_path:
     )
 )
 def test_replay_equals_live_state_for_any_history(
-    tmp_path_factory: pytest.TempPathFactory, ops: list
-) -> None:  # type: ignore[type-arg]
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, int]]
+) -> None:
     d = tmp_path_factory.mktemp("replay")
     s = Store(d / "db")
     s.create_wave(OP, "w", ["alice", "bob"])
@@ -361,6 +362,9 @@ def test_a_participant_does_not_learn_who_is_only_in_a_private_wavelet(store: St
     store.create_wave(OP, "demo", ["alice", "carol"])
     alice, carol = participant(store, "demo", "alice"), participant(store, "demo", "carol")
     store.fork(alice, "demo/main", "secret", ["zed"], private=True)
-    names = lambda who: [n for n, _ in store.participants(who, "demo")]  # noqa: E731
+
+    def names(who: Principal) -> list[str]:
+        return [n for n, _ in store.participants(who, "demo")]
+
     assert "zed" in names(OP) and "zed" in names(alice)
     assert names(carol) == ["alice", "carol", "operator"]

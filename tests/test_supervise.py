@@ -26,6 +26,7 @@ from conftest import retry_until
 from fleet import errors, layouts
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.delivery.rules import mentions
 from fleet.paths import Paths
 from fleet.spawn import Spawner
 from fleet.store import Store, replay
@@ -38,7 +39,6 @@ from fleet.supervise import (
     delivery_state,
     exit_of,
     kill,
-    mentions,
     respawn,
     status,
 )
@@ -337,7 +337,9 @@ def test_respawn_resumes_the_session_and_delivery_resumes_with_no_gap(
         r = runs(fleet_env, "bob")
         return r if len(r) == 2 and len(r[1]["blips"]) >= 3 else None
 
-    first, second = retry_until(caught_up, what="the respawned bob handed the blips it missed")
+    got = retry_until(caught_up, what="the respawned bob handed the blips it missed")
+    assert got is not None
+    first, second = got
     recorded = operator.sessions("demo", "bob")[0].session_id
     assert session_arg(first["argv"]) == ("--session-id", recorded)
     assert session_arg(second["argv"]) == ("--resume", recorded)

@@ -211,7 +211,7 @@ def test_two_simultaneous_arms_exactly_one_delivers_the_other_exits_0_at_once(wo
     assert world.run("alice", "--hook").returncode == 2  # past the history
     arms = [world.start("alice", "--hook"), world.start("alice", "--hook")]
     loser = retry_until(lambda: next((a for a in arms if a.poll() is not None), None), what="one arm out")
-    assert loser.returncode == 0
+    assert loser is not None and loser.returncode == 0
     winner = next(a for a in arms if a is not loser)
     assert winner.poll() is None and world.lock_held("alice")
     world.post("only once")
@@ -490,8 +490,12 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
         # whose handler arms it again: each time the idle session waits with the lock held
         retry_until(armed, timeout=60, what=f"the idle session's armed hook before wake {n}")
         blip = operator.post(main, text)
-        retry_until(lambda text=text: text in transcript(), timeout=60, what=f"wake {n} reaching the model")
-        retry_until(lambda b=blip: state.load().cursors.get(main) == b.id, what=f"wake {n}'s cursor saved")
+        retry_until(
+            partial(lambda text: text in transcript(), text), timeout=60, what=f"wake {n} reaching the model"
+        )
+        retry_until(
+            partial(lambda b: state.load().cursors.get(main) == b.id, blip), what=f"wake {n}'s cursor saved"
+        )
     assert "fleet: new blips" in screen()  # the hook's wake, as the terminal shows it
     assert "New blips from the fleet wave w for alice" in transcript() and 'author="operator"' in transcript()
     retry_until(lambda: "Not logged in" in screen(), timeout=60, what="the woken turn (offline)")
