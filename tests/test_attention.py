@@ -463,6 +463,35 @@ def test_the_hook_transport_applies_the_same_rules_and_logs_to_the_same_log(env:
     assert [(m.blip_id, m.via) for m in env.log("bob") if isinstance(m, MissEntry)] == [(target, "blip")]
 
 
+def test_the_hook_holds_a_lone_digest_for_company_and_runs_the_attendant(env: Env) -> None:
+    """Hook mode has the channel's digest hold and attendant: unaddressed chatter waits in the arm
+    for more, and the attendant's rescue comes out in full."""
+    env.op.post(env.chat.wavelets["main"], "warm-up", as_="alice")  # past the wave's history first
+    argv = [sys.executable, "-m", "fleet", "watch", "--hook", "--participant", "bob", "--wave", chatter.WAVE,
+            "--daemon", env.daemon.url, "--token-file", str(env.token_file("bob")),
+            "--attention", "targeted"]  # fmt: skip
+    assert subprocess.run([*argv, "--digest-hold", "0"], capture_output=True, timeout=60).returncode == 2
+    attendant = _attendant(env, "rescue")
+    arm = subprocess.Popen(
+        [*argv, "--digest-hold", "3", "--attendant", attendant],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    main = env.chat.wavelets["main"]
+    first = env.op.post(main, "the weather again", as_="carol").id
+    urgent = env.op.post(main, "rescue me: the build is red", as_="dave").id
+    later = env.op.post(main, "and lunch", as_="carol").id
+    _, err = arm.communicate(timeout=60)
+    assert arm.returncode == 2, err
+    notes = hook_frames(err)
+    assert [(n["meta"]["kind"], n["meta"].get("blip_id")) for n in notes] == [
+        ("message", urgent),
+        ("digest", None),
+    ]
+    assert digest_ids(notes[1]) == [first, later]  # one wake for the three, not three
+
+
 def test_hook_settings_carry_the_attention() -> None:
     targeted = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), "targeted", daemon="http://h:1")
     full = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), daemon="http://h:1")
