@@ -479,7 +479,10 @@ def test_the_hook_holds_a_lone_digest_for_company_and_runs_the_attendant(env: En
         text=True,
     )
     main = env.chat.wavelets["main"]
+    retry_until(lambda: env.lock_held("bob"), what="the arm waiting")
     first = env.op.post(main, "the weather again", as_="carol").id
+    with pytest.raises(subprocess.TimeoutExpired):  # held for company: no wake for one lone digest line
+        arm.wait(1.0)
     urgent = env.op.post(main, "rescue me: the build is red", as_="dave").id
     later = env.op.post(main, "and lunch", as_="carol").id
     _, err = arm.communicate(timeout=60)
