@@ -370,7 +370,7 @@ class Console:
 
     def tail(self, wavelet: str, query: dict[str, str]) -> TailPage:
         store = self._store()
-        wl = store.resolve(OPERATOR_PRINCIPAL, wavelet)
+        wl = store.resolve(OPERATOR_PRINCIPAL, wavelet)  # a wavelet that is not there: 404 first
         before = query.get("before") or None
         if before is not None and not is_id_like(before):
             raise errors.UsageError(f"before={before!r} is not a blip id")
@@ -378,7 +378,7 @@ class Console:
         if not raw.isdigit():
             raise errors.UsageError(f"limit={raw!r} is not a positive integer")
         limit = max(1, min(int(raw), TAIL_MAX))
-        blips = store.read_tail(wl.id, before=before, limit=limit + 1)
+        blips = store.read_tail(OPERATOR_PRINCIPAL, wl.id, before=before, limit=limit + 1)
         more = len(blips) > limit
         return TailPage(blips=blips[1:] if more else blips, more=more)
 
@@ -404,14 +404,14 @@ class Console:
         emit.open()
         emit.write(f"retry: {RETRY_MS}\n\n")
         if cursor is None:
-            cursor = store.wave_head(w.id)
+            cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
         last_tree = last_presence = ""
         quiet_since = time.monotonic()
         ends = quiet_since + self.max_stream
         while not self.closing and time.monotonic() < ends:
             seen = self.daemon.notifier.seq
-            blips = store.read_wave_after(w.id, cursor, limit=STREAM_BATCH)
+            blips = store.read_wave_after(OPERATOR_PRINCIPAL, w.id, cursor, limit=STREAM_BATCH)
             for b in blips:
                 emit.event("blip", b, event_id=b.id)
                 cursor = b.id

@@ -529,7 +529,7 @@ class Daemon:
             self.notifier.wait(seen, remaining)
 
     def _whoami(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
-        wave = self._s.wave_name(r.who.wave_id) if r.who.wave_id else None
+        wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
         return 200, Whoami(principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__)
 
     def _create_wave(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
@@ -605,7 +605,9 @@ class Daemon:
         wait = r.q_float("wait", 0.0)
         blips = self._long_poll(
             wait,
-            lambda: _BlipList(items=self._s.read_resolved(wl.id, after=after, limit=limit, history=history)),
+            lambda: _BlipList(
+                items=self._s.read_resolved(r.who, wl.id, after=after, limit=limit, history=history)
+            ),
             lambda res: not res.items,
         ).items
         cursor = after
@@ -615,15 +617,13 @@ class Daemon:
 
     def _read_wave(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
         """Every blip of the wave after ``after`` (long-poll): the operator's whole-wave stream."""
-        if not r.who.is_operator:
-            raise errors.Forbidden("only the operator reads a whole wave's stream: read a wavelet")
-        wave = self._s.get_wave(r.who, unquote(m[1]))
+        wave = unquote(m[1])
         after = r.query.get("after") or ""
         limit = r.q_int("limit", 500)
         wait = r.q_float("wait", 0.0)
         blips = self._long_poll(
             wait,
-            lambda: _BlipList(items=self._s.read_wave_after(wave.id, after, limit=limit)),
+            lambda: _BlipList(items=self._s.read_wave_after(r.who, wave, after, limit=limit)),
             lambda res: not res.items,
         ).items
         return 200, {"blips": blips, "cursor": blips[-1].id if blips else after}
