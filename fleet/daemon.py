@@ -457,11 +457,6 @@ class Daemon:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    @property
-    def inflight(self) -> int:
-        """API requests being handled right now."""
-        return self._httpd.inflight if self._httpd is not None else 0
-
     # ---------------------------------------------------------------- dispatch
 
     def authenticate(self, header: str | None) -> Principal:

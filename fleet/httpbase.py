@@ -209,10 +209,6 @@ class Server(ThreadingHTTPServer):
             self._inflight -= 1
             self._inflight_cond.notify_all()
 
-    @property
-    def inflight(self) -> int:
-        return self._inflight
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up mid-request is routine; anything else is logged with its traceback."""
         exc = sys.exc_info()[1]
