@@ -17,9 +17,10 @@ CDN). What a caller (and an operator) may rely on:
 - **Origin.** Every ``POST`` must carry an ``Origin`` equal to the origin it was sent to, or it is
   refused with ``403`` before anything runs.
 - **Same powers, same API.** ``/api/v1/…`` is the daemon's own HTTP API (``docs/http-api.md``), run
-  through :meth:`fleet.daemon.Daemon.dispatch` as the operator, so a post, fork, invite, leave,
-  surface or replace from the page has exactly the semantics (and wake-ups and presence effects) of
-  the same call from the CLI or a channel. Only the routes the page uses are exposed (no tokens).
+  through the daemon's own dispatch as the operator, so a post, fork, invite, leave, surface or
+  replace from the page has exactly the semantics (and wake-ups and presence effects) of the same
+  call from the CLI or a channel. Only the routes the daemon's route table marks ``console`` are
+  exposed (no tokens); anything else is ``404``.
 - **Live transcripts.** ``GET /api/console/waves/{wave}/events`` is a Server-Sent Events stream of
   the wave: ``blip`` events (every blip, replaced versions included, ``id:`` = the blip id),
   ``tree`` (the wave with its wavelets and rosters, when it changes), ``presence`` (when a state
@@ -27,8 +28,11 @@ CDN). What a caller (and an operator) may rely on:
   ``Last-Event-ID`` (or ``?after=``): blip ids increase strictly in commit order, so a reconnect gets
   exactly the blips it missed. Without either it starts at the wave's newest blip and says so in a
   first ``ready`` event that carries that id, so even an early reconnect resumes correctly. Streams
-  wake on the daemon's :class:`~fleet.daemon.Notifier`, never by polling, and end after
+  wake on the daemon's notifier, never by polling, and end after
   ``max_stream`` seconds (browsers reconnect on their own, with ``Last-Event-ID``).
+- **HTTP** is :mod:`fleet.httpbase`'s (bodies, one ``send`` per response, JSON errors, the daemon's
+  idle timeout), with a strict ``Content-Security-Policy`` and the headers of
+  :data:`SECURITY_HEADERS` on every response.
 - **History pages.** ``GET /api/console/wavelets/{wavelet}/tail?before=ID&limit=N`` returns the newest
   ``N`` current blips before ``ID`` (the page renders the tail and pages back on scroll).
 """
@@ -42,24 +46,19 @@ import json
 import logging
 import re
 import secrets
-import socket
-import sys
 import threading
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
+from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
-from fleet.models import OPERATOR, Blip, PresenceList, jsonable
+from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
-
-if TYPE_CHECKING:
-    from fleet.daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -95,31 +94,57 @@ SECURITY_HEADERS = (
     ("Cache-Control", "no-store"),
 )
 
-# The daemon routes the page may use, as (method, path pattern). Token routes are deliberately absent.
-_SEG = r"[^/]+"
-_PROXIED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (m, re.compile(p))
-    for m, p in (
-        ("GET", r"/v1/whoami"),
-        ("GET", r"/v1/waves"),
-        ("GET", rf"/v1/waves/{_SEG}"),
-        ("GET", rf"/v1/waves/{_SEG}/presence"),
-        ("GET", r"/v1/resolve"),
-        ("GET", rf"/v1/wavelets/{_SEG}"),
-        ("GET", rf"/v1/wavelets/{_SEG}/blips"),
-        ("GET", rf"/v1/wavelets/{_SEG}/context"),
-        ("GET", rf"/v1/blips/{_SEG}"),
-        ("GET", rf"/v1/blips/{_SEG}/history"),
-        ("POST", rf"/v1/wavelets/{_SEG}/blips"),
-        ("POST", rf"/v1/wavelets/{_SEG}/fork"),
-        ("POST", rf"/v1/wavelets/{_SEG}/invite"),
-        ("POST", rf"/v1/wavelets/{_SEG}/leave"),
-        ("POST", rf"/v1/wavelets/{_SEG}/surface"),
-        ("POST", rf"/v1/blips/{_SEG}/replace"),
-    )
-)
 _TAIL = re.compile(r"/api/console/wavelets/([^/]+)/tail")
 _EVENTS = re.compile(r"/api/console/waves/([^/]+)/events")
+
+
+# ---------------------------------------------------------------- what the console needs of its daemon
+
+
+class Wakes(Protocol):
+    """The daemon's commit notifier: ``seq`` changes on every commit; ``wait`` returns on a change."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    def bump(self) -> None: ...
+
+    def wait(self, seen: int, timeout: float) -> None: ...
+
+
+class PresenceSource(Protocol):
+    def rows(self, wave_id: str, names: list[str]) -> list[PresenceRow]: ...
+
+
+class ConsoleHost(Protocol):
+    """What a :class:`Console` uses of the daemon that serves it (:class:`fleet.daemon.Daemon`)."""
+
+    @property
+    def store(self) -> Store | None: ...
+
+    @property
+    def operator_token(self) -> str: ...
+
+    @property
+    def notifier(self) -> Wakes: ...
+
+    @property
+    def presence(self) -> PresenceSource: ...
+
+    @property
+    def max_blip_bytes(self) -> int: ...
+
+    @property
+    def idle_timeout(self) -> float: ...
+
+    def dispatch(
+        self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
+    ) -> tuple[int, Any]:
+        """Run one API call; with ``console``, only the routes the console exposes exist."""
+        ...
 
 
 # ---------------------------------------------------------------- shapes the page reads
@@ -145,8 +170,6 @@ class StreamReady:
 
 def parse_ui_address(ui: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``PORT`` → (host, port); a missing host is ``127.0.0.1``."""
-    from fleet.daemon import parse_listen
-
     text = ui.strip()
     if text.isdigit():
         text = f"127.0.0.1:{text}"
@@ -191,7 +214,7 @@ def login_page(message: str) -> bytes:
 
 
 class Console:
-    """The console server of one :class:`~fleet.daemon.Daemon` (which must be open: store and token).
+    """The console server of one daemon (a :class:`ConsoleHost`, which must be open: store and token).
 
     ``start()`` binds and serves in a thread; ``stop()`` ends every stream and request. The daemon
     owns both calls when it is given ``ui=``.
@@ -199,15 +222,13 @@ class Console:
 
     def __init__(
         self,
-        daemon: Daemon,
+        daemon: ConsoleHost,
         listen: str,
         *,
         allow_remote: bool = False,
         keepalive: float = KEEPALIVE,
         max_stream: float = MAX_STREAM,
     ) -> None:
-        from fleet.daemon import is_loopback
-
         host, port = parse_ui_address(listen)
         if not is_loopback(host) and not allow_remote:
             raise errors.UsageError(
@@ -225,33 +246,34 @@ class Console:
         self._sessions: dict[str, float] = {}
         self._lock = threading.Lock()
         self._closing = False
-        self._inflight = 0
-        self._inflight_cond = threading.Condition()
         self._httpd: _ConsoleServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> str:
         """Bind, serve in a thread, log the one-time login link and return it."""
         try:
-            httpd = _ConsoleServer((self.host, self.port), self)
+            httpd = _ConsoleServer(
+                (self.host, self.port),
+                _ConsoleHandler,
+                name="fleet-console",
+                body_limit=self.daemon.max_blip_bytes + 64 * 1024,
+                idle_timeout=self.daemon.idle_timeout,
+                closing=lambda: self.closing,
+                queue=64,
+            )
         except OSError as exc:
             raise errors.UsageError(
                 f"cannot serve the console on {self.host}:{self.port}: {exc.strerror or exc}:"
                 " pick another --ui address (port 0 takes any free one)"
             ) from None
+        httpd.console = self
         self._httpd = httpd
-        host, port = httpd.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else str(host)
-        self.port = int(port)
-        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        self.port = int(httpd.server_address[1])
+        self.url = httpd.url
         # Cookies are per host, not per port: a name per port keeps two consoles from clobbering.
-        self.cookie_name = f"fleet_console_{port}"
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, args=(0.05,), name="fleet-console", daemon=True
-        )
-        self._thread.start()
+        self.cookie_name = f"fleet_console_{self.port}"
+        httpd.start()
         link = self.login_link()
         if not self.loopback:
             log.warning("console: %s is not loopback and the console speaks plain HTTP", self.url)
@@ -271,11 +293,7 @@ class Console:
             return
         self._closing = True
         self.daemon.notifier.bump()  # wake the streams so they see _closing
-        if threading.current_thread() is not self._thread:
-            self._httpd.shutdown()
-        with self._inflight_cond:
-            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
-        self._httpd.server_close()
+        self._httpd.stop(timeout)
         with self._lock:
             self._sessions.clear()
             self._nonces.clear()
@@ -284,18 +302,6 @@ class Console:
     @property
     def closing(self) -> bool:
         return self._closing or self.daemon.notifier.closing
-
-    def _enter(self) -> bool:
-        with self._inflight_cond:
-            if self.closing:
-                return False
-            self._inflight += 1
-            return True
-
-    def _leave(self) -> None:
-        with self._inflight_cond:
-            self._inflight -= 1
-            self._inflight_cond.notify_all()
 
     # ---------------------------------------------------------------- sessions
 
@@ -361,16 +367,16 @@ class Console:
     # ---------------------------------------------------------------- API
 
     def proxy(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
-        """Run one daemon API call (``target`` without the ``/api`` prefix) as the operator."""
-        path = urlsplit(target).path
-        if not any(m == method and p.fullmatch(path) for m, p in _PROXIED):
-            raise errors.NotFound(f"the console does not expose {method} {path}")
-        headers = {"Authorization": f"Bearer {self.daemon.operator_token}"}
-        return self.daemon.dispatch(method, target, headers, body)
+        """Run one daemon API call (``target`` without the ``/api`` prefix) as the operator.
+
+        Only the routes the daemon's table marks ``console`` exist here: others are NotFound.
+        """
+        authorization = f"Bearer {self.daemon.operator_token}"
+        return self.daemon.dispatch(method, target, authorization, body, console=True)
 
     def tail(self, wavelet: str, query: dict[str, str]) -> TailPage:
         store = self._store()
-        wl = store.resolve(OPERATOR_PRINCIPAL, wavelet)
+        wl = store.resolve(OPERATOR_PRINCIPAL, wavelet)  # a wavelet that is not there: 404 first
         before = query.get("before") or None
         if before is not None and not is_id_like(before):
             raise errors.UsageError(f"before={before!r} is not a blip id")
@@ -378,7 +384,7 @@ class Console:
         if not raw.isdigit():
             raise errors.UsageError(f"limit={raw!r} is not a positive integer")
         limit = max(1, min(int(raw), TAIL_MAX))
-        blips = store.read_tail(wl.id, before=before, limit=limit + 1)
+        blips = store.read_tail(OPERATOR_PRINCIPAL, wl.id, before=before, limit=limit + 1)
         more = len(blips) > limit
         return TailPage(blips=blips[1:] if more else blips, more=more)
 
@@ -404,14 +410,14 @@ class Console:
         emit.open()
         emit.write(f"retry: {RETRY_MS}\n\n")
         if cursor is None:
-            cursor = store.wave_head(w.id)
+            cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
         last_tree = last_presence = ""
         quiet_since = time.monotonic()
         ends = quiet_since + self.max_stream
         while not self.closing and time.monotonic() < ends:
             seen = self.daemon.notifier.seq
-            blips = store.read_wave_after(w.id, cursor, limit=STREAM_BATCH)
+            blips = store.read_wave_after(OPERATOR_PRINCIPAL, w.id, cursor, limit=STREAM_BATCH)
             for b in blips:
                 emit.event("blip", b, event_id=b.id)
                 cursor = b.id
@@ -482,137 +488,56 @@ class _Emitter:
 # ---------------------------------------------------------------- HTTP plumbing
 
 
-class _ConsoleServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 64
-    allow_reuse_address = True
-
-    def __init__(self, addr: tuple[str, int], console: Console) -> None:
-        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
-        self.console = console
-        super().__init__(addr, _ConsoleHandler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            log.debug("console client %s went away: %s", client_address, exc)
-        else:
-            log.exception("console error serving %s", client_address)
+class _ConsoleServer(Server):
+    console: Console
 
 
-class _ConsoleHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _ConsoleHandler(Handler):
     server_version = f"fleet-console/{__version__}"
-    timeout = 300
     server: _ConsoleServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("console %s " + format, self.address_string(), *args)
 
     # -- writing
 
-    def _head(self, status: int, headers: list[tuple[str, str]], csp: str) -> bytes:
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-        lines = [f"HTTP/1.1 {status} {reason}", f"Server: {self.server_version}"]
-        lines += [f"{k}: {v}" for k, v in (("Content-Security-Policy", csp), *SECURITY_HEADERS, *headers)]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    def standard_headers(self, headers: Sequence[Header]) -> list[Header]:
+        """A CSP (the strict one unless the response brings its own) and the security headers."""
+        csp = (
+            []
+            if any(k == "Content-Security-Policy" for k, _ in headers)
+            else [("Content-Security-Policy", CSP)]
+        )
+        return [*csp, *SECURITY_HEADERS]
 
-    def send_head(self, status: int, headers: list[tuple[str, str]]) -> None:
+    def send_head(self, status: int, headers: list[Header]) -> None:
         """The head of a streamed answer (no Content-Length: the stream ends with the connection)."""
-        self.wfile.write(self._head(status, headers, CSP))
+        self.write_head(status, headers)
 
-    def _send(
-        self,
-        status: int,
-        body: bytes,
-        content_type: str,
-        extra: list[tuple[str, str]] | None = None,
-        csp: str = CSP,
-    ) -> None:
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *(extra or [])]
-        if self.close_connection:
-            headers.append(("Connection", "close"))
-        head = self._head(status, headers, csp)
-        if getattr(self, "command", None) == "HEAD":
-            body = b""  # headers only, or a keep-alive client would read the body as the next answer
-        try:
-            self.wfile.write(head + body)  # one write: no delayed-ACK stall
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+    def _send(self, status: int, body: bytes, content_type: str, extra: Sequence[Header] = ()) -> None:
+        self.respond(status, body, content_type, extra)
 
-    def _json(self, status: int, payload: Any, extra: list[tuple[str, str]] | None = None) -> None:
-        self._send(status, _dumps(payload).encode(), "application/json", extra)
+    def _json(self, status: int, payload: Any, extra: Sequence[Header] = ()) -> None:
+        self.respond_json(status, payload, extra)
 
     def _error(self, status: int, kind: str, message: str) -> None:
-        self._json(status, {"error": {"kind": kind, "message": message}})
+        self.respond_error(errors.HttpError(status, message, kind))
 
-    def _fleet_error(self, exc: errors.FleetError) -> None:
-        status, kind = errors.status_of(exc)
-        self._error(status, kind, exc.message)
+    def _login(self, status: int, message: str, extra: Sequence[Header] = ()) -> None:
+        headers = [("Content-Security-Policy", LOGIN_CSP), *extra]
+        self._send(status, login_page(message), "text/html; charset=utf-8", headers)
 
-    def _login(self, status: int, message: str, extra: list[tuple[str, str]] | None = None) -> None:
-        self._send(status, login_page(message), "text/html; charset=utf-8", extra, csp=LOGIN_CSP)
-
-    def _redirect(self, location: str, extra: list[tuple[str, str]]) -> None:
+    def _redirect(self, location: str, extra: Sequence[Header]) -> None:
         self._send(303, b"", "text/plain; charset=utf-8", [("Location", location), *extra])
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Malformed HTTP: a JSON error, then close."""
-        self.close_connection = True
-        self._error(code, "usage", message or HTTPStatus(code).phrase)
-
-    # -- reading
-
-    def _body(self) -> bytes | None:
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            self._error(400, "usage", "chunked request bodies are not supported: send Content-Length")
-            return None
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        limit = self.server.console.daemon.max_blip_bytes + 64 * 1024
-        if not raw.isdigit() or int(raw) > limit:
-            self.close_connection = True
-            self._error(413, "too_large", f"request body over {limit} bytes (or bad Content-Length)")
-            return None
-        return self.rfile.read(int(raw)) if int(raw) else b""
 
     # -- dispatch
 
-    def _handle(self) -> None:
-        console = self.server.console
-        body = self._body()
-        if body is None:
-            return
-        if not console.host_ok(self.headers.get("Host")):
+    def admit(self) -> bool:
+        if not self.server.console.host_ok(self.headers.get("Host")):
             self.close_connection = True
             self._error(421, "forbidden", "this console answers only to its loopback address")
-            return
-        if not console._enter():
-            self.close_connection = True
-            self._error(503, "unreachable", "the daemon is shutting down")
-            return
-        try:
-            self._route(console, body)
-        except errors.FleetError as exc:
-            self._fleet_error(exc)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-        except Exception:
-            log.exception("console: internal error on %s %s", self.command, self.path)
-            self._error(500, "error", "internal error: see the daemon log (`fleet paths`)")
-        finally:
-            console._leave()
+            return False
+        return True
 
-    def _route(self, console: Console, body: bytes) -> None:
+    def handle_request(self, body: bytes) -> None:
+        console = self.server.console
         split = urlsplit(self.path)
         path = split.path
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
@@ -675,15 +600,3 @@ class _ConsoleHandler(BaseHTTPRequestHandler):
             return
         log.info("console: a browser logged in from %s", self.address_string())
         self._redirect("/", [("Set-Cookie", console.cookie(sid))])
-
-    do_GET = _handle
-    do_POST = _handle
-
-    def _unsupported(self) -> None:
-        self._body()
-        self._error(405, "usage", f"{self.command} is not supported")
-
-    do_PUT = _unsupported
-    do_DELETE = _unsupported
-    do_PATCH = _unsupported
-    do_HEAD = _unsupported

@@ -8,11 +8,13 @@ What a caller may rely on:
 - One daemon per data dir: an ``flock`` on ``state/daemon.lock`` is held for the daemon's life (the
   kernel drops it if the process dies, so a stale lock never wedges), and the endpoint file
   ``state/daemon.json`` names the url and pid while it runs.
-- Long-poll reads wake on commit through a condition variable, never by polling.
+- Long-poll reads wake on commit through a condition variable, never by polling; each wake-up
+  re-checks that the reader may still see what it reads.
 - On SIGTERM it stops accepting, wakes every long-poll, lets in-flight requests finish, closes the
   database and removes the endpoint file.
-- Each response is written to the socket in one ``send`` with ``TCP_NODELAY`` set, so keep-alive
-  clients are not stalled by delayed ACKs.
+- The HTTP rules (bodies, one ``send`` per response, JSON errors, the idle timeout of
+  ``idle_timeout`` seconds on a connection without a complete request) are :mod:`fleet.httpbase`'s.
+- The API is one table, :data:`ROUTES`: each route says whether the operator console exposes it.
 - Presence lives in memory only.
 - With ``ui=`` it also serves the operator console (:mod:`fleet.console`) on a listener of its own,
   started after the API and stopped before the store closes; without it nothing else listens.
@@ -22,30 +24,28 @@ from __future__ import annotations
 
 import fcntl
 import hmac
-import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
 import signal
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
 from fleet.console import Console
+from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     OPERATOR,
+    BlipList,
+    BlipPage,
     Endpoint,
     FeedRequest,
     Health,
@@ -56,17 +56,22 @@ from fleet.models import (
     NewSurface,
     NewSystemBlip,
     NewWave,
+    Ok,
+    PresenceList,
     PresenceReport,
     PresenceRow,
     PresenceState,
+    Revoked,
     RevokeRequest,
     RosterChange,
+    SessionList,
+    TokenList,
+    WaveList,
     Whoami,
-    jsonable,
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
-from fleet.wire import RecordError, dumps, load, loads, record
+from fleet.wire import RecordError, dumps, load, loads
 
 log = logging.getLogger(__name__)
 
@@ -74,27 +79,18 @@ M = TypeVar("M")
 
 MAX_WAIT = 60.0
 BODY_SLACK = 64 * 1024
-DRAIN_LIMIT = 64 * 1024 * 1024
-DRAIN_SECONDS = 2.0
-"""How much of a refused body is read and dropped (so the client sees its 413), and for how long."""
+"""A request body may be this much larger than the blip limit (the JSON around the text)."""
 
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) → (host, port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise errors.UsageError(f"--listen takes HOST:PORT, e.g. 127.0.0.1:8086, not {listen!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = [
+    "IDLE_TIMEOUT",
+    "ROUTES",
+    "Daemon",
+    "Notifier",
+    "PresenceBook",
+    "Route",
+    "is_loopback",
+    "parse_listen",
+]
 
 
 def ensure_operator_token(paths: Paths) -> str:
@@ -214,16 +210,28 @@ class PresenceBook:
             return out
 
 
-# ---------------------------------------------------------------- HTTP
+# ---------------------------------------------------------------- requests and routes
+
+
+NOBODY = Principal("nobody", "")
+"""The principal of a route that needs no token (``/v1/health``): it sees nothing (no wave has id '')."""
 
 
 @dataclass
 class Request:
+    """One API call: the path's ``{…}`` segments (unquoted) in ``args``, and who makes it."""
+
     method: str
     path: str
     query: dict[str, str]
     body: bytes
     who: Principal
+    args: tuple[str, ...] = ()
+
+    @property
+    def arg(self) -> str:
+        """The path's one ``{…}`` segment."""
+        return self.args[0]
 
     def model(self, cls: type[M]) -> M:
         try:
@@ -268,11 +276,37 @@ class Request:
             raise errors.UsageError(f"query parameter {name}={raw!r} is not an integer") from None
 
 
-Handler = Callable[[Request, re.Match[str]], tuple[int, Any]]
+Answer = tuple[int, Any]
+"""A status and the record answered with."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint. ``path`` is a template whose ``{name}`` parts each match one path segment.
+
+    ``console``: the operator console's ``/api/v1/…`` proxy exposes it. ``auth``: it needs a token.
+    """
+
+    method: str
+    path: str
+    handler: Callable[[Daemon, Request], Answer]
+    console: bool = False
+    auth: bool = True
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", re.compile(re.sub(r"\{\w+\}", "([^/]+)", self.path)))
+
+
+# ---------------------------------------------------------------- the daemon
 
 
 class Daemon:
-    """The daemon. ``start()`` serves in a thread (tests); ``serve_forever()`` is the CLI's foreground."""
+    """The daemon. ``start()`` serves in a thread (tests); ``serve_forever()`` is the CLI's foreground.
+
+    ``idle_timeout``: seconds a connection may go without a complete request head before it is
+    closed (the console's connections too).
+    """
 
     def __init__(
         self,
@@ -285,6 +319,7 @@ class Daemon:
         ping_ttl: float = 90.0,
         ui: str | None = None,
         allow_remote_ui: bool = False,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -294,22 +329,23 @@ class Daemon:
             )
         if max_blip_bytes < 1:
             raise errors.UsageError("--max-blip-bytes must be at least 1")
+        if not idle_timeout > 0:
+            raise errors.UsageError("the idle timeout must be a positive number of seconds")
         self.paths = paths
         self.host, self.port = host, port
         self.max_blip_bytes = max_blip_bytes
+        self.idle_timeout = idle_timeout
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
-        self._httpd: _Server | None = None
+        self._httpd: _ApiServer | None = None
         self._thread: threading.Thread | None = None
-        self._inflight = 0
-        self._inflight_cond = threading.Condition()
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self.store: Store | None = None
         self.operator_token = ""
         self.url = ""
-        self._routes: list[tuple[str, re.Pattern[str], Handler]] = self._make_routes()
+        self.routes: tuple[Route, ...] = ROUTES
         self.console: Console | None = Console(self, ui, allow_remote=allow_remote_ui) if ui else None
         """The operator console (``ui=HOST:PORT``), or None: off unless asked for."""
 
@@ -340,12 +376,18 @@ class Daemon:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
             self.store = Store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
-            httpd = _Server((self.host, self.port), _RequestHandler, self)
+            httpd = _ApiServer(
+                (self.host, self.port),
+                _ApiHandler,
+                name="fleet-daemon",
+                body_limit=self.max_blip_bytes + BODY_SLACK,
+                limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
+                idle_timeout=self.idle_timeout,
+                closing=lambda: self.notifier.closing,
+            )
+            httpd.daemon = self
             self._httpd = httpd
-            host, port = httpd.server_address[:2]
-            host = host.decode() if isinstance(host, bytes) else str(host)
-            shown = f"[{host}]" if ":" in host else host
-            self.url = f"http://{shown}:{port}"
+            self.url = httpd.url
             write_private(
                 self.paths.endpoint,
                 dumps(Endpoint(url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__))
@@ -366,11 +408,7 @@ class Daemon:
         """Serve in a background thread; returns once the socket is listening."""
         self._open()
         assert self._httpd is not None
-        # A short poll interval: stop() waits for serve_forever to notice the shutdown request.
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, args=(0.05,), name="fleet-daemon", daemon=True
-        )
-        self._thread.start()
+        self._thread = self._httpd.start()
 
     def serve_forever(self) -> None:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
@@ -398,15 +436,10 @@ class Daemon:
     def _stop(self, timeout: float) -> None:
         if self._stopped.is_set() or self._httpd is None:
             return
-        httpd = self._httpd
-        self.notifier.close()
+        self.notifier.close()  # from here on new requests get a 503, and every long-poll returns
         if self.console is not None:
             self.console.stop(timeout)
-        if threading.current_thread() is not self._thread:
-            httpd.shutdown()
-        with self._inflight_cond:
-            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
-        httpd.server_close()
+        self._httpd.stop(timeout)
         if self.store is not None:
             self.store.close()
         self._release()
@@ -424,7 +457,7 @@ class Daemon:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    # ---------------------------------------------------------------- request plumbing
+    # ---------------------------------------------------------------- dispatch
 
     def authenticate(self, header: str | None) -> Principal:
         if not header or not header.startswith("Bearer "):
@@ -435,82 +468,50 @@ class Daemon:
         token = header[7:].strip()
         if hmac.compare_digest(token.encode(), self.operator_token.encode()):
             return Principal.operator()
-        assert self.store is not None
-        who = self.store.authenticate(token)
+        who = self._s.authenticate(token)
         if who is None:
             raise errors.Unauthorized("the token is unknown or revoked: ask the operator for a new one")
         return who
 
-    def dispatch(self, method: str, target: str, headers: Any, body: bytes) -> tuple[int, Any]:
-        split = urlsplit(target)
-        path = split.path
-        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        if method == "GET" and path == "/v1/health":
-            return 200, Health(ok=True, version=__version__, pid=os.getpid())
-        matched_path = False
-        for m, pattern, fn in self._routes:
-            match = pattern.fullmatch(path)
-            if match is None:
+    def route(self, method: str, path: str, *, console: bool = False) -> tuple[Route, tuple[str, ...]]:
+        """The route serving ``method path`` and the path's unquoted segments.
+
+        NotFound for an unknown path, 405 for a known path under another method; with ``console``,
+        NotFound for anything the console does not expose.
+        """
+        other_method = False
+        for route in self.routes:
+            if console and not route.console:
                 continue
-            matched_path = True
-            if m != method:
+            m = route.pattern.fullmatch(path)
+            if m is None:
                 continue
-            who = self.authenticate(headers.get("Authorization"))
-            return fn(Request(method, path, query, body, who), match)
-        if matched_path:
+            if route.method == method:
+                return route, tuple(unquote(g) for g in m.groups())
+            other_method = True
+        if console:
+            raise errors.NotFound(f"the console does not expose {method} {path}")
+        if other_method:
             raise errors.HttpError(405, f"{method} is not allowed on {path}")
         raise errors.NotFound(f"no such endpoint {method} {path}: see docs/http-api.md")
 
-    def _enter(self) -> bool:
-        with self._inflight_cond:
-            if self.notifier.closing:
-                return False
-            self._inflight += 1
-            return True
+    def dispatch(
+        self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
+    ) -> Answer:
+        """Run one API call: ``target`` is the request target (path and query), ``authorization``
+        the ``Authorization`` header. ``console``: only the routes the console exposes exist."""
+        split = urlsplit(target)
+        route, args = self.route(method, split.path, console=console)
+        who = self.authenticate(authorization) if route.auth else NOBODY
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        return route.handler(self, Request(method, split.path, query, body, who, args))
 
-    def _leave(self) -> None:
-        with self._inflight_cond:
-            self._inflight -= 1
-            self._inflight_cond.notify_all()
-
-    # ---------------------------------------------------------------- routes
-
-    def _make_routes(self) -> list[tuple[str, re.Pattern[str], Handler]]:
-        seg = r"([^/]+)"
-        table: list[tuple[str, str, Handler]] = [
-            ("GET", "/v1/whoami", self._whoami),
-            ("POST", "/v1/waves", self._create_wave),
-            ("GET", "/v1/waves", self._list_waves),
-            ("GET", f"/v1/waves/{seg}", self._get_wave),
-            ("POST", f"/v1/waves/{seg}/feed", self._feed),
-            ("POST", f"/v1/waves/{seg}/presence", self._report_presence),
-            ("GET", f"/v1/waves/{seg}/presence", self._presence),
-            ("GET", f"/v1/waves/{seg}/blips", self._read_wave),
-            ("GET", f"/v1/waves/{seg}/activity", self._activity),
-            ("GET", "/v1/resolve", self._resolve),
-            ("GET", f"/v1/wavelets/{seg}", self._get_wavelet),
-            ("POST", f"/v1/wavelets/{seg}/fork", self._fork),
-            ("POST", f"/v1/wavelets/{seg}/invite", self._invite),
-            ("POST", f"/v1/wavelets/{seg}/leave", self._leave_roster),
-            ("POST", f"/v1/wavelets/{seg}/blips", self._post),
-            ("POST", f"/v1/wavelets/{seg}/system", self._post_system),
-            ("GET", f"/v1/wavelets/{seg}/blips", self._read),
-            ("POST", f"/v1/wavelets/{seg}/surface", self._surface),
-            ("GET", f"/v1/wavelets/{seg}/context", self._context),
-            ("GET", f"/v1/blips/{seg}", self._get_blip),
-            ("GET", f"/v1/blips/{seg}/history", self._history),
-            ("POST", f"/v1/blips/{seg}/replace", self._replace),
-            ("POST", f"/v1/waves/{seg}/sessions", self._record_session),
-            ("GET", f"/v1/waves/{seg}/sessions", self._sessions),
-            ("POST", "/v1/tokens", self._mint),
-            ("GET", "/v1/tokens", self._list_tokens),
-            ("POST", "/v1/tokens/revoke", self._revoke),
-        ]
-        return [(m, re.compile(p), fn) for m, p, fn in table]
+    # ---------------------------------------------------------------- handlers
 
     @property
     def _s(self) -> Store:
-        assert self.store is not None
+        if self.store is None:
+            raise errors.DaemonUnreachable("the daemon is not open")
         return self.store
 
     def _wrote(self, wave_id: str, author: str) -> None:
@@ -519,6 +520,7 @@ class Daemon:
         self.notifier.bump()
 
     def _long_poll(self, wait: float, fetch: Callable[[], M], empty: Callable[[M], bool]) -> M:
+        """``fetch()`` until it is not ``empty`` or ``wait`` (capped) lapses, waking on commits."""
         deadline = time.monotonic() + min(wait, MAX_WAIT)
         while True:
             seen = self.notifier.seq
@@ -528,314 +530,213 @@ class Daemon:
                 return result
             self.notifier.wait(seen, remaining)
 
-    def _whoami(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
-        wave = self._s.wave_name(r.who.wave_id) if r.who.wave_id else None
+    def _health(self, r: Request) -> Answer:
+        return 200, Health(ok=True, version=__version__, pid=os.getpid())
+
+    def _whoami(self, r: Request) -> Answer:
+        wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
         return 200, Whoami(principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__)
 
-    def _create_wave(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
+    def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
         wave = self._s.create_wave(r.who, body.name, body.with_)
         self.notifier.bump()
         return 201, wave
 
-    def _list_waves(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
-        return 200, {"waves": self._s.list_waves(r.who)}
+    def _list_waves(self, r: Request) -> Answer:
+        return 200, WaveList(waves=self._s.list_waves(r.who))
 
-    def _get_wave(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.get_wave(r.who, unquote(m[1]))
+    def _get_wave(self, r: Request) -> Answer:
+        return 200, self._s.get_wave(r.who, r.arg)
 
-    def _resolve(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
+    def _resolve(self, r: Request) -> Answer:
         ref = r.query.get("ref")
         if not ref:
             raise errors.UsageError("resolve needs ?ref=WAVE/WAVELET, a wavelet name with &wave=, or an id")
         return 200, self._s.resolve(r.who, ref, r.query.get("wave") or None)
 
-    def _get_wavelet(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.resolve(r.who, unquote(m[1]))
+    def _get_wavelet(self, r: Request) -> Answer:
+        return 200, self._s.resolve(r.who, r.arg)
 
-    def _fork(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _fork(self, r: Request) -> Answer:
         body = r.model(NewFork)
-        wl = self._s.fork(r.who, unquote(m[1]), body.name, body.with_, private=body.private, as_=body.as_)
+        wl = self._s.fork(r.who, r.arg, body.name, body.with_, private=body.private, as_=body.as_)
         self.notifier.bump()
         return 201, wl
 
-    def _invite(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _invite(self, r: Request) -> Answer:
         body = r.model(RosterChange)
-        wl = self._s.invite(r.who, unquote(m[1]), body.name, as_=body.as_)
+        wl = self._s.invite(r.who, r.arg, body.name, as_=body.as_)
         self.notifier.bump()
         return 200, wl
 
-    def _leave_roster(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _leave_roster(self, r: Request) -> Answer:
         body = r.model(RosterChange)
-        wl = self._s.leave(r.who, unquote(m[1]), body.name, as_=body.as_)
+        wl = self._s.leave(r.who, r.arg, body.name, as_=body.as_)
         self.notifier.bump()
         return 200, wl
 
-    def _post(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _post(self, r: Request) -> Answer:
         body = r.model(NewBlip)
-        blip = self._s.post(r.who, unquote(m[1]), body.text, as_=body.as_)
+        blip = self._s.post(r.who, r.arg, body.text, as_=body.as_)
         self._wrote(blip.wave_id, blip.author)
         return 201, blip
 
-    def _post_system(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _post_system(self, r: Request) -> Answer:
         body = r.model(NewSystemBlip)
-        blip = self._s.post_system(r.who, unquote(m[1]), body.text)
+        blip = self._s.post_system(r.who, r.arg, body.text)
         self._wrote(blip.wave_id, blip.author)
         return 201, blip
 
-    def _surface(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _surface(self, r: Request) -> Answer:
         body = r.model(NewSurface)
-        blip = self._s.surface(
-            r.who, unquote(m[1]), body.text, source_blip_id=body.source_blip_id, as_=body.as_
-        )
+        blip = self._s.surface(r.who, r.arg, body.text, source_blip_id=body.source_blip_id, as_=body.as_)
         self._wrote(blip.wave_id, blip.author)
         return 201, blip
 
-    def _replace(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _replace(self, r: Request) -> Answer:
         body = r.model(NewBlip)
-        blip = self._s.replace(r.who, unquote(m[1]), body.text, as_=body.as_)
+        blip = self._s.replace(r.who, r.arg, body.text, as_=body.as_)
         self._wrote(blip.wave_id, blip.author)
         return 201, blip
 
-    def _read(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        wl = self._s.resolve(r.who, unquote(m[1]))
+    def _read(self, r: Request) -> Answer:
+        wl = self._s.resolve(r.who, r.arg)
         after = r.query.get("after") or ""
         limit = r.q_int("limit", 500)
         history = r.query.get("history", "0") not in ("", "0", "false")
         wait = r.q_float("wait", 0.0)
         blips = self._long_poll(
             wait,
-            lambda: _BlipList(items=self._s.read_resolved(wl.id, after=after, limit=limit, history=history)),
-            lambda res: not res.items,
-        ).items
-        cursor = after
-        if blips:
-            cursor = blips[-1].id
-        return 200, {"blips": blips, "cursor": cursor}
+            lambda: self._s.read_resolved(r.who, wl.id, after=after, limit=limit, history=history),
+            lambda got: not got,
+        )
+        return 200, BlipPage(blips=blips, cursor=blips[-1].id if blips else after)
 
-    def _read_wave(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _read_wave(self, r: Request) -> Answer:
         """Every blip of the wave after ``after`` (long-poll): the operator's whole-wave stream."""
-        if not r.who.is_operator:
-            raise errors.Forbidden("only the operator reads a whole wave's stream: read a wavelet")
-        wave = self._s.get_wave(r.who, unquote(m[1]))
         after = r.query.get("after") or ""
         limit = r.q_int("limit", 500)
         wait = r.q_float("wait", 0.0)
         blips = self._long_poll(
             wait,
-            lambda: _BlipList(items=self._s.read_wave_after(wave.id, after, limit=limit)),
-            lambda res: not res.items,
-        ).items
-        return 200, {"blips": blips, "cursor": blips[-1].id if blips else after}
+            lambda: self._s.read_wave_after(r.who, r.arg, after, limit=limit),
+            lambda got: not got,
+        )
+        return 200, BlipPage(blips=blips, cursor=blips[-1].id if blips else after)
 
-    def _activity(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.activity(r.who, unquote(m[1]))
+    def _activity(self, r: Request) -> Answer:
+        return 200, self._s.activity(r.who, r.arg)
 
-    def _context(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.context(r.who, unquote(m[1]))
+    def _context(self, r: Request) -> Answer:
+        return 200, self._s.context(r.who, r.arg)
 
-    def _get_blip(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.get_blip(r.who, unquote(m[1]))
+    def _get_blip(self, r: Request) -> Answer:
+        return 200, self._s.get_blip(r.who, r.arg)
 
-    def _history(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, {"blips": self._s.history(r.who, unquote(m[1]))}
+    def _history(self, r: Request) -> Answer:
+        return 200, BlipList(blips=self._s.history(r.who, r.arg))
 
-    def _feed(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _feed(self, r: Request) -> Answer:
         body = r.model(FeedRequest)
         if not body.wait >= 0:  # also NaN, which would otherwise wait forever
             raise errors.UsageError("wait must be a non-negative number of seconds")
-        wave = unquote(m[1])
         feed = self._long_poll(
             body.wait,
-            lambda: self._s.feed(r.who, wave, body.participant, body.cursors, limit=body.limit),
+            lambda: self._s.feed(r.who, r.arg, body.participant, body.cursors, limit=body.limit),
             lambda f: not f.blips,
         )
         return 200, feed
 
-    def _report_presence(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _report_presence(self, r: Request) -> Answer:
         body = r.model(PresenceReport)
-        wave = self._s.get_wave(r.who, unquote(m[1]))
+        wave = self._s.get_wave(r.who, r.arg)
         if not r.who.is_operator and body.participant != r.who.name:
             raise errors.Forbidden(f"{r.who.name!r} cannot report presence for {body.participant!r}")
         before = self.presence.rows(wave.id, [body.participant])[0].state
         self.presence.report(wave.id, body)
         if self.presence.rows(wave.id, [body.participant])[0].state != before:
             self.notifier.bump()  # a state change wakes the console's streams (pings alone do not)
-        return 200, {"ok": True}
+        return 200, Ok()
 
-    def _presence(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        wave = self._s.get_wave(r.who, unquote(m[1]))
+    def _presence(self, r: Request) -> Answer:
+        wave = self._s.get_wave(r.who, r.arg)
         names = [n for n, _kind in self._s.participants(r.who, wave.id) if n != OPERATOR]
-        return 200, {"presence": self.presence.rows(wave.id, names)}
+        return 200, PresenceList(presence=self.presence.rows(wave.id, names))
 
-    def _record_session(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
-        return 200, self._s.record_session(r.who, unquote(m[1]), r.model(NewSession))
+    def _record_session(self, r: Request) -> Answer:
+        return 200, self._s.record_session(r.who, r.arg, r.model(NewSession))
 
-    def _sessions(self, r: Request, m: re.Match[str]) -> tuple[int, Any]:
+    def _sessions(self, r: Request) -> Answer:
         participant = r.query.get("participant") or None
-        return 200, {"sessions": self._s.sessions(r.who, unquote(m[1]), participant)}
+        return 200, SessionList(sessions=self._s.sessions(r.who, r.arg, participant))
 
-    def _mint(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
+    def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
         return 201, self._s.mint_token(r.who, body.wave, body.participant, secrets.token_urlsafe(32))
 
-    def _list_tokens(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
-        return 200, {"tokens": self._s.list_tokens(r.who, r.query.get("wave") or None)}
+    def _list_tokens(self, r: Request) -> Answer:
+        return 200, TokenList(tokens=self._s.list_tokens(r.who, r.query.get("wave") or None))
 
-    def _revoke(self, r: Request, _m: re.Match[str]) -> tuple[int, Any]:
+    def _revoke(self, r: Request) -> Answer:
         body = r.model(RevokeRequest)
         revoked = self._s.revoke_tokens(
             r.who, token_id=body.token_id, wave=body.wave, participant=body.participant
         )
-        return 200, {"revoked": revoked}
+        return 200, Revoked(revoked=revoked)
 
 
-@record
-class _BlipList:
-    items: list[Any]
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/v1/health", Daemon._health, auth=False),
+    Route("GET", "/v1/whoami", Daemon._whoami, console=True),
+    Route("POST", "/v1/waves", Daemon._create_wave),
+    Route("GET", "/v1/waves", Daemon._list_waves, console=True),
+    Route("GET", "/v1/waves/{wave}", Daemon._get_wave, console=True),
+    Route("POST", "/v1/waves/{wave}/feed", Daemon._feed),
+    Route("POST", "/v1/waves/{wave}/presence", Daemon._report_presence),
+    Route("GET", "/v1/waves/{wave}/presence", Daemon._presence, console=True),
+    Route("GET", "/v1/waves/{wave}/blips", Daemon._read_wave),
+    Route("GET", "/v1/waves/{wave}/activity", Daemon._activity),
+    Route("POST", "/v1/waves/{wave}/sessions", Daemon._record_session),
+    Route("GET", "/v1/waves/{wave}/sessions", Daemon._sessions),
+    Route("GET", "/v1/resolve", Daemon._resolve, console=True),
+    Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/invite", Daemon._invite, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/leave", Daemon._leave_roster, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/blips", Daemon._post, console=True),
+    Route("GET", "/v1/wavelets/{wavelet}/blips", Daemon._read, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system),
+    Route("POST", "/v1/wavelets/{wavelet}/surface", Daemon._surface, console=True),
+    Route("GET", "/v1/wavelets/{wavelet}/context", Daemon._context, console=True),
+    Route("GET", "/v1/blips/{blip}", Daemon._get_blip, console=True),
+    Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
+    Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True),
+    Route("POST", "/v1/tokens", Daemon._mint),
+    Route("GET", "/v1/tokens", Daemon._list_tokens),
+    Route("POST", "/v1/tokens/revoke", Daemon._revoke),
+)
+"""The whole API (``docs/http-api.md``). ``console=True``: the operator console's page may call it
+(as the operator, through ``/api/v1/…``); token routes, the feed, presence reports, the whole-wave
+stream and system blips are the CLI's and the channels' only."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    allow_reuse_address = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hung up mid-request is routine; anything else is logged with its traceback."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            log.debug("client %s went away: %s", client_address, exc)
-        else:
-            log.exception("error serving %s", client_address)
-
-    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], daemon: Daemon) -> None:
-        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
-        self.fleet = daemon
-        super().__init__(addr, handler)
+# ---------------------------------------------------------------- HTTP
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _ApiServer(Server):
+    daemon: Daemon
+
+
+class _ApiHandler(Handler):
     server_version = f"fleet/{__version__}"
-    server: _Server
+    server: _ApiServer
 
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Malformed HTTP (bad request line, oversized headers): a JSON error, then close."""
-        self.close_connection = True
-        self._respond(code, {"error": {"kind": "usage", "message": message or HTTPStatus(code).phrase}})
-
-    def _respond(self, status: int, payload: Any) -> None:
-        body = json.dumps(jsonable(payload), separators=(",", ":")).encode("utf-8")
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\n"
-            f"Server: {self.server_version}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            + ("Connection: close\r\n" if self.close_connection else "")
-            + "\r\n"
+    def handle_request(self, body: bytes) -> None:
+        status, payload = self.server.daemon.dispatch(
+            self.command, self.path, self.headers.get("Authorization"), body
         )
-        if getattr(self, "command", None) == "HEAD":
-            body = b""  # a HEAD answer has the headers only, or a keep-alive client desyncs
-        try:
-            self.wfile.write(head.encode("latin-1") + body)  # one write: no delayed-ACK stall
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _error(self, exc: errors.FleetError) -> None:
-        status, kind = errors.status_of(exc)
-        self._respond(status, {"error": {"kind": kind, "message": exc.message}})
-
-    def _read_body(self) -> bytes | None:
-        daemon = self.server.fleet
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            self._error(errors.UsageError("chunked request bodies are not supported: send Content-Length"))
-            return None
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        try:
-            length = int(raw)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self.close_connection = True
-            self._error(errors.UsageError(f"bad Content-Length {raw!r}"))
-            return None
-        if length > daemon.max_blip_bytes + BODY_SLACK:
-            self.close_connection = True
-            self._error(
-                errors.PayloadTooLarge(
-                    f"request body of {length} bytes is over the limit of"
-                    f" {daemon.max_blip_bytes + BODY_SLACK}:"
-                    f" blips are limited to {daemon.max_blip_bytes} bytes"
-                )
-            )
-            self._drain(length)
-            return None
-        return self.rfile.read(length) if length else b""
-
-    def _drain(self, length: int) -> None:
-        """After refusing a body, read and drop what the client is still sending (bounded in bytes
-        and time), so that it finishes its send and reads the 413 instead of a reset connection."""
-        budget = min(length, DRAIN_LIMIT)
-        deadline = time.monotonic() + DRAIN_SECONDS
-        try:
-            self.connection.settimeout(DRAIN_SECONDS)
-            while budget > 0 and time.monotonic() < deadline:
-                chunk = self.rfile.read1(min(budget, 65536))
-                if not chunk:
-                    break
-                budget -= len(chunk)
-        except OSError:
-            pass
-
-    def _handle(self) -> None:
-        daemon = self.server.fleet
-        body = self._read_body()
-        if body is None:
-            return
-        if not daemon._enter():
-            self.close_connection = True
-            self._respond(503, {"error": {"kind": "unreachable", "message": "the daemon is shutting down"}})
-            return
-        try:
-            status, payload = daemon.dispatch(self.command, self.path, self.headers, body)
-            self._respond(status, payload)
-        except errors.FleetError as exc:
-            self._error(exc)
-        except Exception:
-            log.exception("internal error on %s %s", self.command, self.path)
-            self._respond(
-                500,
-                {"error": {"kind": "error", "message": "internal error: see the daemon log (`fleet paths`)"}},
-            )
-        finally:
-            daemon._leave()
-
-    do_GET = _handle
-    do_POST = _handle
-
-    def _unsupported(self) -> None:
-        if self._read_body() is None:
-            return  # already answered (bad Content-Length, body too large)
-        self._respond(405, {"error": {"kind": "usage", "message": f"{self.command} is not supported"}})
-
-    do_PUT = _unsupported
-    do_DELETE = _unsupported
-    do_PATCH = _unsupported
-    do_HEAD = _unsupported
+        self.respond_json(status, payload)
 
 
 def read_endpoint(paths: Paths) -> Endpoint | None:

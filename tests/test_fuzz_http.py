@@ -296,12 +296,12 @@ SEGMENTS["/v1/blips/([^/]+)"] = "/v1/blips/{blip}"
 
 def served_routes(d: Daemon, method: str) -> list[str]:
     """The daemon's own route table as templates, so an endpoint added later is fuzzed too."""
-    out = ["/v1/health"] if method == "GET" else []
-    for m, pattern, _handler in d._routes:
-        tpl = pattern.pattern
+    out = []
+    for route in d.routes:
+        tpl = route.pattern.pattern
         for regex, name in SEGMENTS.items():
             tpl = tpl.replace(regex, name)
-        if m == method and "(" not in tpl:
+        if route.method == method and "(" not in tpl:
             out.append(tpl)
     return out
 

@@ -29,7 +29,7 @@ from fleet.daemon import Daemon
 from fleet.delivery.rules import mentions
 from fleet.paths import Paths
 from fleet.spawn import Spawner
-from fleet.store import Store, replay
+from fleet.store import OPERATOR_PRINCIPAL, Store, replay
 from fleet.supervise import (
     LADDER,
     KillReport,
@@ -161,7 +161,10 @@ def test_only_the_operator_writes_system_blips_and_they_replay(
         operator.post_system(main.id, "   ")
     # the log rebuilds it like any other blip
     replay(daemon.paths.db, tmp_path / "copy.db")
-    assert Store(tmp_path / "copy.db").dump()["blips"] == Store(daemon.paths.db).dump()["blips"]
+    assert (
+        Store(tmp_path / "copy.db").dump(OPERATOR_PRINCIPAL)["blips"]
+        == Store(daemon.paths.db).dump(OPERATOR_PRINCIPAL)["blips"]
+    )
 
 
 def test_the_wave_stream_long_polls_every_wavelet_and_activity_counts_authors(

@@ -1,0 +1,384 @@
+"""The one stdlib HTTP/1.1 base under the daemon's API and the operator console.
+
+:class:`Server` is a threading HTTP server (one thread per connection) and :class:`Handler` the
+request handler both subclass. What a caller (and a client) may rely on, for both:
+
+- **Bodies** are read by ``Content-Length`` only. ``Transfer-Encoding`` is refused (400), as is a
+  length that is not a plain decimal number (400); a body over the server's ``body_limit`` is refused
+  (413) without being read into memory: what the client still sends is drained, bounded in bytes
+  (:data:`DRAIN_LIMIT`) and time (:data:`DRAIN_SECONDS`), so that it reads the answer instead of a
+  reset connection. Each of these answers closes the connection.
+- **One write per response**: head and body go to the socket in one ``send``, with ``TCP_NODELAY``
+  set, so keep-alive clients are not stalled by delayed ACKs. An answer to ``HEAD`` has headers only.
+- **Errors** are JSON ``{"error": {"kind", "message"}}`` (:class:`fleet.models.ErrorEnvelope`) with the
+  status :func:`fleet.errors.status_of` gives; malformed HTTP too. Anything unexpected is a 500 that
+  says to look at the log (where its traceback is). A client hanging up is routine, logged at debug.
+- **Idle timeout**: a connection on which no complete request head arrives for ``idle_timeout``
+  seconds is closed, whether it sits idle between keep-alive requests or trickles a head that never
+  ends (slowloris). While a request is handled (a long-poll, an event stream) nothing is timed but
+  each socket operation, by the same number of seconds.
+- **Graceful stop** (:meth:`Server.stop`): stop accepting, wait (bounded) for the requests in flight;
+  a request that arrives while the server is closing is answered 503.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import logging
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from fleet import errors
+from fleet.models import ErrorBody, ErrorEnvelope
+from fleet.wire import dump
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT = 30.0
+"""Default seconds a connection may go without a complete request head before it is closed."""
+DRAIN_LIMIT = 64 * 1024 * 1024
+DRAIN_SECONDS = 2.0
+"""How much of a refused body is read and dropped (so the client sees its 413), and for how long."""
+
+_LENGTH = re.compile(r"[0-9]+")
+Header = tuple[str, str]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) → (host, port); an empty host is ``127.0.0.1``."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise errors.UsageError(f"--listen takes HOST:PORT, e.g. 127.0.0.1:8086, not {listen!r}")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (``localhost`` or an IP literal) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def json_bytes(payload: Any) -> bytes:
+    """A record (or plain data holding records) as compact JSON."""
+    return json.dumps(dump(payload), separators=(",", ":")).encode("utf-8")
+
+
+class _HeadDeadline(socket.SocketIO):
+    """The request socket's reader, with a deadline for a whole request head (the idle timeout).
+
+    Each ``recv`` is bounded by the socket's timeout (``idle``); while a deadline is armed, it is
+    shortened to what is left of the deadline once that is the tighter bound (so a client that
+    trickles one byte per ``idle - ε`` seconds is still cut at the deadline). Off the deadline, the
+    socket's own timeout is restored.
+    """
+
+    def __init__(self, sock: socket.socket, idle: float) -> None:
+        super().__init__(sock, "rb")
+        self._conn = sock
+        self._idle = idle
+        self._deadline: float | None = None
+        self._shortened = False
+
+    def arm(self) -> None:
+        self._deadline = time.monotonic() + self._idle
+
+    def disarm(self) -> None:
+        self._deadline = None
+        if self._shortened:
+            self._shortened = False
+            self._conn.settimeout(self._idle)
+
+    def readinto(self, b: Any) -> int | None:
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no complete request within the idle timeout")
+            if left < self._idle * 0.95:  # the socket's own timeout is no longer the tighter bound
+                self._conn.settimeout(left)
+                self._shortened = True
+        return super().readinto(b)
+
+
+class _Writer(io.BufferedIOBase):
+    """The response side of the socket: every ``write`` is one ``sendall`` (nothing buffered)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self._sock.sendall(b)
+        with memoryview(b) as view:
+            return view.nbytes
+
+
+class Server(ThreadingHTTPServer):
+    """One listener. ``closing`` says when new requests get a 503 (the owner's shutdown flag).
+
+    ``body_limit`` is the largest request body taken; ``limit_note`` is appended to the 413 message
+    (what the limit is made of). ``name`` prefixes log lines and names the serving thread.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[Handler],
+        *,
+        name: str,
+        body_limit: int,
+        limit_note: str = "",
+        idle_timeout: float = IDLE_TIMEOUT,
+        closing: Callable[[], bool] = lambda: False,
+        queue: int = 128,
+    ) -> None:
+        if not idle_timeout > 0:
+            raise errors.UsageError("the idle timeout must be a positive number of seconds")
+        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+        self.request_queue_size = queue
+        self.name = name
+        self.body_limit = body_limit
+        self.limit_note = limit_note
+        self.idle_timeout = idle_timeout
+        self.closing = closing
+        self._inflight = 0
+        self._inflight_cond = threading.Condition()
+        self._serving: threading.Thread | None = None
+        super().__init__(addr, handler)
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the bound socket (IPv6 hosts in brackets)."""
+        host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    # -- lifecycle
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._serving = threading.current_thread()
+        super().serve_forever(poll_interval)
+
+    def start(self) -> threading.Thread:
+        """Serve in a daemon thread (a short poll interval: :meth:`stop` waits for the loop to notice)."""
+        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name=self.name, daemon=True)
+        self._serving = thread  # before it runs: a stop() right after start() must still shut it down
+        thread.start()
+        return thread
+
+    def stop(self, timeout: float) -> None:
+        """Stop accepting, wait up to ``timeout`` s for the requests in flight, close the listener.
+
+        The owner sets ``closing`` first (and wakes what waits on it), so requests that still
+        arrive on kept-alive connections are answered 503. Safe to call from a handler thread.
+        """
+        if self._serving is not None and threading.current_thread() is not self._serving:
+            self.shutdown()
+        with self._inflight_cond:
+            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
+        self.server_close()
+
+    def enter(self) -> bool:
+        """Count a request in flight; False (count nothing) once the server is closing."""
+        with self._inflight_cond:
+            if self.closing():
+                return False
+            self._inflight += 1
+            return True
+
+    def leave(self) -> None:
+        with self._inflight_cond:
+            self._inflight -= 1
+            self._inflight_cond.notify_all()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-request is routine; anything else is logged with its traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.debug("%s: client %s went away: %s", self.name, client_address, exc)
+        else:
+            log.exception("%s: error serving %s", self.name, client_address)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection. Subclasses implement :meth:`handle_request` and may override the hooks
+    :meth:`admit` (refuse a request before it counts as in flight) and :meth:`standard_headers`
+    (headers every response of theirs carries)."""
+
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    # -- connection
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.connection.settimeout(self.server.idle_timeout)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = _HeadDeadline(self.connection, self.server.idle_timeout)
+        self.rfile = io.BufferedReader(self._reader)
+        self.wfile = _Writer(self.connection)
+
+    def handle_one_request(self) -> None:
+        self._reader.arm()  # from now until the head is parsed: the idle timeout's deadline
+        try:
+            super().handle_one_request()
+        finally:
+            self._reader.disarm()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._reader.disarm()  # the head is in: the body and the answer are timed per operation
+        return ok
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s: %s " + format, self.server.name, self.address_string(), *args)
+
+    # -- hooks
+
+    def handle_request(self, body: bytes) -> None:
+        """Answer one request whose body was read. Raise a FleetError to answer with it."""
+        raise errors.HttpError(405, f"{self.command} is not supported")
+
+    def admit(self) -> bool:
+        """False to refuse the request before it counts as in flight (having answered it)."""
+        return True
+
+    def standard_headers(self, headers: Sequence[Header]) -> list[Header]:
+        """Headers added to every response, given the response's own ``headers``."""
+        return []
+
+    # -- writing
+
+    def _head(self, status: int, headers: Sequence[Header]) -> bytes:
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        lines = [f"HTTP/1.1 {status} {reason}", f"Server: {self.server_version}"]
+        lines += [f"{k}: {v}" for k, v in (*self.standard_headers(headers), *headers)]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def respond(self, status: int, body: bytes, content_type: str, headers: Sequence[Header] = ()) -> None:
+        """Write one complete response in one ``send`` (headers only for ``HEAD``)."""
+        hdrs = [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers]
+        if self.close_connection:
+            hdrs.append(("Connection", "close"))
+        if getattr(self, "command", None) == "HEAD":
+            body = b""  # a HEAD answer has the headers only, or a keep-alive client desyncs
+        try:
+            self.wfile.write(self._head(status, hdrs) + body)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True
+
+    def respond_json(self, status: int, payload: Any, headers: Sequence[Header] = ()) -> None:
+        self.respond(status, json_bytes(payload), "application/json", headers)
+
+    def respond_error(self, exc: errors.FleetError) -> None:
+        status, kind = errors.status_of(exc)
+        self.respond_json(status, ErrorEnvelope(error=ErrorBody(kind=kind, message=exc.message)))
+
+    def write_head(self, status: int, headers: Sequence[Header]) -> None:
+        """The head of a streamed answer (no Content-Length: it ends with the connection)."""
+        self.close_connection = True
+        self.wfile.write(self._head(status, headers))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Malformed HTTP (bad request line, oversized headers): a JSON error, then close."""
+        self.close_connection = True
+        self.respond_error(errors.HttpError(code, message or HTTPStatus(code).phrase))
+
+    # -- reading
+
+    def read_body(self) -> bytes | None:
+        """The request body, or None when the request was refused for it (answered; closing)."""
+        if self.headers.get("Transfer-Encoding"):
+            self._refuse(errors.UsageError("chunked request bodies are not supported: send Content-Length"))
+            return None
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        if not _LENGTH.fullmatch(raw.strip()):
+            self._refuse(errors.UsageError(f"bad Content-Length {raw!r}"))
+            return None
+        length = int(raw)
+        limit = self.server.body_limit
+        if length > limit:
+            note = f": {self.server.limit_note}" if self.server.limit_note else ""
+            self._refuse(
+                errors.PayloadTooLarge(f"request body of {length} bytes is over the limit of {limit}{note}")
+            )
+            self._drain(length)
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _refuse(self, exc: errors.FleetError) -> None:
+        self.close_connection = True
+        self.respond_error(exc)
+
+    def _drain(self, length: int) -> None:
+        """After refusing a body, read and drop what the client is still sending (bounded in bytes
+        and time), so that it finishes its send and reads the 413 instead of a reset connection."""
+        budget = min(length, DRAIN_LIMIT)
+        deadline = time.monotonic() + DRAIN_SECONDS
+        try:
+            self.connection.settimeout(DRAIN_SECONDS)
+            while budget > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(budget, 65536))
+                if not chunk:
+                    break
+                budget -= len(chunk)
+        except OSError:
+            pass
+
+    # -- dispatch
+
+    def _handle(self) -> None:
+        body = self.read_body()
+        if body is None or not self.admit():
+            return
+        if not self.server.enter():
+            self.close_connection = True
+            self.respond_error(errors.DaemonUnreachable("the daemon is shutting down"))
+            return
+        try:
+            self.handle_request(body)
+        except errors.FleetError as exc:
+            self.respond_error(exc)
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True  # the client went away mid-answer
+        except Exception:
+            log.exception("%s: internal error on %s %s", self.server.name, self.command, self.path)
+            self.respond_error(errors.FleetError("internal error: see the daemon log (`fleet paths`)"))
+        finally:
+            self.server.leave()
+
+    do_GET = _handle
+    do_POST = _handle
+
+    def _unsupported(self) -> None:
+        if self.read_body() is None:
+            return  # already answered (bad Content-Length, body too large)
+        self.respond_error(errors.HttpError(405, f"{self.command} is not supported"))
+
+    do_PUT = _unsupported
+    do_DELETE = _unsupported
+    do_PATCH = _unsupported
+    do_HEAD = _unsupported

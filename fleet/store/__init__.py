@@ -1,0 +1,840 @@
+"""The store: fleet's truth, in one SQLite file. Only this package writes SQL.
+
+The data model (docs/design.md §1), in prose:
+
+- A **wave** is one task's shared world-state. It has a unique name and is created with its root
+  wavelet ``main``, whose roster is the wave's first participants.
+- A **wavelet** is a scoped sub-conversation. Wavelets form a tree: every wavelet but the root has a
+  parent and a **fork point** (the parent's last blip when it was forked). Forking is the only
+  structural primitive. A **private** wavelet is invisible to anyone not on its roster: not listed,
+  not readable, and reported as not found rather than forbidden.
+- A **roster** is the current membership of one wavelet. Forking copies the chosen members; invite
+  and leave change it. Every join and leave is an event, and writes a ``system`` blip into the
+  wavelet so the transcript itself says who came and went. Each member remembers ``since``, the last
+  blip before it joined: delivery to it starts right after.
+- A **blip** is one message: ``message``, ``system`` or ``surface``. Blips are never edited. A
+  **replace** appends a new blip with ``replaces`` pointing at the old one (so it is delivered like
+  any other) and marks the old one ``superseded_by``; reads show the latest version and the history
+  stays readable. A **surface** posts a conclusion into the parent wavelet with a reference to the
+  source wavelet (and blip).
+- **Tokens** let one participant act in one wave. Only their SHA-256 is stored.
+
+Every mutation is one typed event (:mod:`fleet.store.events`) appended to the append-only ``events``
+table in the same transaction that updates the materialised tables, and the materialised tables are
+changed *only* by applying events (:func:`fleet.store.events.apply`, a dispatch on the event's
+model). So :func:`replay` rebuilding a fresh database from the log alone yields the same state, row
+for row.
+
+Every public :class:`Store` method takes the :class:`Principal` it acts for first, and decides what
+that principal may see and do through :class:`fleet.store.access.Access`, the one authorization
+layer: no public method reads without a principal. (:meth:`Store.authenticate` is how a participant
+principal is obtained from a token; the daemon compares the operator token itself.)
+
+Ids are minted by one :class:`fleet.ids.IdMinter` inside the write lock, so they are strictly
+increasing in commit order and "blips with id > cursor" is a correct delivery rule.
+
+Concurrency: one writer connection behind a lock (only the daemon writes), one read connection per
+thread (WAL lets readers proceed while the writer commits).
+
+The package, one module per concern: :mod:`~fleet.store.schema` (connections, migrations),
+:mod:`~fleet.store.events` (the event models, apply, replay), :mod:`~fleet.store.access` (principals,
+visibility, permissions, references), :mod:`~fleet.store.checks` (names and text),
+:mod:`~fleet.store.rows` (rows to records), and here the :class:`Store` facade.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleet import errors
+from fleet.ids import IdMinter
+from fleet.models import (
+    DEFAULT_MAX_BLIP_BYTES,
+    OPERATOR,
+    Activity,
+    Blip,
+    BlipKind,
+    Context,
+    Feed,
+    FeedWavelet,
+    MintedToken,
+    NewSession,
+    ParticipantKind,
+    SessionRecord,
+    TokenInfo,
+    Wave,
+    WaveActivity,
+    Wavelet,
+)
+from fleet.store import checks, rows
+from fleet.store.access import OPERATOR_PRINCIPAL, Access, Principal, like_prefix
+from fleet.store.checks import RESERVED
+from fleet.store.events import (
+    EVENT_TYPES,
+    BlipData,
+    BlipPosted,
+    BlipReplaced,
+    BlipSurfaced,
+    Event,
+    NewMember,
+    RosterInvited,
+    RosterLeft,
+    SessionRecorded,
+    TokenMinted,
+    TokenRevoked,
+    WaveCreated,
+    WaveletForked,
+    parse,
+    record,
+    replay,
+)
+from fleet.store.schema import MATERIALISED, MIGRATIONS, Connections, connect, dump_tables, migrate, now
+
+__all__ = [
+    "EVENT_TYPES",
+    "MATERIALISED",
+    "MIGRATIONS",
+    "OPERATOR_PRINCIPAL",
+    "RESERVED",
+    "Event",
+    "Principal",
+    "Store",
+    "connect",
+    "dump_tables",
+    "hash_token",
+    "migrate",
+    "now",
+    "replay",
+]
+
+log = logging.getLogger(__name__)
+
+Row = sqlite3.Row
+MAX_PAGE = 5000
+"""The most blips any one read returns, whatever limit is asked for."""
+
+
+def hash_token(token: str) -> str:
+    """What the store keeps of a token: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _page(limit: int) -> int:
+    return max(1, min(limit, MAX_PAGE))
+
+
+class Store:
+    """The SQLite store. Thread-safe; one instance per database file per process.
+
+    Every public method takes the :class:`Principal` it acts for first and enforces visibility and
+    permissions itself (through :class:`~fleet.store.access.Access`), so no caller can forget to.
+    Invisible things are NotFound, visible but disallowed ones Forbidden, bad input UsageError (or
+    PayloadTooLarge); a refused call changes nothing.
+    """
+
+    def __init__(self, path: Path | str, *, max_blip_bytes: int = DEFAULT_MAX_BLIP_BYTES) -> None:
+        self.path = Path(path)
+        self.max_blip_bytes = max_blip_bytes
+        self._db = Connections(self.path)
+        self._r = self._db.reader
+        self.access = Access(self._db.reader)
+        self.ids = IdMinter()
+        self.ids.observe(self._largest_id())
+
+    def close(self) -> None:
+        """Wait for the write in progress (if any) to commit, then close every connection."""
+        self._db.close()
+
+    # ---------------------------------------------------------------- internals
+
+    def _largest_id(self) -> str | None:
+        row = self._db.writer.execute(
+            "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
+            " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens)"
+        ).fetchone()
+        return row[0] if row else None
+
+    def _commit(self, event: Event) -> None:
+        with self._db.write() as conn:
+            record(conn, event)
+
+    def _new_blip(
+        self, wl: Row | tuple[str, str], author: str, kind: BlipKind, text: str, at: str, **extra: str | None
+    ) -> BlipData:
+        """A blip for ``wl`` (a wavelet row, or (id, wave_id) of one being created), its id minted now.
+
+        Call inside the write lock: ids are minted in commit order.
+        """
+        wavelet_id, wave_id = (wl["id"], wl["wave_id"]) if isinstance(wl, Row) else wl
+        return BlipData(
+            id=self.ids.mint(),
+            wavelet_id=wavelet_id,
+            wave_id=wave_id,
+            author=author,
+            kind=kind,
+            text=text,
+            created_at=at,
+            **extra,
+        )
+
+    def _last_blip_id(self, conn: sqlite3.Connection, wavelet_id: str) -> str:
+        row = conn.execute("SELECT max(id) FROM blips WHERE wavelet_id = ?", (wavelet_id,)).fetchone()
+        return row[0] or ""
+
+    def _text(self, text: str) -> str:
+        return checks.text(text, self.max_blip_bytes)
+
+    def _wavelet(self, wl: Row, wave_name: str | None = None) -> Wavelet:
+        return rows.wavelet(self._r(), wl, wave_name)
+
+    def _current(self, wavelet_id: str) -> Wavelet:
+        """The wavelet a write just changed, as its writer may now see it (it is on the roster, or
+        it is the operator). Read after the commit, so the roster is the new one."""
+        row = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (wavelet_id,)).fetchone()
+        return self._wavelet(row)
+
+    def _blips_after(self, wavelet_id: str, after: str | None, limit: int, history: bool) -> list[Blip]:
+        sql = "SELECT * FROM blips WHERE wavelet_id = ? AND id > ?"
+        if not history:
+            sql += " AND superseded_by IS NULL"
+        got = self._r().execute(sql + " ORDER BY id LIMIT ?", (wavelet_id, after or "", _page(limit)))
+        return [rows.blip(b) for b in got.fetchall()]
+
+    # ---------------------------------------------------------------- principals
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The participant a token stands for, or None if unknown or revoked (operator: the daemon).
+
+        The one public method without a principal: it is how one is obtained.
+        """
+        row = (
+            self._r()
+            .execute(
+                "SELECT wave_id, participant FROM tokens WHERE hash = ? AND revoked_at IS NULL",
+                (hash_token(token),),
+            )
+            .fetchone()
+        )
+        return Principal(row["participant"], row["wave_id"]) if row else None
+
+    # ---------------------------------------------------------------- waves
+
+    def create_wave(self, who: Principal, name: str, with_: Sequence[str] = ()) -> Wave:
+        """A new wave named ``name`` with its root ``main`` whose roster is ``with_`` (operator only)."""
+        self.access.require_operator(who, "creates waves")
+        checks.name(name, "wave")
+        members = list(dict.fromkeys(checks.participant_name(n) for n in with_))
+        with self._db.write() as conn:
+            if conn.execute("SELECT 1 FROM waves WHERE name = ?", (name,)).fetchone():
+                raise errors.Conflict(f"wave {name!r} already exists: pick another name")
+            at = now()
+            wave_id, root_id = self.ids.mint(), self.ids.mint()
+            text = f"{who.name} created wave {name}" + (f" with {', '.join(members)}" if members else "")
+            blip = self._new_blip((root_id, wave_id), "system", "system", text, at, actor=who.name)
+            record(
+                conn,
+                WaveCreated(
+                    wave_id=wave_id,
+                    root_id=root_id,
+                    name=name,
+                    created_by=who.name,
+                    created_at=at,
+                    members=[NewMember(name=m, kind=checks.kind_of(m), since="") for m in members],
+                    blips=[blip],
+                ),
+            )
+        return self.get_wave(who, wave_id)
+
+    def list_waves(self, who: Principal) -> list[Wave]:
+        """The waves ``who`` may see (a participant: its own), without their wavelets, by id."""
+        got = self._r().execute("SELECT * FROM waves ORDER BY id").fetchall()
+        return [rows.wave(w) for w in got if who.is_operator or w["id"] == who.wave_id]
+
+    def get_wave(self, who: Principal, ref: str) -> Wave:
+        """The wave with the wavelets ``who`` may see (private ones only where it is on the roster)."""
+        w = self.access.wave(who, ref)
+        return rows.wave(w, [self._wavelet(wl, w["name"]) for wl in self.access.wavelets(who, w["id"])])
+
+    def wave_name(self, who: Principal, wave: str) -> str:
+        """The name of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it."""
+        return str(self.access.wave(who, wave)["name"])
+
+    def participants(self, who: Principal, wave: str) -> list[tuple[str, ParticipantKind]]:
+        """Everyone who was ever on a roster of ``wave`` (plus the operator), by name.
+
+        A participant token sees only names it could learn anyway: the operator and those on the
+        roster of, or with a blip in, a wavelet it can see (a private wavelet's members stay hidden).
+        """
+        w = self.access.wave(who, wave)
+        r = self._r()
+        everyone = r.execute(
+            "SELECT name, kind FROM participants WHERE wave_id = ? ORDER BY name", (w["id"],)
+        ).fetchall()
+        if who.is_operator:
+            return [(p["name"], p["kind"]) for p in everyone]
+        known = {OPERATOR}
+        for wl in self.access.wavelets(who, w["id"]):
+            known.update(
+                m[0] for m in r.execute("SELECT name FROM members WHERE wavelet_id = ?", (wl["id"],))
+            )
+            known.update(
+                b[0] for b in r.execute("SELECT DISTINCT author FROM blips WHERE wavelet_id = ?", (wl["id"],))
+            )
+        return [(p["name"], p["kind"]) for p in everyone if p["name"] in known]
+
+    def activity(self, who: Principal, wave: str) -> WaveActivity:
+        """Per (wavelet, author): blips written (system blips aside) and the latest; plus the head.
+
+        Operator only (it spans private wavelets). Reads through the wavelet index, one group per
+        wavelet and author; the bare ``created_at`` comes from the row holding ``max(id)`` (SQLite).
+        """
+        self.access.require_operator(who, "reads a wave's activity")
+        w = self.access.wave(who, wave)
+        got = self._r().execute(
+            "SELECT wavelet_id, author, count(*) AS n, max(id) AS last_id, created_at FROM blips"
+            " WHERE wavelet_id IN (SELECT id FROM wavelets WHERE wave_id = ?) AND kind != 'system'"
+            " GROUP BY wavelet_id, author ORDER BY wavelet_id, author",
+            (w["id"],),
+        )
+        return WaveActivity(
+            wave_id=w["id"],
+            head=self._head(w["id"]),
+            activity=[
+                Activity(
+                    wavelet_id=r["wavelet_id"],
+                    participant=r["author"],
+                    blips=r["n"],
+                    last_blip_id=r["last_id"],
+                    last_blip_at=r["created_at"],
+                )
+                for r in got
+            ],
+        )
+
+    def wave_head(self, who: Principal, wave: str) -> str:
+        """The greatest blip id committed in the wave ('' if none): a cursor that starts at "now".
+
+        Operator only (it spans private wavelets).
+        """
+        self.access.require_operator(who, "reads a wave's head")
+        return self._head(self.access.wave(who, wave)["id"])
+
+    def _head(self, wave_id: str) -> str:
+        row = (
+            self._r()
+            .execute(
+                "SELECT max((SELECT max(b.id) FROM blips b WHERE b.wavelet_id = wl.id))"
+                " FROM wavelets wl WHERE wl.wave_id = ?",
+                (wave_id,),
+            )
+            .fetchone()
+        )
+        return str(row[0] or "")
+
+    def read_wave_after(self, who: Principal, wave: str, after: str, *, limit: int = 500) -> list[Blip]:
+        """Every blip of a wave with id > ``after``, replaced versions included, oldest first.
+
+        Operator only: nothing is filtered by visibility. Because ids are minted in commit order,
+        "id > cursor" across the whole wave misses nothing and repeats nothing.
+        """
+        self.access.require_operator(who, "reads a whole wave's stream: read a wavelet")
+        w = self.access.wave(who, wave)
+        got = self._r().execute(
+            "SELECT * FROM blips WHERE id > ? AND wave_id = ? ORDER BY id LIMIT ?",
+            (after, w["id"], _page(limit)),
+        )
+        return [rows.blip(b) for b in got.fetchall()]
+
+    # ---------------------------------------------------------------- wavelets
+
+    def resolve(self, who: Principal, ref: str, wave: str | None = None) -> Wavelet:
+        """The wavelet ``ref`` names for ``who`` (``wave``: where a bare name is looked up)."""
+        return self._wavelet(self.access.wavelet(who, ref, wave=wave))
+
+    def fork(
+        self,
+        who: Principal,
+        parent_ref: str,
+        name: str,
+        with_: Sequence[str] = (),
+        *,
+        private: bool = False,
+        as_: str | None = None,
+    ) -> Wavelet:
+        """Fork ``parent_ref``: a new wavelet whose context is the parent's up to now.
+
+        The roster is ``with_`` plus the forking participant (unless that is the operator acting as
+        itself). A public fork announces itself in the parent; a private one only in itself.
+        """
+        author = self.access.author(who, as_)
+        parent = self.access.wavelet(who, parent_ref)
+        checks.name(name, "wavelet")
+        names = [checks.participant_name(n) for n in with_]
+        if author != OPERATOR:
+            names.insert(0, author)
+        members = list(dict.fromkeys(names))
+        with self._db.write() as conn:
+            if conn.execute(
+                "SELECT 1 FROM wavelets WHERE wave_id = ? AND name = ?", (parent["wave_id"], name)
+            ).fetchone():
+                raise errors.Conflict(
+                    f"a wavelet named {name!r} already exists in this wave: pick another name"
+                )
+            at = now()
+            fork_point = self._last_blip_id(conn, parent["id"]) or None
+            wavelet_id = self.ids.mint()
+            who_txt = ", ".join(members) if members else "nobody yet"
+            blips = []
+            if not private:
+                blips.append(
+                    self._new_blip(
+                        parent,
+                        "system",
+                        "system",
+                        f"{author} forked {name} with {who_txt}",
+                        at,
+                        source_wavelet_id=wavelet_id,
+                        actor=author,
+                    )
+                )
+            blips.append(
+                self._new_blip(
+                    (wavelet_id, parent["wave_id"]),
+                    "system",
+                    "system",
+                    f"{author} forked {'private ' if private else ''}{name} from {parent['name']}"
+                    f" with {who_txt}",
+                    at,
+                    source_wavelet_id=parent["id"],
+                    source_blip_id=fork_point,
+                    actor=author,
+                )
+            )
+            record(
+                conn,
+                WaveletForked(
+                    wavelet_id=wavelet_id,
+                    wave_id=parent["wave_id"],
+                    parent_id=parent["id"],
+                    fork_blip_id=fork_point,
+                    name=name,
+                    private=bool(private),
+                    created_by=author,
+                    created_at=at,
+                    members=[NewMember(name=m, kind=checks.kind_of(m), since="") for m in members],
+                    blips=blips,
+                ),
+            )
+        return self._current(wavelet_id)
+
+    def invite(self, who: Principal, ref: str, name: str, *, as_: str | None = None) -> Wavelet:
+        """Add ``name`` to the roster (a no-op if already on it). Members and the operator may invite."""
+        actor = self.access.author(who, as_)
+        wl = self.access.wavelet(who, ref)
+        checks.participant_name(name)
+        self.access.require_member(who, wl, "invite")
+        with self._db.write() as conn:
+            if conn.execute(
+                "SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", (wl["id"], name)
+            ).fetchone():
+                return self._current(wl["id"])
+            at = now()
+            since = self._last_blip_id(conn, wl["id"])
+            record(
+                conn,
+                RosterInvited(
+                    wavelet_id=wl["id"],
+                    wave_id=wl["wave_id"],
+                    at=at,
+                    member=NewMember(name=name, kind=checks.kind_of(name), since=since),
+                    blip=self._new_blip(wl, "system", "system", f"{actor} invited {name}", at, actor=actor),
+                ),
+            )
+        return self._current(wl["id"])
+
+    def leave(self, who: Principal, ref: str, name: str, *, as_: str | None = None) -> Wavelet:
+        """Take ``name`` off the roster: deliveries to it stop. A participant may only remove itself."""
+        actor = self.access.author(who, as_)
+        wl = self.access.wavelet(who, ref)
+        checks.participant_name(name)
+        self.access.require_self(who, name, f"{who.name!r} may only take itself off a roster, not {name!r}")
+        with self._db.write() as conn:
+            if not conn.execute(
+                "SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", (wl["id"], name)
+            ).fetchone():
+                raise errors.NotFound(f"{name!r} is not on the roster of {wl['name']!r}")
+            at = now()
+            text = f"{name} left" if actor == name else f"{actor} removed {name}"
+            record(
+                conn,
+                RosterLeft(
+                    wavelet_id=wl["id"],
+                    wave_id=wl["wave_id"],
+                    name=name,
+                    at=at,
+                    blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
+                ),
+            )
+        return self._current(wl["id"])
+
+    # ---------------------------------------------------------------- blips
+
+    def post(self, who: Principal, ref: str, text: str, *, as_: str | None = None) -> Blip:
+        """A ``message`` blip by ``who`` (or, for the operator, ``as_``) into ``ref``: members only."""
+        author = self.access.author(who, as_)
+        wl = self.access.wavelet(who, ref)
+        self._text(text)
+        self.access.require_member(who, wl, "post")
+        with self._db.write() as conn:
+            blip = self._new_blip(wl, author, "message", text, now())
+            record(conn, BlipPosted(blip=blip))
+        return rows.blip_of(blip)
+
+    def post_system(self, who: Principal, ref: str, text: str) -> Blip:
+        """Post a ``system`` blip (author ``system``) into ``ref``: operator only.
+
+        How the operator's own tools (``fleet supervise``, ``fleet kill``) put what they did into the
+        transcript. Participants can never write one, so a system blip is always provenance.
+        """
+        self.access.require_operator(who, "posts system blips")
+        wl = self.access.wavelet(who, ref)
+        self._text(text)
+        with self._db.write() as conn:
+            blip = self._new_blip(wl, "system", "system", text, now())
+            record(conn, BlipPosted(blip=blip))
+        return rows.blip_of(blip)
+
+    def surface(
+        self,
+        who: Principal,
+        ref: str,
+        text: str,
+        *,
+        source_blip_id: str | None = None,
+        as_: str | None = None,
+    ) -> Blip:
+        """Post ``text`` as a ``surface`` blip into the parent of ``ref``, referencing ``ref``."""
+        author = self.access.author(who, as_)
+        wl = self.access.wavelet(who, ref)
+        self._text(text)
+        self.access.require_member(who, wl, "surface")
+        if wl["parent_id"] is None:
+            raise errors.UsageError(
+                f"{wl['name']!r} is the wave's root and has no parent to surface into: post instead"
+            )
+        if source_blip_id is not None:
+            src = self.access.blip(who, source_blip_id)
+            if src["wavelet_id"] != wl["id"]:
+                raise errors.UsageError(f"blip {source_blip_id!r} is not in {wl['name']!r}")
+            source_blip_id = src["id"]
+        with self._db.write() as conn:
+            blip = self._new_blip(
+                (wl["parent_id"], wl["wave_id"]),
+                author,
+                "surface",
+                text,
+                now(),
+                source_wavelet_id=wl["id"],
+                source_blip_id=source_blip_id,
+            )
+            record(conn, BlipSurfaced(blip=blip))
+        return rows.blip_of(blip)
+
+    def replace(self, who: Principal, ref: str, text: str, *, as_: str | None = None) -> Blip:
+        """Append a new version of blip ``ref``. Only its author or the operator may; history stays."""
+        author = self.access.author(who, as_)
+        old = self.access.blip(who, ref)
+        self._text(text)
+        self.access.require_replaceable(who, old)
+        with self._db.write() as conn:
+            current = conn.execute("SELECT superseded_by FROM blips WHERE id = ?", (old["id"],)).fetchone()
+            if current["superseded_by"]:
+                raise errors.Conflict(
+                    f"blip {old['id']} was already replaced by {current['superseded_by']}:"
+                    " replace the latest version"
+                )
+            blip = self._new_blip(
+                (old["wavelet_id"], old["wave_id"]),
+                author,
+                old["kind"],
+                text,
+                now(),
+                replaces=old["id"],
+                source_wavelet_id=old["source_wavelet_id"],
+                source_blip_id=old["source_blip_id"],
+            )
+            record(conn, BlipReplaced(blip=blip))
+        return rows.blip_of(blip)
+
+    def read(
+        self,
+        who: Principal,
+        ref: str,
+        *,
+        after: str | None = None,
+        limit: int = 500,
+        history: bool = False,
+    ) -> list[Blip]:
+        """Blips of ``ref`` with id > ``after``, oldest first; replaced versions only with ``history``."""
+        wl = self.access.wavelet(who, ref)
+        return self._blips_after(wl["id"], after, limit, history)
+
+    def read_resolved(
+        self,
+        who: Principal,
+        wavelet_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 500,
+        history: bool = False,
+    ) -> list[Blip]:
+        """:meth:`read` by exact wavelet id (a long-poll's inner loop, after one :meth:`resolve`).
+
+        Re-checks on every call that ``who`` may still see the wavelet (NotFound once it was taken
+        off a private wavelet's roster), so a long-poll that wakes never reads past a leave.
+        """
+        self.access.wavelet_by_id(who, wavelet_id)
+        return self._blips_after(wavelet_id, after, limit, history)
+
+    def read_tail(
+        self, who: Principal, ref: str, *, before: str | None = None, limit: int = 200
+    ) -> list[Blip]:
+        """The newest ``limit`` current blips of ``ref`` with id < ``before``, oldest first.
+
+        Replaced versions are left out (as in :meth:`read`). ``before=None`` means the wavelet's end,
+        so paging backwards is: pass the first id of the previous page. Uses the wavelet index, so a
+        page costs the same at the end of a 10,000-blip wavelet as at its start.
+        """
+        wl = self.access.wavelet(who, ref)
+        sql = "SELECT * FROM blips WHERE wavelet_id = ? AND superseded_by IS NULL"
+        args: tuple[str | int, ...] = (wl["id"],)
+        if before:
+            sql, args = sql + " AND id < ?", (*args, before)
+        got = self._r().execute(sql + " ORDER BY id DESC LIMIT ?", (*args, _page(limit)))
+        return [rows.blip(b) for b in reversed(got.fetchall())]
+
+    def get_blip(self, who: Principal, ref: str) -> Blip:
+        """The blip ``ref`` names (id or unique prefix), whichever version it is."""
+        return rows.blip(self.access.blip(who, ref))
+
+    def history(self, who: Principal, ref: str) -> list[Blip]:
+        """Every version of the blip ``ref`` belongs to, oldest first."""
+        row = self.access.blip(who, ref)
+        r = self._r()
+        while row["replaces"]:
+            row = r.execute("SELECT * FROM blips WHERE id = ?", (row["replaces"],)).fetchone()
+        chain = [row]
+        while chain[-1]["superseded_by"]:
+            chain.append(
+                r.execute("SELECT * FROM blips WHERE id = ?", (chain[-1]["superseded_by"],)).fetchone()
+            )
+        return [rows.blip(b) for b in chain]
+
+    def context(self, who: Principal, ref: str) -> Context:
+        """What ``who`` sees reading ``ref``: each ancestor's blips up to its fork point, then ``ref``'s.
+
+        Assembled per call. Ancestors the caller cannot see contribute no blips. Within each part,
+        replaced versions are hidden when their replacement falls inside the same part.
+        """
+        wl = self.access.wavelet(who, ref)
+        path = self.access.ancestry(wl)
+        r = self._r()
+        blips: list[Blip] = []
+        for i, node in enumerate(path):
+            if i < len(path) - 1:
+                upto = path[i + 1]["fork_blip_id"]
+                if not upto or not self.access.can_see(who, node):
+                    continue
+                got = r.execute(
+                    "SELECT * FROM blips WHERE wavelet_id = ? AND id <= ? AND"
+                    " (superseded_by IS NULL OR superseded_by > ?) ORDER BY id",
+                    (node["id"], upto, upto),
+                ).fetchall()
+            else:
+                got = r.execute(
+                    "SELECT * FROM blips WHERE wavelet_id = ? AND superseded_by IS NULL ORDER BY id",
+                    (node["id"],),
+                ).fetchall()
+            blips.extend(rows.blip(b) for b in got)
+        wave_name = self.wave_name(who, wl["wave_id"])
+        return Context(
+            wavelet=self._wavelet(wl, wave_name),
+            path=[self._wavelet(n, wave_name) for n in path],
+            blips=blips,
+        )
+
+    def feed(
+        self, who: Principal, wave: str, participant: str, cursors: dict[str, str], *, limit: int = 200
+    ) -> Feed:
+        """Blips newer than each cursor across every wavelet ``participant`` is on in ``wave``.
+
+        Includes the participant's own blips (echo suppression is the client's, by author, so that
+        cursors can step over them). A wavelet left is absent and delivers nothing. A participant
+        reads only its own feed.
+        """
+        w = self.access.wave(who, wave)
+        checks.participant_name(participant)
+        self.access.require_self(who, participant, f"{who.name!r} cannot read the feed of {participant!r}")
+        r = self._r()
+        memberships = r.execute(
+            "SELECT wl.id, wl.name, wl.private, m.since FROM members m JOIN wavelets wl ON wl.id ="
+            " m.wavelet_id WHERE m.name = ? AND wl.wave_id = ? ORDER BY wl.id",
+            (participant, w["id"]),
+        ).fetchall()
+        limit = _page(limit)
+        wavelets: list[FeedWavelet] = []
+        blips: list[Blip] = []
+        more = False
+        for row in memberships:
+            wavelets.append(
+                FeedWavelet(
+                    id=row["id"],
+                    name=row["name"],
+                    wave=w["name"],
+                    private=bool(row["private"]),
+                    since=row["since"],
+                )
+            )
+            cursor = cursors.get(row["id"])
+            if cursor is None or cursor < row["since"]:
+                cursor = row["since"]
+            got = r.execute(
+                "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
+                (row["id"], cursor, limit + 1),
+            ).fetchall()
+            if len(got) > limit:
+                more, got = True, got[:limit]
+            blips.extend(rows.blip(b) for b in got)
+        blips.sort(key=lambda b: b.id)
+        return Feed(wavelets=wavelets, blips=blips, more=more)
+
+    # ---------------------------------------------------------------- tokens
+
+    def mint_token(self, who: Principal, wave: str, participant: str, secret: str) -> MintedToken:
+        """Record a participant token (only its hash). ``secret`` is generated by the caller."""
+        self.access.require_operator(who, "mints tokens")
+        w = self.access.wave(who, wave)
+        checks.participant_name(participant)
+        with self._db.write() as conn:
+            token_id, at = self.ids.mint(), now()
+            record(
+                conn,
+                TokenMinted(
+                    token_id=token_id,
+                    wave_id=w["id"],
+                    participant=participant,
+                    hash=hash_token(secret),
+                    created_at=at,
+                ),
+            )
+        return MintedToken(
+            id=token_id, wave_id=w["id"], wave=w["name"], participant=participant, created_at=at, token=secret
+        )
+
+    def list_tokens(self, who: Principal, wave: str | None = None) -> list[TokenInfo]:
+        """Every token (of ``wave``, if given), revoked ones included, by id: operator only."""
+        self.access.require_operator(who, "lists tokens")
+        sql = "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
+        args: tuple[str, ...] = ()
+        if wave:
+            sql, args = sql + " WHERE t.wave_id = ?", (self.access.wave(who, wave)["id"],)
+        return [rows.token_info(t) for t in self._r().execute(sql + " ORDER BY t.id", args)]
+
+    def revoke_tokens(
+        self,
+        who: Principal,
+        *,
+        token_id: str | None = None,
+        wave: str | None = None,
+        participant: str | None = None,
+    ) -> list[TokenInfo]:
+        """Revoke one token by id, or every live token of (wave, participant). Returns those revoked."""
+        self.access.require_operator(who, "revokes tokens")
+        r = self._r()
+        if token_id:
+            found = r.execute(
+                "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
+                " WHERE t.id = ? OR t.id LIKE ? ESCAPE '\\'",
+                (token_id, like_prefix(token_id)),
+            ).fetchall()
+            if len(found) != 1:
+                raise errors.NotFound(f"no token {token_id!r}: `fleet token list` shows them")
+        elif wave and participant:
+            w = self.access.wave(who, wave)
+            found = r.execute(
+                "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
+                " WHERE t.wave_id = ? AND t.participant = ?",
+                (w["id"], participant),
+            ).fetchall()
+            if not found:
+                raise errors.NotFound(f"no token for {participant!r} in wave {w['name']!r}")
+        else:
+            raise errors.UsageError("name a token id, or both a wave and a participant")
+        live = [t for t in found if t["revoked_at"] is None]
+        if live:
+            with self._db.write() as conn:
+                at = now()
+                for t in live:
+                    record(conn, TokenRevoked(token_id=t["id"], revoked_at=at))
+        ids = {t["id"] for t in live}
+        return [t for t in self.list_tokens(who) if t.id in ids]
+
+    # ---------------------------------------------------------------- agent sessions
+
+    def record_session(self, who: Principal, wave: str, rec: NewSession) -> SessionRecord:
+        """Remember which agent session ``rec.participant`` runs (operator only): respawn reads it."""
+        self.access.require_operator(who, "records agent sessions")
+        w = self.access.wave(who, wave)
+        checks.participant_name(rec.participant)
+        try:
+            uuid.UUID(rec.session_id)
+        except ValueError:
+            raise errors.UsageError(f"session id {rec.session_id!r} is not a UUID") from None
+        wl = self.access.wavelet(who, rec.wavelet_id)
+        if wl["wave_id"] != w["id"]:
+            raise errors.UsageError(f"wavelet {rec.wavelet_id!r} is not in wave {w['name']!r}")
+        self._commit(
+            SessionRecorded(
+                participant=rec.participant,
+                session_id=rec.session_id,
+                wavelet_id=wl["id"],
+                layout=rec.layout,
+                agent=rec.agent,
+                transport=rec.transport,
+                cwd=rec.cwd,
+                host=rec.host,
+                wave_id=w["id"],
+                updated_at=now(),
+            )
+        )
+        return self.sessions(who, wave, rec.participant)[0]
+
+    def sessions(self, who: Principal, wave: str, participant: str | None = None) -> list[SessionRecord]:
+        """Recorded sessions of ``wave``, by participant (a participant sees only its own)."""
+        w = self.access.wave(who, wave)
+        if not who.is_operator:
+            participant = who.name
+        sql, args = "SELECT * FROM sessions WHERE wave_id = ?", [w["id"]]
+        if participant:
+            sql += " AND participant = ?"
+            args.append(participant)
+        return [rows.session(s) for s in self._r().execute(sql + " ORDER BY participant", args)]
+
+    # ---------------------------------------------------------------- the log
+
+    def events(self, who: Principal) -> Iterator[Event]:
+        """The whole event log as typed events, oldest first: operator only."""
+        self.access.require_operator(who, "reads the event log")
+        for row in self._r().execute("SELECT type, payload FROM events ORDER BY seq"):
+            yield parse(row["type"], row["payload"])
+
+    def dump(self, who: Principal) -> dict[str, list[tuple[Any, ...]]]:
+        """Every materialised row, table by table, in a stable order (for comparing stores): operator only."""
+        self.access.require_operator(who, "dumps the store")
+        return dump_tables(self._r())

@@ -1,0 +1,53 @@
+"""Input rules of the store: names and blip text. Each check returns its input or raises UsageError
+(PayloadTooLarge for text over the limit) with a message that says what a valid value looks like."""
+
+from __future__ import annotations
+
+from fleet import errors
+from fleet.models import NAME_RE, OPERATOR, PARTICIPANT_RE, ParticipantKind
+
+RESERVED = frozenset({"system"})
+"""Author of provenance blips; no participant may take the name."""
+
+
+def participant_name(name: str) -> str:
+    if not isinstance(name, str) or not PARTICIPANT_RE.fullmatch(name) or name in RESERVED:
+        raise errors.UsageError(
+            f"invalid participant name {name!r}: use 1-32 characters of a-z, 0-9, '_' or '-',"
+            " starting with a letter ('system' is reserved)"
+        )
+    return name
+
+
+def name(value: str, what: str) -> str:
+    """A wave or wavelet name (``what`` says which, for the message)."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):  # fullmatch: `$` admits a final \n
+        raise errors.UsageError(
+            f"invalid {what} name {value!r}: use 1-64 characters of a-z, 0-9, '_', '.' or '-',"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+def text(value: str, max_bytes: int) -> str:
+    """Blip text: a non-blank string of valid UTF-8, at most ``max_bytes`` bytes of it."""
+    if not isinstance(value, str):
+        raise errors.UsageError("blip text must be a string")
+    if not value.strip():
+        raise errors.UsageError("blip text is empty: say something")
+    size = len(value.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        raise errors.PayloadTooLarge(
+            f"blip is {size} bytes, over the limit of {max_bytes}: split it, or put the"
+            " bulk in a file and post its path"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.UsageError("blip text is not valid UTF-8 (lone surrogate)") from exc
+    return value
+
+
+def kind_of(participant: str) -> ParticipantKind:
+    """The operator is the one human; every other participant is an agent."""
+    return "human" if participant == OPERATOR else "agent"

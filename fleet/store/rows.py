@@ -1,0 +1,108 @@
+"""Rows to records: how the store's tables become the :mod:`fleet.models` shapes it answers with.
+
+Builders only: no visibility decisions (those are :mod:`fleet.store.access`'s) and no writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from fleet.models import Blip, Member, SessionRecord, TokenInfo, Wave, Wavelet
+from fleet.store.events import BlipData
+
+Row = sqlite3.Row
+
+
+def blip(b: Row) -> Blip:
+    return Blip(
+        id=b["id"],
+        wavelet_id=b["wavelet_id"],
+        wave_id=b["wave_id"],
+        author=b["author"],
+        kind=b["kind"],
+        text=b["text"],
+        replaces=b["replaces"],
+        source_wavelet_id=b["source_wavelet_id"],
+        source_blip_id=b["source_blip_id"],
+        created_at=b["created_at"],
+        superseded_by=b["superseded_by"],
+        actor=b["actor"],
+    )
+
+
+def blip_of(b: BlipData) -> Blip:
+    """The blip an event just wrote, as a read would show it (nothing supersedes it yet)."""
+    return Blip(
+        id=b.id,
+        wavelet_id=b.wavelet_id,
+        wave_id=b.wave_id,
+        author=b.author,
+        kind=b.kind,
+        text=b.text,
+        replaces=b.replaces,
+        source_wavelet_id=b.source_wavelet_id,
+        source_blip_id=b.source_blip_id,
+        created_at=b.created_at,
+        actor=b.actor,
+    )
+
+
+def members(conn: sqlite3.Connection, wavelet_id: str) -> list[Member]:
+    """A wavelet's roster, in the order members joined."""
+    return [
+        Member(name=m["name"], kind=m["kind"], joined_at=m["joined_at"], since=m["since"])
+        for m in conn.execute(
+            "SELECT * FROM members WHERE wavelet_id = ? ORDER BY joined_at, name", (wavelet_id,)
+        )
+    ]
+
+
+def wavelet(conn: sqlite3.Connection, wl: Row, wave_name: str | None = None) -> Wavelet:
+    """A wavelet with its roster (``wave_name`` saves a lookup when the caller has it)."""
+    if wave_name is None:
+        wave_name = conn.execute("SELECT name FROM waves WHERE id = ?", (wl["wave_id"],)).fetchone()[0]
+    return Wavelet(
+        id=wl["id"],
+        wave_id=wl["wave_id"],
+        wave=wave_name,
+        name=wl["name"],
+        parent_id=wl["parent_id"],
+        fork_blip_id=wl["fork_blip_id"],
+        private=bool(wl["private"]),
+        created_by=wl["created_by"],
+        created_at=wl["created_at"],
+        roster=members(conn, wl["id"]),
+    )
+
+
+def wave(w: Row, wavelets: list[Wavelet] | None = None) -> Wave:
+    """A wave; with ``wavelets`` (those its reader may see), the whole tree."""
+    return Wave(
+        id=w["id"], name=w["name"], created_at=w["created_at"], root_id=w["root_id"], wavelets=wavelets or []
+    )
+
+
+def token_info(t: Row) -> TokenInfo:
+    """A token row joined with its wave's name (``AS wave``)."""
+    return TokenInfo(
+        id=t["id"],
+        wave_id=t["wave_id"],
+        wave=t["wave"],
+        participant=t["participant"],
+        created_at=t["created_at"],
+        revoked_at=t["revoked_at"],
+    )
+
+
+def session(s: Row) -> SessionRecord:
+    return SessionRecord(
+        participant=s["participant"],
+        session_id=s["session_id"],
+        wavelet_id=s["wavelet_id"],
+        layout=s["layout"],
+        agent=s["agent"],
+        transport=s["transport"],
+        cwd=s["cwd"],
+        host=s["host"],
+        updated_at=s["updated_at"],
+    )

@@ -1,0 +1,240 @@
+"""The database file: its settings (:func:`connect`), its schema (:data:`MIGRATIONS`), its connections.
+
+What a caller may rely on:
+
+- :func:`connect` is the one place the SQLite settings are made: WAL, foreign keys, a busy timeout,
+  ``sqlite3.Row`` rows, autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``).
+- :data:`MIGRATIONS` is a list of named, forward-only functions. :func:`migrate` applies those not yet
+  recorded in the ``migrations`` table, each in the same transaction as its record. A shipped
+  migration is never edited, renamed or reordered: append a new one.
+- :class:`Connections` is one writer connection behind a lock (only the daemon writes) and one read
+  connection per thread (WAL lets readers proceed while the writer commits).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open the database with fleet's settings: WAL, foreign keys, a busy timeout, Row factory."""
+    conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL in WAL mode: a committed transaction survives the process being killed (kill -9);
+        # only an OS crash or power loss can lose the newest commits.
+        conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def now() -> str:
+    """The store's timestamp format: ISO 8601 UTC with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _script(conn: sqlite3.Connection, sql: str) -> None:
+    """Run DDL statement by statement (``executescript`` would commit the migration's transaction)."""
+    for statement in sql.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _m0001_initial(conn: sqlite3.Connection) -> None:
+    _script(
+        conn,
+        """
+        CREATE TABLE events (
+            seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+            type       TEXT NOT NULL,
+            payload    TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE waves (
+            id         TEXT PRIMARY KEY,
+            name       TEXT NOT NULL UNIQUE,
+            root_id    TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE participants (
+            wave_id TEXT NOT NULL REFERENCES waves(id),
+            name    TEXT NOT NULL,
+            kind    TEXT NOT NULL CHECK (kind IN ('agent', 'human')),
+            PRIMARY KEY (wave_id, name)
+        );
+        CREATE TABLE wavelets (
+            id           TEXT PRIMARY KEY,
+            wave_id      TEXT NOT NULL REFERENCES waves(id),
+            parent_id    TEXT REFERENCES wavelets(id),
+            fork_blip_id TEXT,
+            name         TEXT NOT NULL,
+            private      INTEGER NOT NULL DEFAULT 0,
+            created_by   TEXT NOT NULL,
+            created_at   TEXT NOT NULL,
+            UNIQUE (wave_id, name)
+        );
+        CREATE TABLE members (
+            wavelet_id TEXT NOT NULL REFERENCES wavelets(id),
+            name       TEXT NOT NULL,
+            kind       TEXT NOT NULL,
+            joined_at  TEXT NOT NULL,
+            since      TEXT NOT NULL,
+            PRIMARY KEY (wavelet_id, name)
+        );
+        CREATE INDEX members_by_name ON members(name, wavelet_id);
+        CREATE TABLE blips (
+            id                TEXT PRIMARY KEY,
+            wavelet_id        TEXT NOT NULL REFERENCES wavelets(id),
+            wave_id           TEXT NOT NULL REFERENCES waves(id),
+            author            TEXT NOT NULL,
+            kind              TEXT NOT NULL CHECK (kind IN ('message', 'system', 'surface')),
+            text              TEXT NOT NULL,
+            replaces          TEXT REFERENCES blips(id),
+            source_wavelet_id TEXT REFERENCES wavelets(id),
+            source_blip_id    TEXT REFERENCES blips(id),
+            created_at        TEXT NOT NULL,
+            superseded_by     TEXT
+        );
+        CREATE INDEX blips_by_wavelet ON blips(wavelet_id, id);
+        CREATE TABLE tokens (
+            id          TEXT PRIMARY KEY,
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            hash        TEXT NOT NULL UNIQUE,
+            created_at  TEXT NOT NULL,
+            revoked_at  TEXT
+        );
+        """,
+    )
+
+
+def _m0002_sessions(conn: sqlite3.Connection) -> None:
+    _script(
+        conn,
+        """
+        CREATE TABLE sessions (
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            wavelet_id  TEXT NOT NULL REFERENCES wavelets(id),
+            layout      TEXT NOT NULL,
+            agent       TEXT NOT NULL,
+            transport   TEXT NOT NULL,
+            cwd         TEXT NOT NULL,
+            host        TEXT NOT NULL,
+            updated_at  TEXT NOT NULL,
+            PRIMARY KEY (wave_id, participant)
+        )
+        """,
+    )
+
+
+def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
+    """Who caused a ``system`` blip (a fork, join or leave), so their own provenance does not wake them."""
+    conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+    ("0001_initial", _m0001_initial),
+    ("0002_sessions", _m0002_sessions),
+    ("0003_blip_actor", _m0003_blip_actor),
+]
+"""Named, forward-only. Append new ones; never edit or reorder a shipped one."""
+
+MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens", "sessions")
+"""The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction with its record."""
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            fn(conn)
+            conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)", (name, now()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+        log.info("applied migration %s", name)
+    return applied
+
+
+def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every materialised row, table by table, in a stable order: equal dumps mean equal states."""
+    return {
+        table: [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]
+        for table in MATERIALISED
+    }
+
+
+# ---------------------------------------------------------------- connections
+
+
+class Connections:
+    """One writer behind a lock, one reader per thread, for one database file (migrated on open)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._wlock = threading.Lock()
+        self._w = connect(path)
+        migrate(self._w)
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+
+    @property
+    def writer(self) -> sqlite3.Connection:
+        """The writer connection, for reads that must see the open write transaction's own state."""
+        return self._w
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection (opened on first use, closed by :meth:`close`)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, readonly=True)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE .. COMMIT under the writer lock (ROLLBACK on error)."""
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._w
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        """Wait for the write in progress (if any) to commit, then close every connection."""
+        with self._wlock:
+            self._w.close()
+            with self._readers_lock:
+                for c in self._readers:
+                    c.close()
+                self._readers.clear()
