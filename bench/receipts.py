@@ -33,31 +33,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-import libtmux  # noqa: E402
-from delivery import cpu_seconds, start_daemon  # noqa: E402  (bench/delivery.py)
-from realclaude import RealFleet  # noqa: E402  (tests/realclaude.py: the real-session world)
+from delivery import cpu_seconds  # noqa: E402  (bench/delivery.py)
+from realworld import real_world  # noqa: E402  (bench/realworld.py)
 from scripted_model import Script, Slow, on_message, rule, say  # noqa: E402
 
 from fleet.client import Client  # noqa: E402
 from fleet.delivery.receipts import Transcript as Reader  # noqa: E402
 from fleet.delivery.receipts import receipt_of  # noqa: E402
-from fleet.paths import get_paths  # noqa: E402
-
-TMUX_CONF = "set -g default-shell /bin/sh\nset -g history-limit 5000\n"
 
 
 @dataclass
@@ -120,27 +115,30 @@ class Watcher(threading.Thread):
             cursor = page.cursor or cursor
 
 
+@contextlib.contextmanager
+def watching() -> Iterator[list[Watcher]]:
+    """Watchers started in the block are stopped when it ends."""
+    watchers: list[Watcher] = []
+    try:
+        yield watchers
+    finally:
+        for w in watchers:
+            w.stop.set()
+
+
 def one(root: Path, channels: bool, busy: bool, args: argparse.Namespace) -> Run:
     name = f"channels {'on' if channels else 'off'}, {'busy' if busy else 'idle'}"
-    home = root / name.replace(" ", "").replace(",", "-")
-    (home / "home").mkdir(parents=True)
-    os.environ.update(FLEET_HOME=str(home / "fleet"), HOME=str(home / "home"), SHELL="/bin/sh")
-    (home / "fleet").mkdir()
-    daemon, url, token = start_daemon(home / "fleet")
-    conf = home / "tmux.conf"
-    conf.write_text(TMUX_CONF)
-    srv = libtmux.Server(socket_name=f"fleet-bench-{uuid.uuid4().hex[:8]}", config_file=str(conf))
-    op = Client(url, token)
     answer = Slow(args.turn, say("Noted.")) if busy else say("Noted.")
     script = Script({"alice": [rule(on_message(author="bob"), answer)]})
-    real = RealFleet(home, get_paths(), op, srv, channels=channels, script=script)
-    watcher: Watcher | None = None
-    try:
+    home = root / name.replace(" ", "").replace(",", "-")
+    with real_world(home, channels=channels, script=script) as real, watching() as watchers:
+        op = real.op
         op.create_wave("w", ["alice", "bob", "carol"])
         main = op.resolve("w/main").id
         real.spawn("w/main", real.layout(["alice"], defaults={"cap": 0}))
         alice = real.transcript("alice")
-        watcher = Watcher(url, op.mint_token("w", "carol").token, main)
+        watcher = Watcher(op.base_url, op.mint_token("w", "carol").token, main)
+        watchers.append(watcher)
         watcher.start()
         posted: dict[str, float] = {}
         wall: dict[str, float] = {}
@@ -191,15 +189,6 @@ def one(root: Path, channels: bool, busy: bool, args: argparse.Namespace) -> Run
             reader_cpu=reader_cpu,
             channel_cpu=cpu_seconds(pid) if pid else float("nan"),
         )
-    finally:
-        if watcher is not None:
-            watcher.stop.set()
-        real.close()
-        Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.geteuid()}", str(srv.socket_name)).unlink(
-            missing_ok=True
-        )
-        daemon.terminate()
-        daemon.wait(10)
 
 
 def ms(x: float) -> str:
