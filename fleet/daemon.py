@@ -52,6 +52,7 @@ from fleet.models import (
     MintRequest,
     NewBlip,
     NewFork,
+    NewMachine,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -242,6 +243,7 @@ class Request:
             raise errors.UsageError("the request body is not valid JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
+        _check_integers(data)
         try:
             # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
             json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -271,9 +273,33 @@ class Request:
         if raw is None or raw == "":
             return default
         try:
-            return int(raw)
+            value = int(raw) if len(raw) <= 20 else None
         except ValueError:
-            raise errors.UsageError(f"query parameter {name}={raw!r} is not an integer") from None
+            value = None
+        if value is None or not -MAX_INT <= value <= MAX_INT:
+            raise errors.UsageError(
+                f"query parameter {name}={raw[:40]!r} is not an integer of at most 15 digits"
+            ) from None
+        return value
+
+
+MAX_INT = 10**15
+"""The largest integer a request may carry (JSON body or query): every count and limit is far below."""
+
+
+def _check_integers(data: Any, depth: int = 0) -> None:
+    """UsageError for an integer in a request body over :data:`MAX_INT` (in magnitude)."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if not -MAX_INT <= data <= MAX_INT:
+            raise errors.UsageError(f"an integer in the request body is out of range (at most {MAX_INT})")
+    elif isinstance(data, dict):
+        for v in data.values():
+            _check_integers(v, depth + 1)
+    elif isinstance(data, list):
+        for v in data:
+            _check_integers(v, depth + 1)
 
 
 Answer = tuple[int, Any]
@@ -535,7 +561,13 @@ class Daemon:
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
-        return 200, Whoami(principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__)
+        waves = None
+        if r.who.waves is not None:
+            waves = [w.name for w in self._s.list_waves(r.who)]
+        return 200, Whoami(
+            principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__,
+            machine=r.who.machine, waves=waves, can_mint=r.who.is_operator,
+        )  # fmt: skip
 
     def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
@@ -673,16 +705,25 @@ class Daemon:
 
     def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
-        return 201, self._s.mint_token(r.who, body.wave, body.participant, secrets.token_urlsafe(32))
+        secret = secrets.token_urlsafe(32)
+        return 201, self._s.mint_token(r.who, body.wave, body.participant, secret, machine=body.machine)
+
+    def _mint_machine(self, r: Request) -> Answer:
+        body = r.model(NewMachine)
+        return 201, self._s.mint_machine_token(r.who, body.name, body.waves, secrets.token_urlsafe(32))
 
     def _list_tokens(self, r: Request) -> Answer:
-        return 200, TokenList(tokens=self._s.list_tokens(r.who, r.query.get("wave") or None))
+        tokens = self._s.list_tokens(
+            r.who, r.query.get("wave") or None, machine=r.query.get("machine") or None
+        )
+        return 200, TokenList(tokens=tokens)
 
     def _revoke(self, r: Request) -> Answer:
         body = r.model(RevokeRequest)
         revoked = self._s.revoke_tokens(
-            r.who, token_id=body.token_id, wave=body.wave, participant=body.participant
+            r.who, token_id=body.token_id, wave=body.wave, participant=body.participant, machine=body.machine
         )
+        self.notifier.bump()  # a long-poll holding a revoked token wakes and is refused
         return 200, Revoked(revoked=revoked)
 
 
@@ -713,6 +754,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
     Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True),
     Route("POST", "/v1/tokens", Daemon._mint),
+    Route("POST", "/v1/machines", Daemon._mint_machine),
     Route("GET", "/v1/tokens", Daemon._list_tokens),
     Route("POST", "/v1/tokens/revoke", Daemon._revoke),
 )
