@@ -90,7 +90,9 @@ LOGIN_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; 
 SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    # same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on the page's own
+    # form posts (log in with the token, log out), which the Origin check must then refuse.
+    ("Referrer-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 )
 
@@ -139,6 +141,9 @@ class ConsoleHost(Protocol):
 
     @property
     def idle_timeout(self) -> float: ...
+
+    @property
+    def host_names(self) -> tuple[str, ...]: ...
 
     def dispatch(
         self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
@@ -261,6 +266,7 @@ class Console:
                 idle_timeout=self.daemon.idle_timeout,
                 closing=lambda: self.closing,
                 queue=64,
+                host_names=self.daemon.host_names,
             )
         except OSError as exc:
             raise errors.UsageError(
@@ -277,7 +283,11 @@ class Console:
         link = self.login_link()
         if not self.loopback:
             log.warning("console: %s is not loopback and the console speaks plain HTTP", self.url)
-        log.info("console: log in at %s (one-time link)", link)
+        # The link is a credential: it goes to the operator's terminal (`fleet daemon run` prints
+        # what start() returns), never into a log.
+        log.info(
+            "console: serving %s (the one-time login link is printed where the daemon started)", self.url
+        )
         return link
 
     def login_link(self) -> str:

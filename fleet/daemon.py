@@ -30,9 +30,10 @@ import os
 import re
 import secrets
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -346,6 +347,7 @@ class Daemon:
         ui: str | None = None,
         allow_remote_ui: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
+        host_names: Sequence[str] = (),
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -361,6 +363,8 @@ class Daemon:
         self.host, self.port = host, port
         self.max_blip_bytes = max_blip_bytes
         self.idle_timeout = idle_timeout
+        self.host_names = tuple(host_names)
+        """Names other machines reach this daemon by (``--host-name``): accepted as ``Host``."""
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
@@ -374,6 +378,8 @@ class Daemon:
         self.routes: tuple[Route, ...] = ROUTES
         self.console: Console | None = Console(self, ui, allow_remote=allow_remote_ui) if ui else None
         """The operator console (``ui=HOST:PORT``), or None: off unless asked for."""
+        self.console_link = ""
+        """The console's first one-time login link (a credential: shown to the operator, not logged)."""
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -410,6 +416,7 @@ class Daemon:
                 limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
                 idle_timeout=self.idle_timeout,
                 closing=lambda: self.notifier.closing,
+                host_names=self.host_names,
             )
             httpd.daemon = self
             self._httpd = httpd
@@ -421,7 +428,7 @@ class Daemon:
             )
             if self.console is not None:
                 try:
-                    self.console.start()
+                    self.console_link = self.console.start()
                 except BaseException:
                     httpd.server_close()
                     raise
@@ -440,6 +447,10 @@ class Daemon:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
         self._open()
         assert self._httpd is not None
+        if self.console_link:
+            # A credential: onto the operator's terminal (stderr), never into the log's INFO lines.
+            sys.stderr.write(f"fleet: console: log in at {self.console_link} (one-time link)\n")
+            sys.stderr.flush()
 
         def on_signal(signum: int, _frame: object) -> None:
             log.info("signal %s: shutting down", signum)

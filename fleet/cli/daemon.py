@@ -39,6 +39,15 @@ def run(
             "one-time login link. Off unless given.",
         ),
     ] = None,
+    host_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host-name",
+            metavar="NAME",
+            help="A name other machines reach this daemon by (repeatable): requests must carry it, "
+            "or the bound address, as their Host header.",
+        ),
+    ] = None,
 ) -> None:
     """Serve in the foreground until SIGTERM or Ctrl-C; logs go to stderr."""
     from fleet.daemon import Daemon
@@ -54,6 +63,7 @@ def run(
         allow_remote=listen is not None,
         ui=ui,
         allow_remote_ui=ui is not None,
+        host_names=host_name or (),
     )
     daemon.serve_forever()
 

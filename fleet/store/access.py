@@ -15,7 +15,8 @@ one place. The rules (docs/design.md §1, §2):
   wavelets the principal cannot see.
 - Writing into a visible wavelet (post, surface, invite) takes being on its roster; a surface
   writes into the parent, so it takes the right to post there; a fork announces itself in the
-  parent only where the forker has that right. A participant may take only itself off a roster, and replace only its own blips.
+  parent only where the forker has that right. A participant may take only itself off a roster,
+  and replace only its own blips.
 - What is shown of a wavelet's ancestors (a context's path, provenance text) leaves out those the
   caller cannot see.
 
