@@ -74,6 +74,39 @@ def check_claude() -> Check:
     return Check(name="claude", level="ok", detail=f"{path}: {_version([path, '--version'])}")
 
 
+def check_channels(paths: Paths) -> Check:
+    """What fleet knows of Claude Code's channels here: the routes its sessions' receipts found."""
+    from fleet.delivery.state import DeliveryState
+    from fleet.wire import RecordError, loads
+
+    routes: dict[str, list[str]] = {}
+    for path in sorted(paths.channels.glob("*.json")):
+        try:
+            state = loads(DeliveryState, path.read_bytes())
+        except (OSError, RecordError):
+            continue
+        routes.setdefault(state.route, []).append(f"{state.participant}@{state.wave}")
+    explain = (
+        "channels (Claude Code's way to push a blip into a running session) are a research preview: "
+        "accounts without it, Bedrock/Vertex and other third-party providers, and some org policies "
+        "drop every push. fleet checks each session's own transcript: a blip counts as delivered only "
+        "when it is in the model's context; with --transport auto (spawn's default) a push that is not "
+        "taken is delivered by an asyncRewake hook instead, and a session without channels is woken "
+        "by the hook alone."
+    )
+    seen = "; ".join(f"{route}: {', '.join(who)}" for route, who in sorted(routes.items()))
+    if routes.get("unconfirmed"):
+        return Check(
+            name="channels",
+            level="warn",
+            detail=f"{explain} Sessions here: {seen}.",
+            fix="respawn the unconfirmed sessions with --transport auto or hook (`fleet respawn`)",
+        )
+    return Check(
+        name="channels", level="ok", detail=f"{explain}" + (f" Sessions here: {seen}." if seen else "")
+    )
+
+
 def check_daemon(paths: Paths) -> Check:
     url = os.environ.get("FLEET_DAEMON")
     if url:
@@ -125,6 +158,7 @@ CHECKS: list[Callable[[Paths], Check]] = [
     lambda _p: check_python(),
     lambda _p: check_tmux(),
     lambda _p: check_claude(),
+    check_channels,
     check_daemon,
     check_private_files,
     check_layouts,

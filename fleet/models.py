@@ -27,7 +27,7 @@ DEFAULT_MAX_BLIP_BYTES = 256 * 1024
 BlipKind = Literal["message", "system", "surface"]
 ParticipantKind = Literal["agent", "human"]
 PresenceState = Literal["working", "idle", "gone"]
-Transport = Literal["channel", "hook"]
+Transport = Literal["auto", "channel", "hook"]
 
 
 def jsonable(obj: Any) -> Any:

@@ -25,6 +25,8 @@ class Stat:
     pgrp: int
     exit_code: int | None
     """The raw wait status of a zombie (field 52), None when the kernel does not say."""
+    start: int = 0
+    """When the process started, in clock ticks since boot (field 22): with the pid, its identity."""
 
 
 def stat(pid: int) -> Stat | None:
@@ -37,7 +39,14 @@ def stat(pid: int) -> Stat | None:
     if len(fields) < 3:
         return None
     exit_code = int(fields[49]) if len(fields) > 49 and fields[49].lstrip("-").isdigit() else None
-    return Stat(state=fields[0], ppid=int(fields[1]), pgrp=int(fields[2]), exit_code=exit_code)
+    start = int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else 0
+    return Stat(state=fields[0], ppid=int(fields[1]), pgrp=int(fields[2]), exit_code=exit_code, start=start)
+
+
+def identity(pid: int) -> str:
+    """``pid`` and its start time: the same string for the life of that process, never for another."""
+    s = stat(pid)
+    return f"{pid}:{s.start if s else 0}"
 
 
 def pid_alive(pid: int) -> bool:

@@ -41,6 +41,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from fleet import errors
+from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
@@ -51,11 +52,21 @@ from fleet.tmux import PaneInfo, Tmux, check_length
 
 log = logging.getLogger(__name__)
 
-Transport = Literal["channel", "hook"]
+Transport = Literal["auto", "channel", "hook"]
+"""``auto`` (the default): the channel pushes and an ``asyncRewake`` hook takes what Claude Code did
+not; ``channel``: pushes only; ``hook``: the hook only (the channel serves tools)."""
 STANDIN = "fleet-standin"
 """Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
 
 DEV_CHANNELS_PROMPT = "I am using this for local development"
+NO_CHANNELS = "Channels are not currently available"
+"""What Claude Code shows at start when the account (or provider, or policy) has no channels."""
+ROUTE_CHANNEL = "channel registered"
+ROUTE_HOOK = "channels unavailable here — woken by the hook"
+ROUTE_UNKNOWN = "unconfirmed so far"
+VERDICT_WAIT = 3.0
+"""Seconds spawn keeps reading a ready Claude Code pane for its development-channels warning: Claude
+Code shows it at every launch when channels are available to the account, and never otherwise."""
 ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
 """Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
@@ -66,7 +77,14 @@ class HookSettingsFn(Protocol):
     """Builds the ``--settings`` JSON of ``--transport hook`` (:func:`fleet.watch.hook_settings`)."""
 
     def __call__(
-        self, participant: str, wave: str, token_file: Path, attention: Attention, *, cap: int | None
+        self,
+        participant: str,
+        wave: str,
+        token_file: Path,
+        attention: Attention,
+        *,
+        cap: int | None,
+        gate: bool = False,
     ) -> str: ...
 
 
@@ -78,6 +96,9 @@ class PaneReport(BaseModel):
     action: Literal["launched", "respawned", "running", "skipped"]
     ready: bool = False
     why: str = ""
+    route: str = ""
+    """What wakes this session, as far as spawn saw: ``channel registered``, ``channels unavailable
+    here — woken by the hook``, ``unconfirmed so far`` ('' for a pane that was already running)."""
     session_id: str = ""
     argv: list[str] = Field(default_factory=list)
 
@@ -105,6 +126,11 @@ def agent_words(agent: str) -> list[str]:
     return words
 
 
+def is_claude(words: list[str]) -> bool:
+    """Whether the agent command runs Claude Code (its receipts and system prompt apply)."""
+    return Path(words[0]).name == "claude"
+
+
 def require_agent(words: list[str]) -> None:
     if shutil.which(words[0]) is None:
         if Path(words[0]).name == "claude":
@@ -127,14 +153,22 @@ def channel_entry(
     attention: str = "full",
     deliver: bool = True,
     cap: int | None = None,
+    receipts: bool = False,
+    hook_fallback: bool = False,
 ) -> dict[str, object]:
-    """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file)."""
+    """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file).
+
+    ``receipts``: the agent is Claude Code, whose transcript confirms deliveries; ``hook_fallback``:
+    a hook is installed beside the channel (``--transport auto``)."""
     args = ["-m", "fleet", "channel", "--participant", participant, "--wave", wave,
             "--daemon", daemon_url, "--token-file", str(token_file)]  # fmt: skip
     if attention != "full":
         args += ["--attention", attention]
     if not deliver:
         args += ["--no-deliver"]
+    args += ["--receipts", "transcript" if receipts else "none"]
+    if hook_fallback:
+        args += ["--hook-fallback"]
     if cap is not None:
         args += ["--cap", str(cap)]
     env = {k: os.environ[k] for k in ("FLEET_HOME",) if os.environ.get(k)}
@@ -155,18 +189,25 @@ def agent_argv(
     resume: bool,
     transport: Transport,
     hook_settings: str | None = None,
+    system_prompt: str | None = None,
 ) -> list[str]:
     """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic).
 
     fleet's own tools are granted (``--allowedTools=mcp__fleet``): a participant whose every post
     waits at a permission prompt stalls the wave, and in Claude Code's default "auto" mode each call
-    would cost a classifier request to the model first.
+    would cost a classifier request to the model first. ``system_prompt`` (Claude Code: the
+    participant's identity and the prompt contract) goes in ``--append-system-prompt``: Claude Code
+    attaches the channel's MCP instructions only after a session's first tool result, so a wake's
+    request would otherwise reach the model without them; the system prompt is in every request,
+    and ``--resume`` keeps the one recorded at the start (docs/design.md §6).
     """
     argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
-    if transport == "channel":
+    if transport in ("channel", "auto"):
         argv.append("--dangerously-load-development-channels=server:fleet")
-    elif hook_settings:
+    if transport in ("hook", "auto") and hook_settings:
         argv.append(f"--settings={hook_settings}")
+    if system_prompt:
+        argv += ["--append-system-prompt", system_prompt]
     argv += ["--resume", session_id] if resume else ["--session-id", session_id]
     argv += ["--name", participant]
     if profile.model:
@@ -186,7 +227,7 @@ class Spawner:
         paths: Paths,
         *,
         agent: str | None = None,
-        transport: Transport = "channel",
+        transport: Transport = "auto",
         trust: bool = False,
         ready_timeout: float = 30.0,
         hook_settings: HookSettingsFn | None = None,
@@ -198,7 +239,13 @@ class Spawner:
         self.transport: Transport = transport
         self.trust = trust
         self.ready_timeout = ready_timeout
-        self.hook_settings = hook_settings
+        if hook_settings is None:  # the hook of this fleet, for this daemon
+            from functools import partial
+
+            from fleet.watch import hook_settings as fleet_hook
+
+            hook_settings = partial(fleet_hook, daemon=client.base_url)
+        self.hook_settings: HookSettingsFn = hook_settings
 
     # ---------------------------------------------------------------- helpers
 
@@ -228,21 +275,40 @@ class Spawner:
         agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
         words = agent_words(agent)
         require_agent(words)
-        transport: Transport = (record.transport if resume and record else self.transport) or "channel"
+        transport: Transport = (record.transport if resume and record else self.transport) or "auto"
         session_id = record.session_id if resume and record else str(uuid.uuid4())
         token_file = self._fresh_token(wave, participant)
+        claude = is_claude(words)
+        if resume and claude and not _has_conversation(session_id, profile.env):
+            # Claude Code saves a session with its first message: one that never had any cannot be
+            # resumed ("No conversation found"); it starts again under the same id, losing nothing
+            resume = False
+        # auto: the hook takes what Claude Code's transcript shows it did not take; an agent that keeps
+        # no transcript gets the channel alone (no receipts: nothing for a hook to take over)
+        fallback = transport == "auto" and claude
         entry = channel_entry(
             participant, wave.name, self.client.base_url, token_file,
-            attention=profile.attention, deliver=transport == "channel", cap=profile.cap,
+            attention=profile.attention, deliver=transport != "hook", cap=profile.cap,
+            receipts=claude, hook_fallback=fallback,
         )  # fmt: skip
         hook = None
-        if transport == "hook":
+        if transport == "hook" or fallback:
             if self.hook_settings is None:
-                raise errors.UsageError("--transport hook needs fleet's watch hook, which is not available")
-            hook = self.hook_settings(participant, wave.name, token_file, profile.attention, cap=profile.cap)
+                raise errors.UsageError(
+                    f"--transport {transport} needs fleet's watch hook, which is not available"
+                )
+            hook = self.hook_settings(
+                participant,
+                wave.name,
+                token_file,
+                profile.attention,
+                cap=profile.cap,
+                gate=transport == "auto",
+            )
+        prompt = instructions(participant, wave.name, profile.attention) if claude else None
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
-            resume=resume, transport=transport, hook_settings=hook,
+            resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
         )  # fmt: skip
         check_length(argv, participant)
         cwd = (
@@ -267,6 +333,7 @@ class Spawner:
             action="respawned" if resume else "launched",
             session_id=session_id,
             argv=argv,
+            route=ROUTE_UNKNOWN,
         )
 
     # ---------------------------------------------------------------- the job
@@ -409,6 +476,8 @@ class Spawner:
         """
         pending = {r.participant: r for r in reports}
         accepted: set[str] = set()
+        verdicts: dict[str, float] = {}
+        """Ready Claude Code panes whose channels verdict spawn is still reading: until when."""
         dead_since: dict[str, float] = {}
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
@@ -419,9 +488,27 @@ class Spawner:
                 pane: PaneInfo | None = panes.get(rep.pane_id)
                 row = presence.get(name)
                 fresh = row and row.last_ping and row.last_ping != before.get(name)
-                if row and fresh and row.session_id == rep.session_id:
+                if row and fresh and row.session_id == rep.session_id and not rep.ready:
                     rep.ready, rep.why = True, "channel connected"
-                    del pending[name]
+                    if name in accepted:
+                        rep.route = ROUTE_CHANNEL
+                    if name in accepted or not _offers_channel(rep):
+                        del pending[name]
+                    else:
+                        verdicts[name] = time.monotonic() + VERDICT_WAIT
+                elif rep.ready:
+                    screen = "\n".join(self.tmux.capture(rep.pane_id))
+                    if NO_CHANNELS in screen:
+                        self._no_channels(rep)
+                        del pending[name]
+                    elif DEV_CHANNELS_PROMPT in screen and name not in accepted:
+                        self.tmux.send_enter(rep.pane_id)
+                        accepted.add(name)
+                        rep.route = ROUTE_CHANNEL
+                        del pending[name]
+                    elif time.monotonic() >= verdicts[name]:
+                        self._no_channels(rep)  # no warning: Claude Code will not load the channel
+                        del pending[name]
                 elif pane is None or pane.dead:
                     why = self._death(rep.pane_id, pane, dead_since.setdefault(name, time.monotonic()))
                     if why:
@@ -445,7 +532,21 @@ class Spawner:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         for rep in pending.values():
-            rep.why = f"not connected after {self.ready_timeout:g}s: attach to see its screen"
+            if not rep.ready:
+                rep.why = f"not connected after {self.ready_timeout:g}s: attach to see its screen"
+
+    @staticmethod
+    def _no_channels(rep: PaneReport) -> None:
+        """Claude Code has no channels here: the hook wakes this session, or nothing does."""
+        if "--settings=" in " ".join(rep.argv):
+            rep.route = ROUTE_HOOK
+            return
+        rep.route = "channels unavailable here and no hook installed"
+        rep.ready = False
+        rep.why = (
+            "nothing can wake this session: Claude Code has no channels here (research preview) and "
+            "--transport channel installs no hook; spawn with --transport auto (the default) or hook"
+        )
 
     def _death(self, pane_id: str, pane: PaneInfo | None, since: float) -> str:
         """Why a dead pane's agent stopped (status and last lines), or '' while tmux settles it.
@@ -469,6 +570,18 @@ class Spawner:
         return f"the agent exited with status {status or 'unknown'}" + (
             ": " + " | ".join(tail) if tail else ""
         )
+
+
+def _has_conversation(session_id: str, env: dict[str, str]) -> bool:
+    """Whether Claude Code saved ``session_id`` (as the pane will see its home: the profile's env)."""
+    from fleet.delivery.receipts import transcript_of
+
+    return transcript_of(session_id, {**os.environ, **env}) is not None
+
+
+def _offers_channel(rep: PaneReport) -> bool:
+    """A Claude Code pane launched with the development channel (its verdict is worth waiting for)."""
+    return is_claude(rep.argv[:1]) and "--dangerously-load-development-channels=server:fleet" in rep.argv
 
 
 def _layout_named(name: str, paths: Paths) -> Layout:

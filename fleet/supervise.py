@@ -90,6 +90,16 @@ class StatusRow(BaseModel):
     cap: int | None = None
     capped: bool = False
     """The cap was reached here: further blips are not pushed until the operator posts here."""
+    route: str | None = None
+    """What wakes the session, as its delivery state tells (``channel``, ``hook``, ``unconfirmed``,
+    ``unknown``); None when the state file is not on this machine."""
+    route_why: str = ""
+    unconfirmed: int | None = None
+    """Frames handed out that the session's transcript does not yet show in its model's context."""
+    oldest_unconfirmed: float | None = None
+    """Age in seconds of the oldest of those."""
+    receipts_problem: str = ""
+    """Why receipts cannot be read ('' when they can, or are off)."""
     session_id: str | None = None
     """The Claude Code session id (recorded at launch; ``--resume`` uses it)."""
     host: str | None = None
@@ -183,6 +193,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     rosters = {m.name for wl in wave.wavelets for m in wl.roster if m.kind == "agent"}
     states: dict[str, DeliveryState | None] = {}
     rows: list[StatusRow] = []
+    now = time.time()
     for wl in wave.wavelets:
         members = [m.name for m in wl.roster if m.kind == "agent"]
         left = sorted({p.participant for p in all_panes if p.wavelet == wl.id} - set(members))
@@ -210,6 +221,13 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     cap_used=state.delivered.get(wl.id, 0) if state else None,
                     cap=DEFAULT_CAP if state else None,
                     capped=bool(state and wl.id in state.exhausted),
+                    route=state.route if state else None,
+                    route_why=state.route_why if state else "",
+                    unconfirmed=len(state.pending) if state else None,
+                    oldest_unconfirmed=(
+                        now - min(p.handed_at for p in state.pending) if state and state.pending else None
+                    ),
+                    receipts_problem=state.receipts_problem if state else "",
                     session_id=(record.session_id if record else None) or (seen.session_id if seen else None),
                     host=(seen.host if seen else None) or (record.host if record else None),
                     note=_note(wl, name, member, pane, record, rosters),

@@ -62,11 +62,13 @@ from fleet.delivery.rules import Attention, Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import Feed
 from fleet.paths import get_paths
+from fleet.procs import identity
 from fleet.wire import RecordError, dumps, loads, record
 from fleet.wire import field as wfield
 
 if TYPE_CHECKING:
     from fleet.delivery.attention import Attendant, RoutingLog
+    from fleet.delivery.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,9 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 ORPHAN_CHECK = 0.5
 """Seconds between checks that the hook's parent (the Claude Code session) is still alive."""
 REWAKE_SUMMARY = "fleet: new blips"
+GATE_WAIT = 10.0
+"""Seconds a ``--gate`` arm waits for its session's channel to open the gate (a hook armed at
+SessionStart can run before the channel is up) before it delivers on its own."""
 
 
 @record
@@ -207,12 +212,19 @@ class Watcher:
             engine.only = frozenset(ids)
         self._checked = True
 
-    def wait(self, engine: Engine, before_emit: Callable[[], bool] = lambda: True) -> Outcome:
+    def wait(
+        self,
+        engine: Engine,
+        before_emit: Callable[[], bool] = lambda: True,
+        owed: Callable[[], list[Frame]] | None = None,
+    ) -> Outcome:
         """Poll until frames are handed out (``frames``), ``config.wait`` passes (``elapsed``), or the
         daemon stays unreachable for ``config.unreachable_after`` (``unreachable``).
 
         ``before_emit`` is asked before frames are returned; False ends the wait as ``elapsed`` with
         nothing returned (the core's state may still have advanced over echoes; do not save it then).
+        ``owed``, asked before every poll (which then lasts at most a second), gives frames handed
+        out before that must be handed out again (receipts: they never entered the context).
         Permanent errors (unknown wave, rejected token) are raised.
         """
         c = self.config
@@ -224,6 +236,11 @@ class Watcher:
             if deadline is not None and now >= deadline:
                 return Outcome("elapsed")
             poll = c.poll_wait if deadline is None else max(0.0, min(c.poll_wait, deadline - now))
+            if owed is not None:
+                again = owed()
+                if again:
+                    return Outcome("frames", again) if before_emit() else Outcome("elapsed")
+                poll = min(poll, 1.0)
             try:
                 feed = self.client.feed(
                     c.wave, c.participant, engine.feed_cursors, wait=engine.poll_wait(poll)
@@ -325,15 +342,55 @@ class _OrphanGuard:
                     os._exit(0)
 
 
-def run_hook(config: TransportConfig, emit: Callable[[str], None] | None = None) -> int:
+@record
+class HookInput:
+    """What Claude Code writes to a hook's stdin (the fields fleet reads; claude-code.md §4)."""
+
+    session_id: str = ""
+    transcript_path: str = ""
+    hook_event_name: str = ""
+
+
+def hook_input(timeout: float = 0.5) -> HookInput:
+    """The hook's stdin, if Claude Code wrote one (a terminal, an empty or a silent stdin: none)."""
+    import select
+
+    try:
+        if os.isatty(0) or not select.select([0], [], [], timeout)[0]:
+            return HookInput()
+        data = os.read(0, 1 << 20)
+        return loads(HookInput, data) if data.strip() else HookInput()
+    except (OSError, RecordError, ValueError):
+        return HookInput()
+
+
+def run_hook(
+    config: TransportConfig,
+    emit: Callable[[str], None] | None = None,
+    *,
+    gate: bool = False,
+    given: HookInput | None = None,
+) -> int:
     """``fleet watch --hook``: the exit status Claude Code acts on (2 wake, 0 nothing).
 
     ``emit`` receives the text for the model (default: written to stderr and flushed); the state is
-    saved only after it returns. Raises the :mod:`fleet.errors` of a permanent failure (the CLI
-    turns them into their exit codes), :class:`~fleet.errors.CorruptState` included.
+    saved only after it returns. With ``gate`` (``--transport auto``) the arm first waits at its
+    session's channel (:mod:`fleet.delivery.gate`), which routes frames to it; with no channel
+    there it delivers on its own. With receipts on (``given`` names Claude Code's transcript) what
+    it hands out is in the ledger, and what the transcript shows never entered is handed out again.
+    Raises the :mod:`fleet.errors` of a permanent failure (the CLI turns them into their exit
+    codes), :class:`~fleet.errors.CorruptState` included.
     """
     emit = emit or _to_stderr
+    given = given or HookInput()
     state_file = StateFile(config.state_dir, config.daemon, config.wave, config.participant)
+    if gate:
+        routed = _through_gate(config, state_file, GATE_WAIT)
+        if routed is not None:
+            if routed:
+                emit(hook_report(routed, config.participant, config.wave))
+                return EXIT_WAKE
+            return 0
     if not state_file.acquire():
         log.info("%s is held by another arm or channel; nothing to do", state_file.lock_path)
         return 0
@@ -351,14 +408,20 @@ def run_hook(config: TransportConfig, emit: Callable[[str], None] | None = None)
                     config.attendant, routing, config.attendant_timeout or ATTENDANT_TIMEOUT
                 )
         state = state_file.load()
+        ledger, owed = _receipts(config, state, given)
         with _client(config) as client:
             watcher = Watcher(config, client)
             engine = watcher.engine(state, routing=routing, attendant=attendant)
-            outcome = watcher.wait(engine, before_emit=lambda: not guard.orphaned())
+            outcome = watcher.wait(engine, before_emit=lambda: not guard.orphaned(), owed=owed)
             if outcome.how == "frames":
+                if ledger is not None:
+                    now = time.time()
+                    for frame in outcome.frames:
+                        ledger.hand(frame, "hook", now)
                 emit(hook_report(outcome.frames, config.participant, config.wave))
             with guard.lock:  # an arm orphaned before emitting must not save what it skipped
-                if engine.core.dirty and (outcome.how == "frames" or not guard.orphaned()):
+                dirty = engine.core.dirty or (ledger is not None and ledger.dirty)
+                if dirty and (outcome.how == "frames" or not guard.orphaned()):
                     state_file.save(engine.core.state)
                 guard.stop()
             if outcome.how == "frames":
@@ -375,6 +438,59 @@ def run_hook(config: TransportConfig, emit: Callable[[str], None] | None = None)
             attendant.close()
         guard.stop()
         state_file.release()
+
+
+def _through_gate(config: TransportConfig, state_file: StateFile, patience: float) -> list[Frame] | None:
+    """Arm at the session's channel and wait for what it routes here. None: no channel answered
+    within ``patience`` seconds, or it went away (deliver on our own); ``[]``: another arm already
+    waits (exit 0). The arm ends, delivering nothing, once the session that ran it is gone."""
+    from fleet.delivery import gate as gates
+
+    guard = _OrphanGuard()
+    guard.start()
+    deadline = time.monotonic() + patience
+    try:
+        while True:
+            try:
+                sock = gates.arm(state_file.path, pid=os.getppid())
+            except gates.NoGate:
+                if time.monotonic() >= deadline:
+                    log.info("no channel opened the gate within %.0fs: delivering alone", patience)
+                    return None
+                time.sleep(0.1)
+                continue
+            return gates.wait(sock)
+    finally:
+        guard.stop()
+
+
+def _receipts(
+    config: TransportConfig, state: DeliveryState, given: HookInput
+) -> tuple[Ledger | None, Callable[[], list[Frame]] | None]:
+    """With receipts on (Claude Code ran this hook: its stdin names the transcript), the ledger over
+    ``state`` and what the wait must hand out again; (None, None) otherwise."""
+    from fleet.delivery.ledger import Ledger
+    from fleet.delivery.receipts import Transcript
+
+    if config.receipts == "none" or not (given.session_id or given.transcript_path):
+        return None, None
+    session = given.session_id or Path(given.transcript_path).stem
+    if state.transcript != session:
+        state.transcript, state.transcript_offset = session, 0
+    ledger = Ledger(state, identity(os.getppid()), hook=True, bound=config.bound)
+    path = Path(given.transcript_path) if given.transcript_path else None
+    transcript = Transcript(session, offset=state.transcript_offset, path=path)
+
+    def owed() -> list[Frame]:
+        now = time.time()
+        ledger.apply(transcript.read(), transcript.last_at)
+        state.transcript_offset = transcript.consumed
+        state.receipts_problem = transcript.problem
+        for p in [*ledger.lost_pushes(now), *ledger.lost_hooks(now)]:
+            ledger.owe_hook(p, now)
+        return [p.frame for p in ledger.waiting()]
+
+    return ledger, owed
 
 
 def _to_stderr(text: str) -> None:
@@ -422,6 +538,7 @@ def hook_command(
     python: str | None = None,
     attention: Attention = "full",
     cap: int | None = None,
+    gate: bool = False,
 ) -> str:
     """The shell command of the hook. ``exec`` makes the watch the session's direct child (so it can
     tell when the session is gone); every word is quoted; the token is named by its file only."""
@@ -433,6 +550,8 @@ def hook_command(
         words += ["--attention", attention]
     if cap is not None:
         words += ["--cap", str(cap)]
+    if gate:
+        words += ["--gate"]
     return "exec " + shlex.join(words)
 
 
@@ -446,8 +565,10 @@ def hook_settings(
     state_dir: Path | None = None,
     python: str | None = None,
     cap: int | None = None,
+    gate: bool = False,
 ) -> str:
-    """The ``--settings`` JSON that installs ``fleet watch --hook`` for ``participant``.
+    """The ``--settings`` JSON that installs ``fleet watch --hook`` for ``participant`` (``gate``:
+    beside a delivering channel, ``--transport auto``).
 
     ``SessionStart`` arms it when the session starts (or resumes, clears, compacts), ``Stop``
     re-arms it at the end of every turn, and ``StopFailure`` at the end of a turn that failed (an API
@@ -458,7 +579,7 @@ def hook_settings(
     """
     command = hook_command(
         participant, wave, daemon, token_file,
-        state_dir=state_dir, python=python, attention=attention, cap=cap,
+        state_dir=state_dir, python=python, attention=attention, cap=cap, gate=gate,
     )  # fmt: skip
     handler = HookHandler(
         command=command,

@@ -197,8 +197,8 @@ def test_private_wavelets_never_reach_non_members(world: World) -> None:
 
 def test_cap_one_notice_then_silence_until_the_operator_posts(world: World) -> None:
     alice = world.channel("alice", "--cap", "3")
-    # the wave's creation blip is the first delivery
-    alice.wait_notes(lambda n: len(n) >= 1, what="the wave's first system blip")
+    # delivering; the wave's creation blip waits to ride with the first blip that wakes (its first push)
+    retry_until(lambda: world.lock_held("alice"), what="alice's channel delivering")
     for i in range(6):
         world.post(f"flood {i}")
     notice = alice.wait_notes(

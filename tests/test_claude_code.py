@@ -101,7 +101,9 @@ def test_claude_mcp_list_reports_the_channel_connected(
     got = claude(home, "mcp", "get", "fleet")
     assert "Status: ✔ Connected" in got.stdout, got.stdout
 
-    # the health checks took no delivery: a real session still gets the wave's first blip
+    # the health checks took no delivery: a real session still gets the wave's first blip (its
+    # creation, which rides with the first blip that wakes)
+    operator.post(operator.resolve("w/main").id, "alice: hello", as_="bob")
     with RawMcp([sys.executable, *argv[1:]], stderr=tmp_path / "after.stderr") as alice:
         alice.handshake()
         first = alice.wait_notes(lambda notes: notes and notes[0], what="the first delivery")

@@ -23,7 +23,7 @@ def test_doctor_reports_every_check_and_passes_on_a_good_machine(daemon: Daemon,
     res = doctor(env, "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     checks = {c["name"]: c for c in json.loads(res.stdout)}
-    assert set(checks) == {"python", "tmux", "claude", "daemon", "secrets", "layouts"}
+    assert set(checks) == {"python", "tmux", "claude", "channels", "daemon", "secrets", "layouts"}
     assert checks["tmux"]["level"] == "ok" and checks["daemon"]["level"] == "ok"
     assert daemon.url in checks["daemon"]["detail"] and "operator" in checks["daemon"]["detail"]
 

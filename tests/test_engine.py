@@ -366,3 +366,25 @@ def test_frames_are_the_wire_shape_of_watch_json() -> None:
         "replaces": None,
         "blip_ids": None,
     }
+
+
+@pytest.mark.parametrize("attention", ["full", "targeted"])
+def test_provenance_alone_never_wakes_and_rides_with_the_next_blip(attention: Attention) -> None:
+    feed = FakeFeed()
+    wl = feed.join("main")
+    joined = feed.post(wl, "system", "bob invited alice", kind="system", actor="bob")
+    e = engine(feed, attention=attention)
+    e.step(0)
+    assert e.sink.take() == []  # type: ignore[attr-defined]
+    assert e.core.cursors == {} and e.feed_cursors == {wl: joined.id} and e.poll_wait(20.0) == 20.0
+    mine = feed.post(wl, "alice", "my own post moves nothing while provenance waits")
+    e.step(0)
+    assert e.sink.take() == [] and e.feed_cursors == {wl: mine.id}  # type: ignore[attr-defined]
+    hello = feed.post(wl, "bob", "alice: hello")
+    e.step(0)
+    frames = e.sink.take()  # type: ignore[attr-defined]
+    if attention == "full":
+        assert [(f.kind, f.id) for f in frames] == [("system", joined.id), ("message", hello.id)]
+    else:  # provenance is digested; the named blip goes in full
+        assert [(f.kind, f.id) for f in frames] == [("message", hello.id), ("digest", joined.id)]
+    assert e.core.cursors == {wl: hello.id}

@@ -297,7 +297,9 @@ def test_presence_goes_working_idle_working_idle_gone(fleet_env: Paths, tmux_ser
         def presence() -> str:
             return status(op, tmux, fleet_env, "demo").rows[0].presence
 
-        # the wave's opening system blip was delivered: working until alice posts
+        # a blip for alice (the wave's opening system blip rides with it): working until alice posts
+        retry_until(lambda: presence() == "idle", what="alice's channel up")
+        op.post(main.id, "alice: a first job")
         retry_until(lambda: presence() == "working", what="working after a delivery")
         op.post(main.id, "my part is done", as_="alice")
         assert presence() == "idle"
@@ -532,6 +534,7 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     assert set(data["rows"][0]) == {
         "wavelet", "wavelet_id", "participant", "member", "pane_id", "pane", "exit", "pane_wavelet",
         "presence", "last_blip_at", "blips", "delivered", "last_delivery", "cap_used", "cap", "capped",
+        "route", "route_why", "unconfirmed", "oldest_unconfirmed", "receipts_problem",
         "session_id", "host", "note",
     }  # fmt: skip
     every = json.loads(fleet(env, "status", "--json").stdout)
@@ -541,7 +544,8 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     lines = table.stdout.splitlines()
     assert lines[0].startswith("wave demo  (tmux session $")
     assert lines[1].split() == [
-        "WAVELET", "NAME", "PANE", "PRESENCE", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION", "HOST", "NOTE"
+        "WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
+        "HOST", "NOTE"
     ]  # fmt: skip
     alice = lines[2].split()
     assert alice[:4] == ["main", "alice", data["rows"][0]["pane_id"], "alive"]

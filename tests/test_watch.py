@@ -39,7 +39,14 @@ TAG = '<channel source="fleet"'
 
 @pytest.fixture
 def world(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> Iterator[World]:
-    yield from worlds.world(daemon, operator, fleet_env, tmp_path, WAVE, ["alice", "bob", "carol"])
+    """The wave's history is its creation and a first message from the operator: provenance alone
+    wakes nobody, and the operator's message starts the cap's count over (one delivery counted)."""
+    for w in worlds.world(daemon, operator, fleet_env, tmp_path, WAVE, ["alice", "bob", "carol"]):
+        w.op.post(w.main, HISTORY)
+        yield w
+
+
+HISTORY = "the history so far"
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
@@ -189,9 +196,9 @@ def test_watch_bad_input_has_documented_exit_codes(world: World) -> None:
 
 
 def test_hook_wakes_with_the_blips_on_stderr_and_commits_the_cursor(world: World) -> None:
-    first = world.run("alice", "--hook")  # the history since alice joined: the wave's system blip
+    first = world.run("alice", "--hook")  # the history since alice joined: its creation and a message
     assert first.returncode == 2 and first.stdout == ""
-    assert hook_texts(first.stderr, "system") and first.stderr.startswith("fleet: 1 new blip for alice")
+    assert hook_texts(first.stderr, "system") and first.stderr.startswith("fleet: 2 new blips for alice")
     arm = world.start("alice", "--hook")
     retry_until(lambda: world.lock_held("alice"), what="the arm holding the lock")
     world.post('tricky </channel> <b a="1"> & text\nsecond line')
@@ -280,7 +287,7 @@ def test_channel_to_hook_to_channel_delivers_every_blip_exactly_once(world: Worl
     second.wait_notes(lambda ns: any(n["content"] == "m7" for n in ns), what="m7 on the second channel")
     assert second.close() == 0
     delivered += [n["content"] for n in second.channel_notes() if n["meta"]["kind"] == "message"]
-    assert delivered == [f"m{i}" for i in range(1, 8)]
+    assert delivered == [HISTORY, *(f"m{i}" for i in range(1, 8))]
 
 
 def test_a_no_deliver_channel_serves_tools_reports_presence_and_never_takes_the_lock(
@@ -454,6 +461,7 @@ def test_a_posted_blip_wakes_an_idle_real_claude_code_session_through_the_hook(
     main = operator.resolve("w/main").id
     state = StateFile(fleet_env.channels, operator.base_url, "w", "alice")
     # alice has read the wave's history already, so the session starts idle with nothing pending
+    operator.post(main, HISTORY)  # (its creation alone would wake nobody)
     history = subprocess.run(
         [sys.executable, "-m", "fleet", "watch", "--hook", "--participant", "alice", "--wave", "w",
          "--daemon", operator.base_url, "--token-file", str(fleet_env.operator_token)],

@@ -5,6 +5,7 @@ Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
         [--cap 40] [--state-dir DIR] [--attention full|targeted [--digest-hold 30]
         [--attendant CMD [--attendant-timeout 2]]] [--no-deliver]
+        [--receipts auto|transcript|none] [--hook-fallback [--bound 3]]
 
 Options fall back to the environment and the local paths as :mod:`fleet.delivery.config` says. The
 token is only ever read from the file (0600), never taken from the command line. ``python -m fleet
@@ -59,6 +60,7 @@ from types import FrameType
 
 from fleet import errors
 from fleet.delivery.config import TransportConfig, resolve
+from fleet.delivery.ledger import BOUND
 from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,22 @@ def parser() -> argparse.ArgumentParser:
         "(0: at once).",
     )
     p.add_argument(
+        "--receipts",
+        choices=["auto", "transcript", "none"],
+        default="auto",
+        help="transcript: a blip counts as delivered when the session's transcript shows it in the "
+        "model's context; none: when pushed; auto: transcript inside Claude Code.",
+    )
+    p.add_argument(
+        "--hook-fallback",
+        action="store_true",
+        help="A `fleet watch --hook` is installed beside this channel (spawn --transport auto): pushes "
+        "Claude Code does not take go to it; without channels it delivers everything.",
+    )
+    p.add_argument(
+        "--bound", type=float, default=BOUND, help="Seconds a push may go untaken before the hook takes it."
+    )
+    p.add_argument(
         "--deliver",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -152,6 +170,9 @@ def config_from(argv: list[str]) -> TransportConfig:
         attendant_timeout=a.attendant_timeout,
         digest_hold=a.digest_hold,
         deliver=a.deliver,
+        receipts=a.receipts,
+        hook_fallback=a.hook_fallback,
+        bound=a.bound,
     )
 
 

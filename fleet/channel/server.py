@@ -1,15 +1,26 @@
-"""The channel's runtime: the MCP server, the delivery engine with an MCP sink, presence and saving.
+"""The channel's runtime: the MCP server, the delivery engine with an MCP sink, receipts, presence.
 
 :class:`Channel` wires :mod:`fleet.mcpwire` (protocol), :mod:`fleet.channel.tools` (the tools) and
-:class:`fleet.delivery.engine.Engine` (delivery) together and runs three threads besides the
+:class:`fleet.delivery.engine.Engine` (delivery) together and runs these threads besides the
 protocol reader: delivery (one long-poll step after another), presence
-(:class:`fleet.delivery.presence.PresenceLoop`) and the state saver (writes the state file after
-each batch, off the delivery thread). Each thread is kept in :attr:`Channel.threads` by role.
+(:class:`fleet.delivery.presence.PresenceLoop`), the state saver (writes the state file after
+each batch, off the delivery thread) and, with receipts on, the receipts reader (the session's
+transcript, :mod:`fleet.delivery.receipts`, against the :class:`~fleet.delivery.ledger.Ledger`).
+Each thread is kept in :attr:`Channel.threads` by role.
+
+Receipts (docs/design.md §3): with them on, a frame counts as delivered only when the transcript
+shows it in the model's context, and presence says ``delivered`` then, not at the push. With
+``--hook-fallback`` (spawn's ``--transport auto``), a push Claude Code does not take within the
+bound is owed to the hook, and once no push was ever taken the channel stops pushing: every frame
+waits for the hook's next arm at the :class:`~fleet.delivery.gate.Gate`.
+
+``FLEET_FAULT_DROP_PUSH=N`` (tests only) swallows every N-th push as Claude Code would drop it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import IO, TYPE_CHECKING
@@ -18,13 +29,17 @@ import fleet
 from fleet import errors
 from fleet.channel.tools import DeliveryOut, DeliveryPhase, Tools, WaveletDelivery, instructions
 from fleet.client import Client
-from fleet.delivery.config import TransportConfig, read_token
+from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
+from fleet.delivery.gate import Gate
+from fleet.delivery.ledger import Ledger
 from fleet.delivery.presence import Presence, PresenceLoop
+from fleet.delivery.receipts import Transcript
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
+from fleet.procs import identity
 from fleet.wire import copy
 
 if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
@@ -39,17 +54,39 @@ BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
 
-class _McpSink:
-    """The engine's sink: each frame as a ``notifications/claude/channel`` push."""
+RECEIPT_POLL = 0.05
+"""Seconds between looks at the transcript while a frame is pending."""
 
-    def __init__(self, server: Server, stop: threading.Event) -> None:
-        self.server = server
-        self.stop = stop
+
+class _Sink:
+    """The engine's sink: each frame as a ``notifications/claude/channel`` push — or, on the hook
+    route, owed to the hook's next arm. With receipts, every frame handed out is in the ledger."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.pushes = 0
+        fault = os.environ.get("FLEET_FAULT_DROP_PUSH", "")
+        self.drop_every = int(fault) if fault.isdigit() else 0
 
     def push(self, frame: Frame) -> bool:
-        if self.stop.is_set():
+        c = self.channel
+        if c._stop.is_set():
             return False
-        return self.server.notify(NOTIFICATION, notification(frame))
+        ledger = c.ledger
+        now = time.time()
+        if ledger is not None and c.hook_route:
+            ledger.hand(frame, "waiting", now)
+            c._receipts_wanted.set()
+            return True
+        self.pushes += 1
+        if self.drop_every and self.pushes % self.drop_every == 0:
+            log.warning("fault injection: push %d swallowed", self.pushes)
+        elif not c.server.notify(NOTIFICATION, notification(frame)):
+            return False
+        if ledger is not None:
+            ledger.hand(frame, "channel", now)
+            c._receipts_wanted.set()
+        return True
 
 
 class Channel:
@@ -117,17 +154,30 @@ class Channel:
             input=input,
             output=output,
         )
-        self._sink = _McpSink(self.server, self._stop)
+        self.receipts = receipts_on(config) and config.deliver
+        """Frames count as delivered when the transcript shows them in the model's context."""
+        self.ledger: Ledger | None = None
+        self._transcript: Transcript | None = None
+        self._receipts_wanted = threading.Event()
+        self.gate: Gate | None = (
+            Gate(self.state_file.path) if config.hook_fallback and self.receipts else None
+        )
+        self._sink = _Sink(self)
 
     # ------------------------------------------------------------ lifecycle
 
     def serve(self) -> None:
         """Run until the input ends; delivery, presence and saving run on their threads meanwhile."""
-        for role, target in (
+        loops = [
             ("delivery", self._deliver_forever),
             ("presence", self._presence_loop.run),
             ("state", self._save_forever),
-        ):
+        ]
+        if self.receipts:
+            loops.append(("receipts", self._receipts_forever))
+        if self.gate is not None:  # open from the start: a hook armed at SessionStart waits here
+            self.gate.start()
+        for role, target in loops:
             self.threads[role] = t = threading.Thread(
                 target=target, name=f"fleet-channel-{role}", daemon=True
             )
@@ -146,6 +196,9 @@ class Channel:
             self._attendant.close()
         self._presence_loop.wake()
         self._save_wanted.set()
+        self._receipts_wanted.set()
+        if self.gate is not None:
+            self.gate.close()
         for role in ("presence", "early-presence"):  # a report still in flight must not land after "gone"
             t = self.threads.get(role)
             if t is not None:
@@ -237,6 +290,11 @@ class Channel:
         return True
 
     @property
+    def hook_route(self) -> bool:
+        """Frames go to the hook, not the channel: pushes are not taken here (see the ledger)."""
+        return self.gate is not None and self.ledger is not None and self.ledger.state.route == "hook"
+
+    @property
     def _reports_presence(self) -> bool:
         """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
         return self.state_file.held or self._tools_only
@@ -296,7 +354,7 @@ class Channel:
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
             if engine.core.dirty:
                 self._save_wanted.set()
-            if step.pushed:
+            if step.pushed and self.ledger is None:  # with receipts, presence hears of confirmations
                 self._presence_loop.wake(step.pushed)
             if not step.complete:
                 log.info("protocol output closed; delivery stops with the cursors saved")
@@ -322,6 +380,8 @@ class Channel:
             raise
         self._set_delivery("running", "connecting")
         c = self.config
+        if self.receipts:
+            self._start_receipts(state)
         core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
         return Engine(
             core,
@@ -331,6 +391,71 @@ class Channel:
             routing=self.routing,
             attendant=self._attendant,
         )
+
+    # ------------------------------------------------------------ receipts
+
+    def _start_receipts(self, state: DeliveryState) -> None:
+        """The ledger over ``state`` and the transcript of this session (resuming where the state
+        says, when it is the same session)."""
+        session = self.session_id
+        if state.transcript != session:
+            state.transcript, state.transcript_offset = session, 0
+        self.ledger = Ledger(
+            state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound
+        )
+        self._transcript = Transcript(session, offset=state.transcript_offset) if session else None
+        self._receipts_wanted.set()
+
+    def _receipts_forever(self) -> None:
+        """Read the transcript while anything is pending; confirm, route, hand the hook what it is owed."""
+        while not self._stop.is_set():
+            ledger, engine = self.ledger, self.engine
+            busy = ledger is not None and bool(ledger.state.pending)
+            if not busy:
+                self._receipts_wanted.wait(5.0)
+                self._receipts_wanted.clear()
+            elif self.gate is not None and ledger is not None and ledger.waiting():
+                self.gate.wait_armed(RECEIPT_POLL)
+            else:
+                self._stop.wait(RECEIPT_POLL)
+            if ledger is None or engine is None or self._stop.is_set():
+                continue
+            with engine.lock:
+                self._receipts_step(ledger)
+            if ledger.dirty:
+                ledger.dirty = False
+                engine.core.dirty = True
+                self._save_wanted.set()
+
+    def _receipts_step(self, ledger: Ledger) -> None:
+        """One look at the transcript (the caller holds the engine's lock)."""
+        now = time.time()
+        transcript = self._transcript
+        if transcript is not None:
+            confirmed = ledger.apply(transcript.read(), transcript.last_at)
+            if transcript.problem != ledger.state.receipts_problem:
+                ledger.state.receipts_problem = transcript.problem
+                ledger.dirty = True
+            if transcript.consumed != ledger.state.transcript_offset:
+                ledger.state.transcript_offset = transcript.consumed
+                ledger.dirty = True
+            if confirmed:
+                self._presence_loop.wake(len(confirmed))
+        elif not ledger.state.receipts_problem:
+            ledger.state.receipts_problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
+            ledger.dirty = True
+        for p in ledger.lost_pushes(now):
+            if self.gate is not None:
+                log.info("push of %s not taken within %.0fs: owed to the hook", p.frame.id, ledger.bound)
+                ledger.owe_hook(p, now)
+        for p in ledger.lost_hooks(now):
+            log.info("hook delivery of %s did not enter the context: owed to the hook again", p.frame.id)
+            ledger.owe_hook(p, now)
+        owed = ledger.waiting()
+        gate = self.gate
+        if owed and gate is not None and gate.armed and gate.send([p.frame for p in owed]):
+            for p in owed:
+                ledger.hand(p.frame, "hook", now)
 
     def _feed_failed(self, exc: errors.FleetError, backoff: Backoff) -> None:
         """Record an outage or rejection and wait (jittered backoff; slower for permanent errors)."""

@@ -44,7 +44,8 @@ Other participants' blips reach you as <channel source="fleet" ...> messages who
 wavelet (WAVE/WAVELET), wavelet_id, blip_id, author and kind. kind is "message" (a participant wrote \
 it), "system" (fleet records a fork, join or leave), "surface" (a conclusion reported up from a \
 sub-wavelet) or "cap" (a notice that delivery paused in that wavelet). Your own blips are never \
-delivered back to you.
+delivered back to you. fleet's own records (system blips) never wake you on their own: they come \
+along with the next blip that does (or read them with wavelet_read).
 {_targeted_paragraph(participant) if attention == "targeted" else ""}
 Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip you answer). \
 wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \

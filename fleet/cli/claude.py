@@ -21,11 +21,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from fleet import errors
+from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import ResolvedProfile
 from fleet.models import OPERATOR, NewSession
 from fleet.paths import Paths, write_private
-from fleet.spawn import DEV_CHANNELS_PROMPT, agent_argv, agent_words, channel_entry, mcp_config, require_agent
+from fleet.spawn import (
+    DEV_CHANNELS_PROMPT,
+    agent_argv,
+    agent_words,
+    channel_entry,
+    is_claude,
+    mcp_config,
+    require_agent,
+)
+from fleet.watch import hook_settings
 
 
 def as_streamed(text: str) -> re.Pattern[str]:
@@ -61,16 +71,21 @@ def run(
     session_id = record.session_id if resume and record else str(uuid.uuid4())
     token_file = paths.tokens / wave.id / f"{OPERATOR}.token"
     write_private(token_file, client.token + "\n")
-    entry = channel_entry(OPERATOR, wave.name, client.base_url, token_file)
+    claude_code = is_claude(words)
+    entry = channel_entry(
+        OPERATOR, wave.name, client.base_url, token_file, receipts=claude_code, hook_fallback=True
+    )
+    hook = hook_settings(OPERATOR, wave.name, token_file, daemon=client.base_url, gate=True)
+    prompt = instructions(OPERATOR, wave.name) if claude_code else None
     argv = agent_argv(
         words, ResolvedProfile(args=list(args)), OPERATOR, session_id, mcp_config(entry),
-        resume=resume, transport="channel",
+        resume=resume, transport="auto", hook_settings=hook, system_prompt=prompt,
     )  # fmt: skip
     client.record_session(
         wave.id,
         NewSession(
             participant=OPERATOR, session_id=session_id, wavelet_id=wave.root_id, agent=claude,
-            cwd=os.getcwd(), host=socket.gethostname(),
+            transport="auto", cwd=os.getcwd(), host=socket.gethostname(),
         ),
     )  # fmt: skip
     size = shutil.get_terminal_size((120, 40))

@@ -176,7 +176,8 @@ def spawn_report(report: SpawnReport) -> None:
     for p in report.panes:
         state = "ready" if p.ready else "NOT READY"
         why = f" ({p.why})" if p.why else ""
-        out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}")
+        route = f" — {p.route}" if p.route else ""
+        out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}{route}")
     out(f"attach: {report.attach}")
 
 
@@ -229,22 +230,37 @@ def status_table(st: WaveStatus) -> None:
     for r in st.rows:
         pane = "-" if r.pane_id is None else f"{r.pane_id} {r.pane}" + (f" ({r.exit})" if r.exit else "")
         cap = "-" if r.cap_used is None else f"{r.cap_used}/{r.cap}" + (" capped" if r.capped else "")
+        route = r.route or "-"
+        if r.unconfirmed:
+            route += f", {r.unconfirmed} unconfirmed" + (
+                f" (oldest {span(r.oldest_unconfirmed)})" if r.oldest_unconfirmed is not None else ""
+            )
+        why = r.route_why if r.route in ("hook", "unconfirmed") else ""
+        problem = f"receipts: {r.receipts_problem}" if r.receipts_problem else ""
+        note = "; ".join(x for x in (r.note, why, problem) if x)
         rows.append(
             [
                 r.wavelet.split("/", 1)[-1],
                 r.participant,
                 pane,
                 r.presence,
+                route,
                 ago(r.last_blip_at),
                 str(r.delivered),
                 cap,
                 (r.session_id or "-")[:8],
                 r.host or "-",
-                r.note,
+                note,
             ]
         )
-    head = ["WAVELET", "NAME", "PANE", "PRESENCE", "LAST BLIP", "DELIVERED", "CAP", "SESSION", "HOST", "NOTE"]
+    head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
+            "HOST", "NOTE"]  # fmt: skip
     table(head, rows)
+
+
+def span(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m"
 
 
 def status_tables(items: Sequence[WaveStatus]) -> None:

@@ -61,7 +61,9 @@ TransportOpt = Annotated[
     str,
     typer.Option(
         "--transport",
-        help="channel: woken by MCP channel notifications; hook: by an asyncRewake hook (no channels).",
+        help="auto: channel notifications, and an asyncRewake hook takes what Claude Code did not take "
+        "(sessions without the channels preview are woken by it); channel: notifications only; "
+        "hook: the hook only.",
     ),
 ]
 SocketOpt = Annotated[
@@ -80,10 +82,10 @@ TrustOpt = Annotated[
 WaitOpt = Annotated[float, typer.Option("--wait", metavar="SECONDS", help="How long to wait for each pane.")]
 
 
-def _transport(value: str) -> Literal["channel", "hook"]:
-    if value not in ("channel", "hook"):
-        raise errors.UsageError(f"--transport is channel or hook, not {value!r}")
-    return "channel" if value == "channel" else "hook"
+def _transport(value: str) -> Literal["auto", "channel", "hook"]:
+    if value not in ("auto", "channel", "hook"):
+        raise errors.UsageError(f"--transport is auto, channel or hook, not {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def make_spawner(socket: str | None, agent: str | None, transport: str, trust: bool, wait: float) -> Spawner:
@@ -127,7 +129,7 @@ def spawn(
     wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
     layout: LayoutOpt = DEFAULT_LAYOUT,
     agent: AgentOpt = None,
-    transport: TransportOpt = "channel",
+    transport: TransportOpt = "auto",
     socket: SocketOpt = None,
     trust: TrustOpt = False,
     wait: WaitOpt = 30.0,

@@ -96,7 +96,7 @@ def respawn(
     """Relaunch NAME's agent resuming its recorded session, in its pane (works from any machine)."""
     from fleet import supervise
 
-    spawner = make_spawner(socket, None, "channel", False, wait)
+    spawner = make_spawner(socket, None, "auto", False, wait)
     report = supervise.respawn(client(), spawner, wavelet_ref, name, force=force, wave_hint=wave)
     if as_json:
         render.dump(report)
@@ -119,7 +119,7 @@ def supervise_(
     from fleet import supervise
 
     name = _wave_name(wave, "supervise")
-    spawner = make_spawner(socket, None, "channel", False, wait)
+    spawner = make_spawner(socket, None, "auto", False, wait)
     sup = supervise.Supervisor(client(), spawner.tmux, spawner, name)
     rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
     render.note(f"supervising wave {sup.wave.name} (respawn ladder {rungs}, ...); Ctrl-C stops")

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -121,6 +121,22 @@ def watch(
         float | None,
         typer.Option(metavar="SECONDS", help="How long the attendant may take per batch [default: 2]."),
     ] = None,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            "--gate",
+            help="--hook beside a channel (spawn --transport auto): wait at the session's channel for the "
+            "frames it routes to the hook; deliver alone when no channel answers.",
+        ),
+    ] = False,
+    receipts: Annotated[
+        str,
+        typer.Option(
+            metavar="auto|transcript|none",
+            help="--hook: hand out again what Claude Code's transcript shows never entered the context "
+            "(auto: when Claude Code names its transcript on the hook's stdin).",
+        ),
+    ] = "auto",
 ) -> None:
     """Block until a blip lands for PARTICIPANT, print what is new and an `after=` line, and exit 0.
 
@@ -152,11 +168,12 @@ def watch(
         digest_hold=(DIGEST_HOLD if hook else 0.0) if digest_hold is None else digest_hold,
         attendant=attendant or None,
         attendant_timeout=attendant_timeout,
+        receipts=_receipts(receipts),
     )
     if hook:
         if not os.environ.get("FLEET_DEBUG"):  # stderr is read by the model on a wake: no stray logs
             logging.getLogger("fleet").setLevel(logging.ERROR)
-        raise typer.Exit(core.run_hook(config))
+        raise typer.Exit(core.run_hook(config, gate=gate, given=core.hook_input()))
     frames, next_after = core.watch(config, after)
     if as_json:
         for frame in frames:
@@ -170,6 +187,12 @@ def watch(
             render.out()
         render.out(f"after={next_after}")
     sys.stdout.flush()
+
+
+def _receipts(value: str) -> Literal["auto", "transcript", "none"]:
+    if value not in ("auto", "transcript", "none"):
+        raise errors.UsageError(f"--receipts is auto, transcript or none, not {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def hook_config(

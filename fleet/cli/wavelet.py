@@ -49,7 +49,7 @@ def fork(
     elif not as_json:
         render.wavelet(child, "forked")
     if lay is not None:
-        report = make_spawner(socket, agent, "channel", False, 30.0).spawn(child.id, lay)
+        report = make_spawner(socket, agent, "auto", False, 30.0).spawn(child.id, lay)
         report_and_exit(report, as_json)
 
 

@@ -26,8 +26,10 @@ import os
 import shlex
 import socket
 from pathlib import Path
+from typing import Literal
 
 from fleet import errors
+from fleet.delivery.ledger import BOUND
 from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention
 from fleet.models import OPERATOR, PARTICIPANT_RE
 from fleet.paths import get_paths
@@ -60,7 +62,16 @@ class TransportConfig:
     session_id: str | None = None
     host: str = field(default_factory=socket.gethostname)
     poll_wait: float = POLL_WAIT
+    receipts: Literal["auto", "transcript", "none"] = "auto"
+    """``transcript``: a blip counts as delivered when the session's own record shows it in the
+    model's context (Claude Code); ``none``: when it was handed out (agents that keep no transcript);
+    ``auto``: ``transcript`` inside Claude Code (``CLAUDECODE=1`` in the environment), else ``none``."""
+    bound: float = BOUND
+    """Seconds a push may go unaccepted before the hook takes it (``--transport auto``)."""
     # channel only
+    hook_fallback: bool = False
+    """A hook is installed beside the channel (``--transport auto``): pushes Claude Code does not
+    take go to it, and a session without channels is served by it alone."""
     deliver: bool = True
     """False (``--no-deliver``): the channel serves tools only; ``fleet watch --hook`` delivers."""
     ping_interval: float = 30.0
@@ -154,6 +165,13 @@ def check(config: TransportConfig) -> None:
         raise errors.UsageError("--digest-hold must be 0 (push digests at once) or a number of seconds")
     if config.cap < 0:
         raise errors.UsageError("--cap must be 0 (no cap) or a positive number of pushes")
+
+
+def receipts_on(config: TransportConfig) -> bool:
+    """Whether this transport takes receipts from the session's transcript."""
+    if config.receipts == "auto":
+        return os.environ.get("CLAUDECODE") == "1"
+    return config.receipts == "transcript"
 
 
 def read_token(config: TransportConfig) -> str:

@@ -37,10 +37,12 @@ import enum
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from fleet.delivery.state import DeliveryState
 from fleet.models import OPERATOR, Blip
+
+if TYPE_CHECKING:
+    from fleet.delivery.state import DeliveryState
 
 DEFAULT_CAP = 40
 """Pushes per wavelet before the exhaustion notice (docs/design.md §3); configurable per channel."""
@@ -328,13 +330,15 @@ class Delivery:
         """Decide, push and commit ``blips`` in order. ``push`` is called for DELIVER and NOTICE.
 
         Stops at the first push returning False, leaving that blip and those after it uncommitted
-        (targeted attention: that blip's whole wavelet batch, and the batches after it).
+        (targeted attention: that blip's whole wavelet batch, and the batches after it). No wake for
+        nothing: a wavelet's part of the batch whose only blips of others are ``system`` provenance is
+        held (see :meth:`_hold_lone_provenance`) until a blip that wakes arrives there.
         Returns (pushes made, whether every blip was handled).
         """
         if self.attention == "targeted":
             return self.deliver(self.batches(blips), push)
         pushed = 0
-        for blip in blips:
+        for blip in self._hold_lone_provenance(blips):
             decision = self.decide(blip)
             if decision.pushes:
                 if not push(decision):
@@ -342,6 +346,29 @@ class Delivery:
                 pushed += 1
             self.commit(decision)
         return pushed, True
+
+    def _hold_lone_provenance(self, blips: Iterable[Blip]) -> list[Blip]:
+        """Full attention: the blips to process now, oldest first; the rest is held.
+
+        Per wavelet, the held blips and the new ones together: when the blips of others among them
+        are all ``system`` (a join, a fork, a leave), the whole part is held (nothing committed,
+        :attr:`feed_cursors` moves past it) — fleet's provenance alone never wakes a session; it is
+        delivered just before the next blip there that does. A part without any blip of others (the
+        participant's own) is processed at once: it only moves the cursor.
+        """
+        by_wavelet: dict[str, list[Blip]] = {}
+        for blip in [*(b for held in self._held.values() for b in held), *blips]:
+            by_wavelet.setdefault(blip.wavelet_id, []).append(blip)
+        now: list[Blip] = []
+        still: dict[str, list[Blip]] = {}
+        for wavelet, part in by_wavelet.items():
+            others = [b for b in part if not self.own(b) and b.id > self.state.cursors.get(wavelet, "")]
+            if others and all(b.kind == "system" for b in others):
+                still[wavelet] = part
+            else:
+                now += part
+        self._held = still
+        return sorted(now, key=lambda b: b.id)
 
     # ------------------------------------------------------------ targeted attention
 
@@ -365,11 +392,13 @@ class Delivery:
     def gather(self, blips: Iterable[Blip], now: float) -> list[Batch]:
         """:meth:`batches` with the digest hold: the batches to deliver now, held blips included.
 
-        A wavelet's held blips join its new ones (in front). The batch is returned when it has a
-        full blip, when ``hold`` is 0, when its first held blip waited ``hold`` seconds (``now`` on
-        the caller's monotonic clock), when it has :data:`HOLD_MAX_LINES` digested blips, when it has
-        nothing to push (only the participant's own blips, or the wavelet is capped); otherwise it is
-        held (nothing committed) and :attr:`feed_cursors` moves past it.
+        A wavelet's held blips join its new ones (in front). A batch whose digested blips are all
+        ``system`` provenance (and nothing is full) is held with no deadline: provenance alone never
+        wakes. Otherwise the batch is returned when it has a full blip, when ``hold`` is 0, when its
+        first held blip waited ``hold`` seconds (``now`` on the caller's monotonic clock), when it
+        has :data:`HOLD_MAX_LINES` digested blips, when it has nothing to push (only the
+        participant's own blips, or the wavelet is capped); otherwise it is held (nothing
+        committed) and :attr:`feed_cursors` moves past it.
         """
         held = [b for blips_ in self._held.values() for b in blips_]
         since = self._held_since
@@ -378,13 +407,16 @@ class Delivery:
         ready: list[Batch] = []
         for batch in self.batches([*held, *blips]):
             wavelet = batch.wavelet_id
+            digested = batch.digested
+            if digested and not batch.full and all(b.kind == "system" for b in digested):
+                still[wavelet] = batch.blips  # provenance alone never wakes: held with no deadline
+                continue
             start = since.get(wavelet, now)
-            digested = len(batch.digested)
             due = (
                 self.hold <= 0
                 or not digested
                 or len(batch.full) > 0
-                or digested >= HOLD_MAX_LINES
+                or len(digested) >= HOLD_MAX_LINES
                 or now >= start + self.hold
                 or (wavelet in self.state.exhausted and not any(b.author == OPERATOR for b in batch.blips))
             )

@@ -20,26 +20,65 @@ from pathlib import Path
 from typing import IO, Literal
 from urllib.parse import urlsplit
 
+from fleet.delivery.frames import Frame
 from fleet.errors import CorruptState
 from fleet.paths import ensure_private_dir
 from fleet.wire import RecordError, dump, field, loads, record
 
+Path_ = Literal["channel", "hook", "waiting"]
+Route = Literal["unknown", "channel", "hook", "unconfirmed"]
+
+
+@record(extra="forbid")
+class Pending:
+    """A frame handed out and not yet seen entering the model's context (receipts on)."""
+
+    frame: Frame
+    path: Path_
+    """How it was handed out last: pushed on the channel, written by the hook, or ``waiting`` for
+    the hook's next arm (owed, not yet handed)."""
+    handed_at: float
+    """When (Unix seconds)."""
+    run: str = ""
+    """Which channel or hook process handed it (a restart makes earlier hand-outs suspect)."""
+    queued_at: float | None = None
+    """When Claude Code accepted it into its queue, if it did (it enters the context later)."""
+    attempts: int = 1
+
 
 @record(extra="forbid")
 class DeliveryState:
-    """The state file's content. Field names are the file format; ``version`` guards changes."""
+    """The state file's content. Field names are the file format; ``version`` guards changes
+    (version 1 files, written before receipts, load as version 2 with nothing pending)."""
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = 2
     daemon: str
     wave: str
     participant: str
     cursors: dict[str, str] = field(default_factory=dict)
-    """wavelet id -> id of the last blip handled there (delivered, noticed or stepped over)."""
+    """wavelet id -> id of the last blip handed out there (delivered, noticed or stepped over)."""
     delivered: dict[str, int] = field(default_factory=dict)
     """wavelet id -> pushes since the cap was last reset there."""
     exhausted: dict[str, str] = field(default_factory=dict)
     """wavelet id -> id of the blip that produced the exhaustion notice (at most one per reset)."""
     updated_at: float = 0.0
+    pending: list[Pending] = field(default_factory=list)
+    """Frames handed out whose blips the session's record does not yet show in its context."""
+    confirmed: dict[str, str] = field(default_factory=dict)
+    """wavelet id -> the newest blip id seen entering the model's context there."""
+    confirmed_count: int = 0
+    """Frames confirmed since the file was created (status, benchmarks)."""
+    transcript: str = ""
+    """The session whose transcript the receipts come from ('' with receipts off)."""
+    transcript_offset: int = 0
+    """Bytes of that transcript already read (a restart resumes there: no rescans)."""
+    route: Route = "unknown"
+    """What wakes the session, as far as the receipts tell: ``channel`` (a push was confirmed),
+    ``hook`` (pushes are not confirmed here: the hook delivers), ``unconfirmed`` (no path
+    confirmed anything yet and none is left), ``unknown`` (nothing handed out yet)."""
+    route_why: str = ""
+    receipts_problem: str = ""
+    """Why receipts cannot be read now ('' when they can)."""
 
 
 def daemon_key(url: str) -> str:
@@ -119,6 +158,7 @@ class StateFile:
         except RecordError as exc:
             first_loc, first_msg = exc.problems[0]
             raise self._corrupt(f"{first_loc or 'the file'}: {first_msg}") from exc
+        state.version = 2
         if (state.wave, state.participant) != (self.wave, self.participant):
             raise self._corrupt(
                 f"it belongs to {state.participant} in wave {state.wave}, "

@@ -1,0 +1,164 @@
+"""The ledger: frames handed out against what the session's own record shows reached its model.
+
+Pure bookkeeping over a :class:`~fleet.delivery.state.DeliveryState` (its ``pending``,
+``confirmed`` and ``route``), no I/O and no clock of its own: the transports hand it frames as they
+give them out and the receipts their :class:`~fleet.delivery.receipts.Transcript` reads, and ask
+it what must be handed out again. The rules (docs/design.md §3):
+
+* A frame is **confirmed** when its blips entered the model's context; it is **queued** when
+  Claude Code accepted it into its queue (it will enter at the end of the running turn). Both
+  times are recorded; only a confirmed frame leaves ``pending``.
+* A **push is lost** when Claude Code did not accept it within ``bound`` seconds (channels are
+  unavailable, or it dropped the push), or when the process that pushed it is gone (a new run)
+  and it had not entered. A lost push goes to the hook.
+* A **hook delivery is lost** when the transcript shows the session carried on (a line dated more
+  than ``grace`` seconds after the hand-out) without it entering, and it was not queued by this
+  run. Without that evidence — a transcript missing or unreadable — it is never handed out again:
+  a blip enters a context at most once, and stays counted as unconfirmed.
+* The **route** says what wakes the session: ``channel`` once a push was accepted, ``hook`` once a
+  push was lost before any was accepted (channels are not available here; pushing stops),
+  ``unconfirmed`` when a push was lost and no hook is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fleet.delivery.frames import Frame
+from fleet.delivery.receipts import Receipt
+from fleet.delivery.state import DeliveryState, Path_, Pending
+
+BOUND = 3.0
+"""Seconds a push may go unaccepted before it is lost. Claude Code 2.1.332 writes its enqueue line
+within milliseconds of a push (bench/receipts.py measures it); a few seconds leave room for a
+loaded machine without delaying the hook's fallback by much (docs/design.md §3)."""
+GRACE = 3.0
+"""Seconds after a hook hand-out before the transcript's silence about it counts as a loss (hook
+feedback that arrives mid-turn enters right after the turn: the next arm must not beat it)."""
+
+
+def frame_ids(frame: Frame) -> frozenset[str]:
+    """The blip ids a frame carries into the context (a digest: all it lists)."""
+    if frame.blip_ids is not None:
+        return frozenset(frame.blip_ids)
+    return frozenset({frame.id} if frame.id else ())
+
+
+class Ledger:
+    """The receipts' side of one participant's delivery (see the module docstring)."""
+
+    def __init__(
+        self, state: DeliveryState, run: str, *, hook: bool, bound: float = BOUND, grace: float = GRACE
+    ) -> None:
+        self.state = state
+        self.run = run
+        """The session process's identity (:func:`fleet.procs.identity` of the agent that runs the
+        channel or the hook): every hand-out is tagged with it, and one tagged by another process
+        did not reach this one's queue."""
+        self.hook = hook
+        """A hook is installed: lost pushes go to it, and a session whose pushes are never accepted
+        is served by it alone."""
+        self.bound = bound
+        self.grace = grace
+        self.last_at = 0.0
+        """The newest time the transcript showed (any dated line)."""
+        self.dirty = False
+
+    # ------------------------------------------------------------ recording
+
+    def hand(self, frame: Frame, path: Path_, now: float) -> None:
+        """``frame`` was just handed out on ``path`` (a frame with no blip is not tracked)."""
+        ids = frame_ids(frame)
+        if not ids:
+            return
+        for p in self.state.pending:
+            if frame_ids(p.frame) == ids:
+                p.path, p.handed_at, p.run, p.queued_at = path, now, self.run, None
+                p.attempts += 1
+                break
+        else:
+            self.state.pending.append(Pending(frame=frame, path=path, handed_at=now, run=self.run))
+        if self.state.route == "unknown" and path == "hook":
+            self._route("hook", "woken by the hook")
+        self.dirty = True
+
+    def apply(self, receipts: Iterable[Receipt], last_at: float = 0.0) -> list[Pending]:
+        """Take the transcript's receipts; returns the entries they confirmed (now out of pending)."""
+        self.last_at = max(self.last_at, last_at)
+        confirmed: list[Pending] = []
+        for r in receipts:
+            self.last_at = max(self.last_at, r.at)
+            got = frozenset(r.blip_ids)
+            for p in list(self.state.pending):
+                if not frame_ids(p.frame) <= got:
+                    continue
+                if p.path == "channel" and self.state.route != "channel":
+                    self._route("channel", "channel registered: Claude Code took a push")
+                if r.how == "queued":
+                    if p.queued_at is None:
+                        p.queued_at = r.at
+                        self.dirty = True
+                    continue
+                self.state.pending.remove(p)
+                wavelet = p.frame.wavelet_id
+                newest = max(frame_ids(p.frame))
+                if newest > self.state.confirmed.get(wavelet, ""):
+                    self.state.confirmed[wavelet] = newest
+                self.state.confirmed_count += 1
+                confirmed.append(p)
+                self.dirty = True
+        return confirmed
+
+    # ------------------------------------------------------------ what to hand out again
+
+    def lost_pushes(self, now: float) -> list[Pending]:
+        """Pushes Claude Code did not take in time (or that a gone process pushed and that did not
+        enter); the route turns to the hook when no push was ever taken. Oldest first."""
+        lost = [
+            p
+            for p in self.state.pending
+            if p.path == "channel"
+            and ((p.queued_at is None and now >= p.handed_at + self.bound) or p.run != self.run)
+        ]
+        if lost and self.state.route == "unknown":
+            if self.hook:
+                why = "channels unavailable here: Claude Code took no push; woken by the hook"
+                self._route("hook", why)
+            else:
+                self._route(
+                    "unconfirmed", "Claude Code took no push and no hook is installed: nothing wakes it"
+                )
+        return sorted(lost, key=lambda p: p.handed_at)
+
+    def lost_hooks(self, now: float) -> list[Pending]:
+        """Hook hand-outs the transcript passed over (see the module docstring). Oldest first."""
+        return sorted(
+            (
+                p
+                for p in self.state.pending
+                if p.path == "hook"
+                and (p.queued_at is None or p.run != self.run)
+                and self.last_at > p.handed_at + self.grace
+                and now >= p.handed_at + self.grace
+            ),
+            key=lambda p: p.handed_at,
+        )
+
+    def owe_hook(self, p: Pending, now: float) -> None:
+        """``p`` is to be handed by the hook at its next arm."""
+        p.path, p.handed_at, p.queued_at = "waiting", now, None
+        self.dirty = True
+
+    def waiting(self) -> list[Pending]:
+        """What the hook's next arm delivers, oldest first."""
+        return sorted((p for p in self.state.pending if p.path == "waiting"), key=lambda p: p.handed_at)
+
+    def unconfirmed(self, now: float) -> tuple[int, float | None]:
+        """(frames pending, age in seconds of the oldest or None)."""
+        pending = self.state.pending
+        return len(pending), (now - min(p.handed_at for p in pending)) if pending else None
+
+    def _route(self, route: str, why: str) -> None:
+        self.state.route = route  # type: ignore[assignment]
+        self.state.route_why = why
+        self.dirty = True
