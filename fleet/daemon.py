@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
 from fleet.console import Console
-from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, parse_listen
+from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     OPERATOR,
@@ -436,6 +436,12 @@ class Daemon:
             self._release()
             raise
         log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
+        if is_wildcard(self.host):
+            log.warning(
+                "WARNING: listening on EVERY network interface (%s): any machine that can reach this one"
+                " can reach the daemon; give one address (--listen ADDR:PORT) to serve one network",
+                self.host,
+            )
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""

@@ -112,7 +112,7 @@ def test_a_fork_name_taken_by_an_invisible_wavelet_answers_like_any_taken_name(w
     assert hidden.error["message"].replace("secret-plans", "N") == seen.error["message"].replace(
         "open-child", "N"
     )
-    for word in ("private", "roster", "alice"):
+    for word in ("private", "roster", "alice", "exists"):
         assert word not in hidden.error["message"]
     carol.close()
     alice.close()

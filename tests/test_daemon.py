@@ -753,7 +753,7 @@ def test_invalid_participant_names_are_400(world: World, name: str) -> None:
 
 def test_names_taken_are_409(world: World) -> None:
     _unchanged(world.daemon, lambda: world.op.new_wave("w1"), 409, "already exists")
-    _unchanged(world.daemon, lambda: world.op.fork(world.main, "pub"), 409, "already exists")
+    _unchanged(world.daemon, lambda: world.op.fork(world.main, "pub"), 409, "not available")
 
 
 @pytest.mark.parametrize("text", ["", " ", "\n\t  \r\n", "\u3000\u2003"])

@@ -333,3 +333,16 @@ def test_the_console_login_link_is_not_logged(fleet_env: Paths, caplog: pytest.L
         assert len(nonce) > 10 and nonce not in caplog.text
     finally:
         daemon.stop()
+
+
+def test_listening_on_every_interface_warns_loudly(
+    fleet_env: Paths, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    daemon = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True)
+    daemon.start()
+    try:
+        [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "EVERY" in r.getMessage()]
+        assert "0.0.0.0" in warning.getMessage() and "--listen ADDR:PORT" in warning.getMessage()
+    finally:
+        daemon.stop()

@@ -402,8 +402,10 @@ class Store:
             ).fetchone():
                 # One answer whether or not the caller can see the wavelet that has the name: a
                 # private wavelet's name must not be learnable from the refusal.
+                # "Not available", not "exists": the refusal does not confirm a wavelet the caller
+                # may not see (names are unique per wave, so that one bit stays: docs/design.md §1).
                 raise errors.Conflict(
-                    f"a wavelet named {name!r} already exists in this wave: pick another name"
+                    f"the wavelet name {name!r} is not available in this wave: pick another"
                 )
             at = now()
             fork_point = self._last_blip_id(conn, parent["id"]) or None
