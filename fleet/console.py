@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
@@ -59,6 +59,9 @@ from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +147,10 @@ class ConsoleHost(Protocol):
 
     @property
     def host_names(self) -> tuple[str, ...]: ...
+
+    def tls_context(self, host: str) -> ssl.SSLContext | None:
+        """The TLS context a listener on ``host`` serves with, or None for plain HTTP (loopback)."""
+        ...
 
     def dispatch(
         self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
@@ -238,7 +245,7 @@ class Console:
         if not is_loopback(host) and not allow_remote:
             raise errors.UsageError(
                 f"refusing to serve the console on non-loopback address {host}: pass --ui {host}:{port}"
-                " explicitly to open it to other machines (it is plain HTTP: prefer an SSH tunnel)"
+                " explicitly to open it to other machines (it then serves HTTPS)"
             )
         self.daemon = daemon
         self.host, self.port = host, port
@@ -267,6 +274,7 @@ class Console:
                 closing=lambda: self.closing,
                 queue=64,
                 host_names=self.daemon.host_names,
+                tls=self.daemon.tls_context(self.host),
             )
         except OSError as exc:
             raise errors.UsageError(
@@ -281,8 +289,8 @@ class Console:
         self.cookie_name = f"fleet_console_{self.port}"
         httpd.start()
         link = self.login_link()
-        if not self.loopback:
-            log.warning("console: %s is not loopback and the console speaks plain HTTP", self.url)
+        if not self.loopback and httpd.tls is None:
+            log.warning("WARNING: console: %s is not loopback and serves PLAIN HTTP", self.url)
         # The link is a credential: it goes to the operator's terminal (`fleet daemon run` prints
         # what start() returns), never into a log.
         log.info(
@@ -353,7 +361,8 @@ class Console:
 
     def cookie(self, sid: str, *, expire: bool = False) -> str:
         life = "; Max-Age=0" if expire else ""
-        return f"{self.cookie_name}={sid}; Path=/; HttpOnly; SameSite=Strict{life}"
+        secure = "; Secure" if self.url.startswith("https:") else ""
+        return f"{self.cookie_name}={sid}; Path=/; HttpOnly; SameSite=Strict{secure}{life}"
 
     # ---------------------------------------------------------------- request checks
 
@@ -367,12 +376,12 @@ class Console:
         host = host.strip("[]")
         return port == str(self.port) and host in ("127.0.0.1", "localhost", "::1")
 
-    @staticmethod
-    def same_origin(origin: str | None, host_header: str | None) -> bool:
+    def same_origin(self, origin: str | None, host_header: str | None) -> bool:
         """True when ``Origin`` names exactly the origin the request was sent to."""
         if not origin or not host_header:
             return False
-        return hmac.compare_digest(origin.strip().lower(), f"http://{host_header.strip().lower()}")
+        scheme = "https" if self.url.startswith("https:") else "http"
+        return hmac.compare_digest(origin.strip().lower(), f"{scheme}://{host_header.strip().lower()}")
 
     # ---------------------------------------------------------------- API
 

@@ -30,13 +30,14 @@ import os
 import re
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
@@ -73,7 +74,13 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
+from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
+
+if TYPE_CHECKING:
+    import ssl
+
+    from fleet.tls import ServerCert
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +355,10 @@ class Daemon:
         allow_remote_ui: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
         host_names: Sequence[str] = (),
+        tls: bool | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        insecure_plain_http: bool = False,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -365,6 +376,22 @@ class Daemon:
         self.idle_timeout = idle_timeout
         self.host_names = tuple(host_names)
         """Names other machines reach this daemon by (``--host-name``): accepted as ``Host``."""
+        if (tls_cert is None) != (tls_key is None):
+            raise errors.UsageError(
+                "give both --tls-cert and --tls-key (a certificate and its key), or neither"
+            )
+        if insecure_plain_http and (tls or tls_cert is not None):
+            raise errors.UsageError("--insecure-plain-http and TLS options contradict each other: pick one")
+        if tls is None:
+            tls = tls_cert is not None or (not is_loopback(host) and not insecure_plain_http)
+        self.tls = tls
+        """Serve HTTPS: off loopback unless ``insecure_plain_http``, and with a certificate given
+        (``tls`` forces it either way)."""
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self.insecure_plain_http = insecure_plain_http
+        self.certificate: ServerCert | None = None
+        """The certificate served (made or loaded at start), when some listener serves HTTPS."""
+        self._tls_ctx: ssl.SSLContext | None = None
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
@@ -382,6 +409,29 @@ class Daemon:
         """The console's first one-time login link (a credential: shown to the operator, not logged)."""
 
     # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The served certificate's SHA-256 fingerprint (clients pin it), None on plain HTTP."""
+        return self.certificate.fingerprint if self.certificate else None
+
+    def tls_context(self, host: str) -> ssl.SSLContext | None:
+        """The TLS context of a listener on ``host``: the daemon's own listener when :attr:`tls`, any
+        other (the console) off loopback unless ``insecure_plain_http``. Made once, shared."""
+        wanted = self.tls if host == self.host else not is_loopback(host) and not self.insecure_plain_http
+        if not wanted:
+            return None
+        if self._tls_ctx is None:
+            from fleet import tls as fleet_tls
+
+            if self.tls_cert is not None and self.tls_key is not None:
+                cert = fleet_tls.load_cert(self.tls_cert, self.tls_key)
+            else:
+                names = [self.host, *self.host_names, socket.gethostname(), "localhost", "127.0.0.1"]
+                cert = fleet_tls.ensure_self_signed(self.paths, names)
+            self._tls_ctx = fleet_tls.server_context(cert)
+            self.certificate = cert
+        return self._tls_ctx
 
     def _acquire_instance_lock(self) -> None:
         ensure_private_dir(self.paths.state)
@@ -417,13 +467,22 @@ class Daemon:
                 idle_timeout=self.idle_timeout,
                 closing=lambda: self.notifier.closing,
                 host_names=self.host_names,
+                tls=self.tls_context(self.host),
             )
             httpd.daemon = self
             self._httpd = httpd
             self.url = httpd.url
             write_private(
                 self.paths.endpoint,
-                dumps(Endpoint(url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__))
+                dumps(
+                    Endpoint(
+                        url=self.url,
+                        pid=os.getpid(),
+                        started_at=time.time(),
+                        version=__version__,
+                        fingerprint=self.fingerprint,
+                    )
+                )
                 + "\n",
             )
             if self.console is not None:
@@ -436,6 +495,18 @@ class Daemon:
             self._release()
             raise
         log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
+        if self.certificate is not None:
+            log.info(
+                "TLS certificate fingerprint %s (%s)",
+                shown(self.certificate.fingerprint),
+                self.certificate.cert,
+            )
+        if not is_loopback(self.host) and not self.tls:
+            log.warning(
+                "WARNING: PLAIN HTTP on the non-loopback address %s (--insecure-plain-http): every token,"
+                " the operator's included, crosses the network IN CLEAR",
+                self.host,
+            )
         if is_wildcard(self.host):
             log.warning(
                 "WARNING: listening on EVERY network interface (%s): any machine that can reach this one"
@@ -453,6 +524,11 @@ class Daemon:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
         self._open()
         assert self._httpd is not None
+        if self.certificate is not None:
+            sys.stderr.write(
+                f"fleet: TLS certificate fingerprint {shown(self.certificate.fingerprint)}"
+                f" (clients pin it: {self.url}#sha256={self.certificate.fingerprint})\n"
+            )
         if self.console_link:
             # A credential: onto the operator's terminal (stderr), never into the log's INFO lines.
             sys.stderr.write(f"fleet: console: log in at {self.console_link} (one-time link)\n")

@@ -38,11 +38,14 @@ import time
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet import errors
 from fleet.models import ErrorBody, ErrorEnvelope
 from fleet.wire import dump
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +212,7 @@ class Server(ThreadingHTTPServer):
         closing: Callable[[], bool] = lambda: False,
         queue: int = 128,
         host_names: Sequence[str] = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not idle_timeout > 0:
             raise errors.UsageError("the idle timeout must be a positive number of seconds")
@@ -220,6 +224,8 @@ class Server(ThreadingHTTPServer):
         self.idle_timeout = idle_timeout
         self.closing = closing
         self.host_rule = HostRule(addr[0], host_names)
+        self.tls = tls
+        """Serve HTTPS with this context (each connection's handshake runs in its own thread)."""
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._serving: threading.Thread | None = None
@@ -227,10 +233,11 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the bound socket (IPv6 hosts in brackets)."""
+        """``http(s)://host:port`` of the bound socket (IPv6 hosts in brackets)."""
         host, port = self.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     # -- lifecycle
 
@@ -289,13 +296,36 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- connection
 
+    plaintext = False
+    """A plain-HTTP client on a TLS listener: every request it sends is refused (400), none runs."""
+
     def setup(self) -> None:
+        self.request.settimeout(self.server.idle_timeout)
+        if self.server.tls is not None:
+            self.request = self._tls_handshake(self.request, self.server.tls)
         self.connection = self.request
         self.connection.settimeout(self.server.idle_timeout)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = _HeadDeadline(self.connection, self.server.idle_timeout)
         self.rfile = io.BufferedReader(self._reader)
         self.wfile = _Writer(self.connection)
+
+    def _tls_handshake(self, sock: socket.socket, ctx: ssl.SSLContext) -> socket.socket:
+        """The TLS side of a new connection, in its handler thread (a slow handshake holds no one
+        else up); a client that speaks plain HTTP instead keeps its socket, marked :attr:`plaintext`."""
+        import ssl
+
+        first = sock.recv(1, socket.MSG_PEEK)
+        if not first:
+            raise ConnectionAbortedError("closed before a TLS handshake")
+        if first != b"\x16":  # not a TLS handshake record: plain HTTP (or noise)
+            self.plaintext = True
+            return sock
+        try:
+            tls = ctx.wrap_socket(sock, server_side=True)
+        except ssl.SSLError as exc:  # e.g. the client refused our certificate (it pins another)
+            raise ConnectionAbortedError(f"TLS handshake failed: {exc.reason or exc}") from None
+        return tls
 
     def handle_one_request(self) -> None:
         self._reader.arm()  # from now until the head is parsed: the idle timeout's deadline
@@ -416,7 +446,16 @@ class Handler(BaseHTTPRequestHandler):
     # -- dispatch
 
     def host_ok(self) -> bool:
-        """The :class:`HostRule` check; a refusal is answered (421) and closes the connection."""
+        """The :class:`HostRule` check; a refusal is answered (421) and closes the connection.
+        A plain-HTTP request on a TLS listener is refused here too (400)."""
+        if self.plaintext:
+            self._refuse(
+                errors.UsageError(
+                    "this server speaks HTTPS only: use https:// with its certificate fingerprint"
+                    " (https://HOST:PORT#sha256=…, or `fleet remote join`)"
+                )
+            )
+            return False
         host = self.headers.get("Host")
         if self.server.host_rule.allows(host):
             return True

@@ -421,3 +421,5 @@ class Endpoint:
     pid: int
     started_at: float
     version: str
+    fingerprint: str | None = None
+    """The SHA-256 fingerprint of its TLS certificate when it serves HTTPS (clients pin it)."""

@@ -962,7 +962,7 @@ def test_bad_listen_is_a_usage_error(fleet_env: Paths, listen: str) -> None:
 
 
 def test_allow_remote_binds_all_interfaces(fleet_env: Paths) -> None:
-    d = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True)
+    d = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True, insecure_plain_http=True)  # TLS: test_tls.py
     d.start()
     try:
         port = int(d.url.rsplit(":", 1)[1])
