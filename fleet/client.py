@@ -56,6 +56,7 @@ from fleet.models import (
     MintRequest,
     NewBlip,
     NewFork,
+    NewMachine,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -64,6 +65,7 @@ from fleet.models import (
     PresenceList,
     PresenceReport,
     PresenceRow,
+    Remote,
     Revoked,
     RevokeRequest,
     RosterChange,
@@ -613,20 +615,30 @@ class Client:
         """Who wrote how much where, and when last; and the wave's newest blip id (operator only)."""
         return self._call("GET", f"/v1/waves/{_q(wave)}/activity", WaveActivity)
 
-    def mint_token(self, wave: str, participant: str) -> MintedToken:
-        """A new token for (wave, participant). The secret is in the answer only (operator only)."""
-        req = MintRequest(wave=wave, participant=participant)
+    def mint_token(self, wave: str, participant: str, machine: str | None = None) -> MintedToken:
+        """A new token for (wave, participant), for ``machine`` if given (listed and revoked with it).
+        The secret is in the answer only (operator only)."""
+        req = MintRequest(wave=wave, participant=participant, machine=machine)
         return self._call("POST", "/v1/tokens", MintedToken, req)
 
-    def list_tokens(self, wave: str | None = None) -> list[TokenInfo]:
-        query = f"?{urlencode({'wave': wave})}" if wave else ""
-        return self._call("GET", f"/v1/tokens{query}", TokenList).tokens
+    def mint_machine_token(self, machine: str, waves: Sequence[str]) -> MintedToken:
+        """A machine token: the operator's powers in ``waves``, for ``machine`` (the operator token only)."""
+        return self._call("POST", "/v1/machines", MintedToken, NewMachine(name=machine, waves=list(waves)))
+
+    def list_tokens(self, wave: str | None = None, machine: str | None = None) -> list[TokenInfo]:
+        query = {k: v for k, v in (("wave", wave), ("machine", machine)) if v}
+        return self._call("GET", f"/v1/tokens{'?' + urlencode(query) if query else ''}", TokenList).tokens
 
     def revoke_token(
-        self, token_id: str | None = None, wave: str | None = None, participant: str | None = None
+        self,
+        token_id: str | None = None,
+        wave: str | None = None,
+        participant: str | None = None,
+        machine: str | None = None,
     ) -> list[TokenInfo]:
-        """Revoke one token by id, or every token of (wave, participant). Returns what was revoked."""
-        req = RevokeRequest(token_id=token_id, wave=wave, participant=participant)
+        """Revoke one token by id, every token of (wave, participant), or every token of ``machine``.
+        Returns what was revoked."""
+        req = RevokeRequest(token_id=token_id, wave=wave, participant=participant, machine=machine)
         return self._call("POST", "/v1/tokens/revoke", Revoked, req).revoked
 
     def record_session(self, wave: str, session: NewSession) -> SessionRecord:
@@ -665,10 +677,13 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
     paths = paths or get_paths()
     token = _env_token()
     url = os.environ.get("FLEET_DAEMON", "").strip()
+    if url and "://" not in url:  # the name of a joined daemon (`fleet remote join`)
+        remote = load_remote(paths, url)
+        return Client(remote.url, token if token is not None else remote.token)
     if url:
         if token is None:
             endpoint = read_endpoint(paths)
-            if endpoint is None or endpoint.url.rstrip("/") != url.rstrip("/"):
+            if endpoint is None or endpoint.url.rstrip("/") != Client(url, "").url:
                 raise errors.UsageError(
                     f"FLEET_DAEMON is set to {url} but FLEET_TOKEN is not: set FLEET_TOKEN to a token "
                     "from `fleet token mint` (or FLEET_TOKEN_FILE to a file holding one)"
@@ -684,6 +699,32 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
             )
         endpoint, _ = start_local_daemon(paths, announce=True)
     return Client(endpoint_url(endpoint), token if token is not None else _operator_token(paths))
+
+
+def remote_path(paths: Paths, name: str) -> Path:
+    from fleet.models import PARTICIPANT_RE
+
+    if not PARTICIPANT_RE.fullmatch(name):
+        raise errors.UsageError(
+            f"{name[:40]!r} is neither a daemon URL (http://… or https://…#sha256=…) nor the name of a"
+            " joined daemon (lower case letter first, then letters, digits, '_' or '-')"
+        )
+    return paths.remotes / f"{name}.json"
+
+
+def load_remote(paths: Paths, name: str) -> Remote:
+    """The joined daemon ``name`` (``fleet remote join … --name NAME``), or UsageError."""
+    path = remote_path(paths, name)
+    try:
+        return loads(Remote, path.read_bytes())
+    except FileNotFoundError:
+        joined = sorted(p.stem for p in paths.remotes.glob("*.json")) if paths.remotes.is_dir() else []
+        raise errors.UsageError(
+            f"no joined daemon is named {name!r} (FLEET_DAEMON / --remote): "
+            + (f"joined here: {', '.join(joined)}" if joined else "join one with `fleet remote join STRING`")
+        ) from None
+    except (OSError, RecordError) as exc:
+        raise errors.UsageError(f"cannot read the joined daemon {path}: {exc}") from None
 
 
 def _env_token() -> str | None:

@@ -194,7 +194,7 @@ class TokenInfo:
     created_at: str
     revoked_at: str | None = None
     machine: str | None = None
-    """The machine it was minted for (``fleet remote invite``), if any."""
+    """The machine it was minted for (``fleet remote mint``), if any."""
     waves: list[str] | None = None
     """A machine token: the waves (names) it has the operator's powers in. None for a participant's."""
 
@@ -387,7 +387,7 @@ JOIN_PREFIX = "fleet-join1:"
 
 @record
 class JoinTicket:
-    """What ``fleet remote invite`` prints, encoded as one line, for ``fleet remote join`` elsewhere."""
+    """What ``fleet remote mint`` prints, encoded as one line, for ``fleet remote join`` elsewhere."""
 
     url: str
     """The daemon, pinned: ``https://HOST:PORT#sha256=<certificate fingerprint>``."""

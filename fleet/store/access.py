@@ -4,7 +4,7 @@ This is the store's one authorization layer. Every public :class:`fleet.store.St
 principal and goes through :class:`Access` before it reads or writes, so visibility is decided in
 one place. The rules (docs/design.md §1, §2):
 
-- The **operator** sees and may do everything. A **machine token** (``fleet remote invite``) is the
+- The **operator** sees and may do everything. A **machine token** (``fleet remote mint``) is the
   operator within the waves it was minted for (its ``scope``): there it may do what the operator
   does but create waves or mint machine tokens; other waves do not exist for it. A **participant**
   (from a participant token) acts in one wave only, as itself.
