@@ -56,6 +56,7 @@ from fleet.models import (
     MintRequest,
     NewBlip,
     NewFork,
+    NewMachine,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -64,6 +65,7 @@ from fleet.models import (
     PresenceList,
     PresenceReport,
     PresenceRow,
+    Remote,
     Revoked,
     RevokeRequest,
     RosterChange,
@@ -132,9 +134,19 @@ class _Connection:
     ``email``, which costs every ``fleet`` command and channel ~20 ms and ~6 MiB for nothing.
     """
 
-    def __init__(self, host: str, port: int | None, connect_timeout: float) -> None:
-        self.host, self.port = host, port or 80
+    def __init__(
+        self,
+        host: str,
+        port: int | None,
+        connect_timeout: float,
+        fingerprint: str | None = None,
+        url: str = "",
+    ) -> None:
+        self.host, self.port = host, port or (443 if fingerprint else 80)
         self._connect_timeout = connect_timeout
+        self.fingerprint = fingerprint
+        """TLS, pinned to this certificate fingerprint (:func:`fleet.tls.wrap_pinned`), or plain HTTP."""
+        self._url = url
         self.sock: socket.socket | None = None
         self._rfile: Any = None
         self.served = 0
@@ -143,6 +155,10 @@ class _Connection:
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), self._connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.fingerprint is not None:
+            from fleet.tls import wrap_pinned  # ssl and cryptography only for a daemon served over TLS
+
+            sock = wrap_pinned(sock, self.host, self.fingerprint, self._url)
         self.sock, self._rfile, self.served = sock, sock.makefile("rb"), 0
 
     def close(self) -> None:
@@ -153,7 +169,8 @@ class _Connection:
             sock.close()
 
     def send_request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> None:
-        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        head = f"{method} {target} HTTP/1.1\r\nHost: {host}:{self.port}\r\n"
         head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
         assert self.sock is not None
         self.sock.sendall(head.encode("latin-1") + (body or b""))
@@ -203,9 +220,26 @@ class _Connection:
         """True if the idle socket is readable: the server closed it (EOF) or sent something unasked."""
         if self.sock is None:
             return False
+        pending = getattr(self.sock, "pending", None)
+        if pending is not None and pending():
+            return True  # TLS bytes already decrypted: something unasked
         poller = select.poll()
         poller.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
         return bool(poller.poll(0))
+
+
+def parse_pin(fragment: str) -> str | None:
+    """The fingerprint a daemon URL's fragment pins (``sha256=…``), or None for no fragment."""
+    if not fragment:
+        return None
+    from fleet.tls import parse_fingerprint
+
+    return parse_fingerprint(fragment)
+
+
+def endpoint_url(endpoint: Endpoint) -> str:
+    """The endpoint's URL with its certificate pin when it serves HTTPS."""
+    return endpoint.url + (f"#sha256={endpoint.fingerprint}" if endpoint.fingerprint else "")
 
 
 def _unreachable(url: str, reason: str) -> errors.DaemonUnreachable:
@@ -235,13 +269,28 @@ class Client:
         retries: int = 5,
         backoff: float = 0.05,
         connect_timeout: float = 3.0,
+        fingerprint: str | None = None,
     ) -> None:
         parts = urlsplit(base_url.strip())
-        if parts.scheme != "http" or not parts.hostname:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise errors.UsageError(
-                f"daemon URL {base_url!r} is not an http://HOST:PORT address (check FLEET_DAEMON)"
+                f"daemon URL {base_url!r} is not an http://HOST:PORT or https://HOST:PORT#sha256=FP"
+                " address (check FLEET_DAEMON)"
             )
-        self.base_url = f"http://{parts.netloc}{parts.path.rstrip('/')}"
+        pin = fingerprint or parse_pin(parts.fragment)
+        if parts.scheme == "https" and pin is None:
+            raise errors.UsageError(
+                f"daemon URL {base_url!r} is https but names no certificate fingerprint to pin: give"
+                " https://HOST:PORT#sha256=FP (the daemon prints FP at start), or use `fleet remote join`"
+            )
+        if parts.scheme == "http" and pin is not None:
+            raise errors.UsageError(f"daemon URL {base_url!r} pins a certificate but is not https://")
+        self.fingerprint = pin
+        """The pinned certificate fingerprint (https), or None (plain HTTP: loopback)."""
+        self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        """The daemon's address, without the pin."""
+        self.base_url = self.url + (f"#sha256={pin}" if pin else "")
+        """The address with its pin: what a spawned agent's channel and hook are handed."""
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
@@ -281,7 +330,7 @@ class Client:
     def _conn(self) -> _Connection:
         conn: _Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = _Connection(self._host, self._port, self.connect_timeout)
+            conn = _Connection(self._host, self._port, self.connect_timeout, self.fingerprint, self.url)
             self._local.conn, self._local.pid = conn, os.getpid()
             with self._all_lock:
                 self._all.append(conn)
@@ -330,7 +379,7 @@ class Client:
         def backoff_or_raise(reason: str) -> None:
             nonlocal delay, attempt
             if attempt >= retries:
-                raise _unreachable(self.base_url, reason)
+                raise _unreachable(self.url, reason)
             attempt += 1
             log.debug("daemon %s: %s; retry %d in %.2fs", self.base_url, reason, attempt, delay)
             time.sleep(delay)
@@ -367,7 +416,7 @@ class Client:
                     raise _NoAnswer(_reason(exc)) from exc
             except TimeoutError:
                 conn.close()
-                raise _unreachable(self.base_url, f"no answer within {read_timeout:g}s") from None
+                raise _unreachable(self.url, f"no answer within {read_timeout:g}s") from None
             except _NoAnswer as exc:
                 conn.close()
                 if reused and not stale_retry_used:
@@ -377,7 +426,7 @@ class Client:
                     backoff_or_raise(str(exc))
                     continue
                 raise _unreachable(
-                    self.base_url, f"{exc} before answering; the {method} may or may not have been applied"
+                    self.url, f"{exc} before answering; the {method} may or may not have been applied"
                 ) from None
             except (OSError, _BadAnswer) as exc:
                 conn.close()
@@ -385,7 +434,7 @@ class Client:
                     backoff_or_raise(_reason(exc))
                     continue
                 raise _unreachable(
-                    self.base_url,
+                    self.url,
                     f"{_reason(exc)} while reading the answer; the {method} may have been applied",
                 ) from None
             conn.served += 1
@@ -425,7 +474,7 @@ class Client:
             return loads(model, data)
         except RecordError as exc:
             raise errors.FleetError(
-                f"the daemon at {self.base_url} answered {method} {path} with an unexpected body "
+                f"the daemon at {self.url} answered {method} {path} with an unexpected body "
                 f"({errors.describe(exc)}); is it a different fleet version?"
             ) from None
 
@@ -434,7 +483,7 @@ class Client:
             body = loads(ErrorEnvelope, data).error
         except RecordError:
             snippet = data[:200].decode("utf-8", "replace").strip()
-            return errors.FleetError(f"the daemon at {self.base_url} answered HTTP {status}: {snippet}")
+            return errors.FleetError(f"the daemon at {self.url} answered HTTP {status}: {snippet}")
         return errors.from_kind(body.kind, body.message)
 
     # ------------------------------------------------------------ the API (docs/http-api.md)
@@ -566,20 +615,30 @@ class Client:
         """Who wrote how much where, and when last; and the wave's newest blip id (operator only)."""
         return self._call("GET", f"/v1/waves/{_q(wave)}/activity", WaveActivity)
 
-    def mint_token(self, wave: str, participant: str) -> MintedToken:
-        """A new token for (wave, participant). The secret is in the answer only (operator only)."""
-        req = MintRequest(wave=wave, participant=participant)
+    def mint_token(self, wave: str, participant: str, machine: str | None = None) -> MintedToken:
+        """A new token for (wave, participant), for ``machine`` if given (listed and revoked with it).
+        The secret is in the answer only (operator only)."""
+        req = MintRequest(wave=wave, participant=participant, machine=machine)
         return self._call("POST", "/v1/tokens", MintedToken, req)
 
-    def list_tokens(self, wave: str | None = None) -> list[TokenInfo]:
-        query = f"?{urlencode({'wave': wave})}" if wave else ""
-        return self._call("GET", f"/v1/tokens{query}", TokenList).tokens
+    def mint_machine_token(self, machine: str, waves: Sequence[str]) -> MintedToken:
+        """A machine token: the operator's powers in ``waves``, for ``machine`` (the operator token only)."""
+        return self._call("POST", "/v1/machines", MintedToken, NewMachine(name=machine, waves=list(waves)))
+
+    def list_tokens(self, wave: str | None = None, machine: str | None = None) -> list[TokenInfo]:
+        query = {k: v for k, v in (("wave", wave), ("machine", machine)) if v}
+        return self._call("GET", f"/v1/tokens{'?' + urlencode(query) if query else ''}", TokenList).tokens
 
     def revoke_token(
-        self, token_id: str | None = None, wave: str | None = None, participant: str | None = None
+        self,
+        token_id: str | None = None,
+        wave: str | None = None,
+        participant: str | None = None,
+        machine: str | None = None,
     ) -> list[TokenInfo]:
-        """Revoke one token by id, or every token of (wave, participant). Returns what was revoked."""
-        req = RevokeRequest(token_id=token_id, wave=wave, participant=participant)
+        """Revoke one token by id, every token of (wave, participant), or every token of ``machine``.
+        Returns what was revoked."""
+        req = RevokeRequest(token_id=token_id, wave=wave, participant=participant, machine=machine)
         return self._call("POST", "/v1/tokens/revoke", Revoked, req).revoked
 
     def record_session(self, wave: str, session: NewSession) -> SessionRecord:
@@ -618,10 +677,13 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
     paths = paths or get_paths()
     token = _env_token()
     url = os.environ.get("FLEET_DAEMON", "").strip()
+    if url and "://" not in url:  # the name of a joined daemon (`fleet remote join`)
+        remote = load_remote(paths, url)
+        return Client(remote.url, token if token is not None else remote.token)
     if url:
         if token is None:
             endpoint = read_endpoint(paths)
-            if endpoint is None or endpoint.url.rstrip("/") != url.rstrip("/"):
+            if endpoint is None or endpoint.url.rstrip("/") != Client(url, "").url:
                 raise errors.UsageError(
                     f"FLEET_DAEMON is set to {url} but FLEET_TOKEN is not: set FLEET_TOKEN to a token "
                     "from `fleet token mint` (or FLEET_TOKEN_FILE to a file holding one)"
@@ -636,7 +698,33 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
                 "start it with `fleet daemon start`, or set FLEET_DAEMON"
             )
         endpoint, _ = start_local_daemon(paths, announce=True)
-    return Client(endpoint.url, token if token is not None else _operator_token(paths))
+    return Client(endpoint_url(endpoint), token if token is not None else _operator_token(paths))
+
+
+def remote_path(paths: Paths, name: str) -> Path:
+    from fleet.models import PARTICIPANT_RE
+
+    if not PARTICIPANT_RE.fullmatch(name):
+        raise errors.UsageError(
+            f"{name[:40]!r} is neither a daemon URL (http://… or https://…#sha256=…) nor the name of a"
+            " joined daemon (lower case letter first, then letters, digits, '_' or '-')"
+        )
+    return paths.remotes / f"{name}.json"
+
+
+def load_remote(paths: Paths, name: str) -> Remote:
+    """The joined daemon ``name`` (``fleet remote join … --name NAME``), or UsageError."""
+    path = remote_path(paths, name)
+    try:
+        return loads(Remote, path.read_bytes())
+    except FileNotFoundError:
+        joined = sorted(p.stem for p in paths.remotes.glob("*.json")) if paths.remotes.is_dir() else []
+        raise errors.UsageError(
+            f"no joined daemon is named {name!r} (FLEET_DAEMON / --remote): "
+            + (f"joined here: {', '.join(joined)}" if joined else "join one with `fleet remote join STRING`")
+        ) from None
+    except (OSError, RecordError) as exc:
+        raise errors.UsageError(f"cannot read the joined daemon {path}: {exc}") from None
 
 
 def _env_token() -> str | None:
@@ -677,7 +765,7 @@ def read_endpoint(paths: Paths) -> Endpoint | None:
 def _answers(endpoint: Endpoint) -> bool:
     """True if ``/v1/health`` at the endpoint answers with the endpoint's own pid."""
     try:
-        with Client(endpoint.url, "", timeout=2.0, retries=0) as probe:
+        with Client(endpoint_url(endpoint), "", timeout=2.0, retries=0) as probe:
             return probe.health().pid == endpoint.pid
     except errors.FleetError:
         return False

@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
@@ -59,6 +59,9 @@ from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +93,9 @@ LOGIN_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; 
 SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    # same-origin, not no-referrer: with no-referrer Chromium sends `Origin: null` on the page's own
+    # form posts (log in with the token, log out), which the Origin check must then refuse.
+    ("Referrer-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 )
 
@@ -139,6 +144,13 @@ class ConsoleHost(Protocol):
 
     @property
     def idle_timeout(self) -> float: ...
+
+    @property
+    def host_names(self) -> tuple[str, ...]: ...
+
+    def tls_context(self, host: str) -> ssl.SSLContext | None:
+        """The TLS context a listener on ``host`` serves with, or None for plain HTTP (loopback)."""
+        ...
 
     def dispatch(
         self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
@@ -233,7 +245,7 @@ class Console:
         if not is_loopback(host) and not allow_remote:
             raise errors.UsageError(
                 f"refusing to serve the console on non-loopback address {host}: pass --ui {host}:{port}"
-                " explicitly to open it to other machines (it is plain HTTP: prefer an SSH tunnel)"
+                " explicitly to open it to other machines (it then serves HTTPS)"
             )
         self.daemon = daemon
         self.host, self.port = host, port
@@ -261,6 +273,8 @@ class Console:
                 idle_timeout=self.daemon.idle_timeout,
                 closing=lambda: self.closing,
                 queue=64,
+                host_names=self.daemon.host_names,
+                tls=self.daemon.tls_context(self.host),
             )
         except OSError as exc:
             raise errors.UsageError(
@@ -275,9 +289,13 @@ class Console:
         self.cookie_name = f"fleet_console_{self.port}"
         httpd.start()
         link = self.login_link()
-        if not self.loopback:
-            log.warning("console: %s is not loopback and the console speaks plain HTTP", self.url)
-        log.info("console: log in at %s (one-time link)", link)
+        if not self.loopback and httpd.tls is None:
+            log.warning("WARNING: console: %s is not loopback and serves PLAIN HTTP", self.url)
+        # The link is a credential: it goes to the operator's terminal (`fleet daemon run` prints
+        # what start() returns), never into a log.
+        log.info(
+            "console: serving %s (the one-time login link is printed where the daemon started)", self.url
+        )
         return link
 
     def login_link(self) -> str:
@@ -343,7 +361,8 @@ class Console:
 
     def cookie(self, sid: str, *, expire: bool = False) -> str:
         life = "; Max-Age=0" if expire else ""
-        return f"{self.cookie_name}={sid}; Path=/; HttpOnly; SameSite=Strict{life}"
+        secure = "; Secure" if self.url.startswith("https:") else ""
+        return f"{self.cookie_name}={sid}; Path=/; HttpOnly; SameSite=Strict{secure}{life}"
 
     # ---------------------------------------------------------------- request checks
 
@@ -357,12 +376,12 @@ class Console:
         host = host.strip("[]")
         return port == str(self.port) and host in ("127.0.0.1", "localhost", "::1")
 
-    @staticmethod
-    def same_origin(origin: str | None, host_header: str | None) -> bool:
+    def same_origin(self, origin: str | None, host_header: str | None) -> bool:
         """True when ``Origin`` names exactly the origin the request was sent to."""
         if not origin or not host_header:
             return False
-        return hmac.compare_digest(origin.strip().lower(), f"http://{host_header.strip().lower()}")
+        scheme = "https" if self.url.startswith("https:") else "http"
+        return hmac.compare_digest(origin.strip().lower(), f"{scheme}://{host_header.strip().lower()}")
 
     # ---------------------------------------------------------------- API
 

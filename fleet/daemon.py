@@ -30,17 +30,19 @@ import os
 import re
 import secrets
 import signal
+import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
 from fleet.console import Console
-from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, parse_listen
+from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     OPERATOR,
@@ -52,6 +54,7 @@ from fleet.models import (
     MintRequest,
     NewBlip,
     NewFork,
+    NewMachine,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -71,7 +74,13 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
+from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
+
+if TYPE_CHECKING:
+    import ssl
+
+    from fleet.tls import ServerCert
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +251,7 @@ class Request:
             raise errors.UsageError("the request body is not valid JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
+        _check_integers(data)
         try:
             # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
             json.dumps(data, ensure_ascii=False).encode("utf-8")
@@ -271,9 +281,33 @@ class Request:
         if raw is None or raw == "":
             return default
         try:
-            return int(raw)
+            value = int(raw) if len(raw) <= 20 else None
         except ValueError:
-            raise errors.UsageError(f"query parameter {name}={raw!r} is not an integer") from None
+            value = None
+        if value is None or not -MAX_INT <= value <= MAX_INT:
+            raise errors.UsageError(
+                f"query parameter {name}={raw[:40]!r} is not an integer of at most 15 digits"
+            ) from None
+        return value
+
+
+MAX_INT = 10**15
+"""The largest integer a request may carry (JSON body or query): every count and limit is far below."""
+
+
+def _check_integers(data: Any, depth: int = 0) -> None:
+    """UsageError for an integer in a request body over :data:`MAX_INT` (in magnitude)."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if not -MAX_INT <= data <= MAX_INT:
+            raise errors.UsageError(f"an integer in the request body is out of range (at most {MAX_INT})")
+    elif isinstance(data, dict):
+        for v in data.values():
+            _check_integers(v, depth + 1)
+    elif isinstance(data, list):
+        for v in data:
+            _check_integers(v, depth + 1)
 
 
 Answer = tuple[int, Any]
@@ -320,6 +354,11 @@ class Daemon:
         ui: str | None = None,
         allow_remote_ui: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
+        host_names: Sequence[str] = (),
+        tls: bool | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        insecure_plain_http: bool = False,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -335,6 +374,24 @@ class Daemon:
         self.host, self.port = host, port
         self.max_blip_bytes = max_blip_bytes
         self.idle_timeout = idle_timeout
+        self.host_names = tuple(host_names)
+        """Names other machines reach this daemon by (``--host-name``): accepted as ``Host``."""
+        if (tls_cert is None) != (tls_key is None):
+            raise errors.UsageError(
+                "give both --tls-cert and --tls-key (a certificate and its key), or neither"
+            )
+        if insecure_plain_http and (tls or tls_cert is not None):
+            raise errors.UsageError("--insecure-plain-http and TLS options contradict each other: pick one")
+        if tls is None:
+            tls = tls_cert is not None or (not is_loopback(host) and not insecure_plain_http)
+        self.tls = tls
+        """Serve HTTPS: off loopback unless ``insecure_plain_http``, and with a certificate given
+        (``tls`` forces it either way)."""
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self.insecure_plain_http = insecure_plain_http
+        self.certificate: ServerCert | None = None
+        """The certificate served (made or loaded at start), when some listener serves HTTPS."""
+        self._tls_ctx: ssl.SSLContext | None = None
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
@@ -348,8 +405,33 @@ class Daemon:
         self.routes: tuple[Route, ...] = ROUTES
         self.console: Console | None = Console(self, ui, allow_remote=allow_remote_ui) if ui else None
         """The operator console (``ui=HOST:PORT``), or None: off unless asked for."""
+        self.console_link = ""
+        """The console's first one-time login link (a credential: shown to the operator, not logged)."""
 
     # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The served certificate's SHA-256 fingerprint (clients pin it), None on plain HTTP."""
+        return self.certificate.fingerprint if self.certificate else None
+
+    def tls_context(self, host: str) -> ssl.SSLContext | None:
+        """The TLS context of a listener on ``host``: the daemon's own listener when :attr:`tls`, any
+        other (the console) off loopback unless ``insecure_plain_http``. Made once, shared."""
+        wanted = self.tls if host == self.host else not is_loopback(host) and not self.insecure_plain_http
+        if not wanted:
+            return None
+        if self._tls_ctx is None:
+            from fleet import tls as fleet_tls
+
+            if self.tls_cert is not None and self.tls_key is not None:
+                cert = fleet_tls.load_cert(self.tls_cert, self.tls_key)
+            else:
+                names = [self.host, *self.host_names, socket.gethostname(), "localhost", "127.0.0.1"]
+                cert = fleet_tls.ensure_self_signed(self.paths, names)
+            self._tls_ctx = fleet_tls.server_context(cert)
+            self.certificate = cert
+        return self._tls_ctx
 
     def _acquire_instance_lock(self) -> None:
         ensure_private_dir(self.paths.state)
@@ -384,18 +466,28 @@ class Daemon:
                 limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
                 idle_timeout=self.idle_timeout,
                 closing=lambda: self.notifier.closing,
+                host_names=self.host_names,
+                tls=self.tls_context(self.host),
             )
             httpd.daemon = self
             self._httpd = httpd
             self.url = httpd.url
             write_private(
                 self.paths.endpoint,
-                dumps(Endpoint(url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__))
+                dumps(
+                    Endpoint(
+                        url=self.url,
+                        pid=os.getpid(),
+                        started_at=time.time(),
+                        version=__version__,
+                        fingerprint=self.fingerprint,
+                    )
+                )
                 + "\n",
             )
             if self.console is not None:
                 try:
-                    self.console.start()
+                    self.console_link = self.console.start()
                 except BaseException:
                     httpd.server_close()
                     raise
@@ -403,6 +495,24 @@ class Daemon:
             self._release()
             raise
         log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
+        if self.certificate is not None:
+            log.info(
+                "TLS certificate fingerprint %s (%s)",
+                shown(self.certificate.fingerprint),
+                self.certificate.cert,
+            )
+        if not is_loopback(self.host) and not self.tls:
+            log.warning(
+                "WARNING: PLAIN HTTP on the non-loopback address %s (--insecure-plain-http): every token,"
+                " the operator's included, crosses the network IN CLEAR",
+                self.host,
+            )
+        if is_wildcard(self.host):
+            log.warning(
+                "WARNING: listening on EVERY network interface (%s): any machine that can reach this one"
+                " can reach the daemon; give one address (--listen ADDR:PORT) to serve one network",
+                self.host,
+            )
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
@@ -414,6 +524,15 @@ class Daemon:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
         self._open()
         assert self._httpd is not None
+        if self.certificate is not None:
+            sys.stderr.write(
+                f"fleet: TLS certificate fingerprint {shown(self.certificate.fingerprint)}"
+                f" (clients pin it: {self.url}#sha256={self.certificate.fingerprint})\n"
+            )
+        if self.console_link:
+            # A credential: onto the operator's terminal (stderr), never into the log's INFO lines.
+            sys.stderr.write(f"fleet: console: log in at {self.console_link} (one-time link)\n")
+            sys.stderr.flush()
 
         def on_signal(signum: int, _frame: object) -> None:
             log.info("signal %s: shutting down", signum)
@@ -535,7 +654,13 @@ class Daemon:
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
-        return 200, Whoami(principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__)
+        waves = None
+        if r.who.waves is not None:
+            waves = [w.name for w in self._s.list_waves(r.who)]
+        return 200, Whoami(
+            principal=r.who.name, wave_id=r.who.wave_id, wave=wave, daemon_version=__version__,
+            machine=r.who.machine, waves=waves, can_mint=r.who.is_operator,
+        )  # fmt: skip
 
     def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
@@ -673,16 +798,25 @@ class Daemon:
 
     def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
-        return 201, self._s.mint_token(r.who, body.wave, body.participant, secrets.token_urlsafe(32))
+        secret = secrets.token_urlsafe(32)
+        return 201, self._s.mint_token(r.who, body.wave, body.participant, secret, machine=body.machine)
+
+    def _mint_machine(self, r: Request) -> Answer:
+        body = r.model(NewMachine)
+        return 201, self._s.mint_machine_token(r.who, body.name, body.waves, secrets.token_urlsafe(32))
 
     def _list_tokens(self, r: Request) -> Answer:
-        return 200, TokenList(tokens=self._s.list_tokens(r.who, r.query.get("wave") or None))
+        tokens = self._s.list_tokens(
+            r.who, r.query.get("wave") or None, machine=r.query.get("machine") or None
+        )
+        return 200, TokenList(tokens=tokens)
 
     def _revoke(self, r: Request) -> Answer:
         body = r.model(RevokeRequest)
         revoked = self._s.revoke_tokens(
-            r.who, token_id=body.token_id, wave=body.wave, participant=body.participant
+            r.who, token_id=body.token_id, wave=body.wave, participant=body.participant, machine=body.machine
         )
+        self.notifier.bump()  # a long-poll holding a revoked token wakes and is refused
         return 200, Revoked(revoked=revoked)
 
 
@@ -713,6 +847,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
     Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True),
     Route("POST", "/v1/tokens", Daemon._mint),
+    Route("POST", "/v1/machines", Daemon._mint_machine),
     Route("GET", "/v1/tokens", Daemon._list_tokens),
     Route("POST", "/v1/tokens/revoke", Daemon._revoke),
 )

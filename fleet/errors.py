@@ -13,6 +13,7 @@ into the same classes, so a caller sees the same exception locally and remotely.
     ├── NotFound (4, 404)            unknown wave, wavelet, blip, token — or invisible to the caller
     ├── Forbidden (5, 403)           visible, but the caller may not do this
     ├── Unauthorized (5, 401)        missing, wrong or revoked token
+    ├── Untrusted (5)                the daemon's certificate is not the pinned one (or no TLS)
     ├── Conflict (1, 409)            the name is taken, the daemon already runs
     ├── PayloadTooLarge (2, 413)     a blip or request body over the limit
     ├── CorruptState (1)             a delivery state file fleet cannot use (never overwritten)
@@ -85,6 +86,15 @@ class Unauthorized(FleetError):
     kind = "unauthorized"
 
 
+class Untrusted(FleetError):
+    """The connection is not to the daemon the client pinned: another or an expired certificate, no
+    TLS where TLS was expected. Nothing was sent on it (the token included)."""
+
+    exit_code = 5
+    status = 502
+    kind = "untrusted"
+
+
 class Conflict(FleetError):
     exit_code = 1
     status = 409
@@ -118,6 +128,7 @@ _BY_KIND: dict[str, type[FleetError]] = {
         NotFound,
         Forbidden,
         Unauthorized,
+        Untrusted,
         Conflict,
         PayloadTooLarge,
         CorruptState,

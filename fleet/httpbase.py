@@ -3,11 +3,11 @@
 :class:`Server` is a threading HTTP server (one thread per connection) and :class:`Handler` the
 request handler both subclass. What a caller (and a client) may rely on, for both:
 
-- **Bodies** are read by ``Content-Length`` only. ``Transfer-Encoding`` is refused (400), as is a
-  length that is not a plain decimal number (400); a body over the server's ``body_limit`` is refused
-  (413) without being read into memory: what the client still sends is drained, bounded in bytes
-  (:data:`DRAIN_LIMIT`) and time (:data:`DRAIN_SECONDS`), so that it reads the answer instead of a
-  reset connection. Each of these answers closes the connection.
+- **Bodies** are read by ``Content-Length`` only. ``Transfer-Encoding`` is refused (400), as are a
+  length that is not a plain decimal number and two ``Content-Length`` headers (400); a body over
+  the server's ``body_limit`` is refused (413) without being read into memory: what the client
+  still sends is drained, bounded in bytes (:data:`DRAIN_LIMIT`) and time (:data:`DRAIN_SECONDS`),
+  so that it reads the answer instead of a reset connection. Each of these answers closes the connection.
 - **One write per response**: head and body go to the socket in one ``send``, with ``TCP_NODELAY``
   set, so keep-alive clients are not stalled by delayed ACKs. An answer to ``HEAD`` has headers only.
 - **Errors** are JSON ``{"error": {"kind", "message"}}`` (:class:`fleet.models.ErrorEnvelope`) with the
@@ -17,6 +17,9 @@ request handler both subclass. What a caller (and a client) may rely on, for bot
   seconds is closed, whether it sits idle between keep-alive requests or trickles a head that never
   ends (slowloris). While a request is handled (a long-poll, an event stream) nothing is timed but
   each socket operation, by the same number of seconds.
+- **Host** (:class:`HostRule`): a request whose ``Host`` names neither the address the server is
+  bound to nor one of its names is refused (421) before anything runs, so a page on another site
+  cannot reach it through DNS rebinding.
 - **Graceful stop** (:meth:`Server.stop`): stop accepting, wait (bounded) for the requests in flight;
   a request that arrives while the server is closing is answered 503.
 """
@@ -35,11 +38,14 @@ import time
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet import errors
 from fleet.models import ErrorBody, ErrorEnvelope
 from fleet.wire import dump
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,62 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        return False
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` is the any-address (``0.0.0.0`` or ``::``): every interface."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+class HostRule:
+    """Which ``Host`` headers a listener answers: the names it is bound as.
+
+    - Bound to a loopback address: that address, ``127.0.0.1``, ``::1`` and ``localhost``.
+    - Bound to another address: that address, and this machine's names (``socket.gethostname()``
+      and its fully qualified form); bound to every interface (``0.0.0.0``/``::``), any IP literal
+      (a rebinding attack always arrives under a name, never an address).
+    - Always: the ``names`` given (``--host-name``: the name other machines use for it).
+
+    The port is not compared (a tunnel or a port forward changes it); names compare case-insensitively
+    without a trailing dot.
+    """
+
+    def __init__(self, bind_host: str, names: Sequence[str] = ()) -> None:
+        self.bind_host = bind_host.strip("[]").lower()
+        self.any_address = is_wildcard(self.bind_host)
+        allowed = {self.bind_host, *(n.strip().rstrip(".").lower() for n in names if n.strip())}
+        if is_loopback(self.bind_host):
+            allowed.update(LOOPBACK_NAMES)
+        else:
+            for name in (socket.gethostname(), socket.getfqdn()):
+                if name:
+                    allowed.add(name.rstrip(".").lower())
+        self.allowed = frozenset(allowed)
+
+    def allows(self, header: str | None) -> bool:
+        if not header:
+            return False
+        host = header.strip().lower()
+        if host.startswith("["):
+            host = host[1 : host.find("]")] if "]" in host else host
+        elif host.count(":") == 1:
+            host = host.partition(":")[0]
+        host = host.rstrip(".")
+        if host in self.allowed:
+            return True
+        if self.any_address:
+            try:
+                ipaddress.ip_address(host)
+                return True
+            except ValueError:
+                return False
         return False
 
 
@@ -149,6 +211,8 @@ class Server(ThreadingHTTPServer):
         idle_timeout: float = IDLE_TIMEOUT,
         closing: Callable[[], bool] = lambda: False,
         queue: int = 128,
+        host_names: Sequence[str] = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not idle_timeout > 0:
             raise errors.UsageError("the idle timeout must be a positive number of seconds")
@@ -159,6 +223,9 @@ class Server(ThreadingHTTPServer):
         self.limit_note = limit_note
         self.idle_timeout = idle_timeout
         self.closing = closing
+        self.host_rule = HostRule(addr[0], host_names)
+        self.tls = tls
+        """Serve HTTPS with this context (each connection's handshake runs in its own thread)."""
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._serving: threading.Thread | None = None
@@ -166,10 +233,11 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the bound socket (IPv6 hosts in brackets)."""
+        """``http(s)://host:port`` of the bound socket (IPv6 hosts in brackets)."""
         host, port = self.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     # -- lifecycle
 
@@ -228,13 +296,36 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- connection
 
+    plaintext = False
+    """A plain-HTTP client on a TLS listener: every request it sends is refused (400), none runs."""
+
     def setup(self) -> None:
+        self.request.settimeout(self.server.idle_timeout)
+        if self.server.tls is not None:
+            self.request = self._tls_handshake(self.request, self.server.tls)
         self.connection = self.request
         self.connection.settimeout(self.server.idle_timeout)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = _HeadDeadline(self.connection, self.server.idle_timeout)
         self.rfile = io.BufferedReader(self._reader)
         self.wfile = _Writer(self.connection)
+
+    def _tls_handshake(self, sock: socket.socket, ctx: ssl.SSLContext) -> socket.socket:
+        """The TLS side of a new connection, in its handler thread (a slow handshake holds no one
+        else up); a client that speaks plain HTTP instead keeps its socket, marked :attr:`plaintext`."""
+        import ssl
+
+        first = sock.recv(1, socket.MSG_PEEK)
+        if not first:
+            raise ConnectionAbortedError("closed before a TLS handshake")
+        if first != b"\x16":  # not a TLS handshake record: plain HTTP (or noise)
+            self.plaintext = True
+            return sock
+        try:
+            tls = ctx.wrap_socket(sock, server_side=True)
+        except ssl.SSLError as exc:  # e.g. the client refused our certificate (it pins another)
+            raise ConnectionAbortedError(f"TLS handshake failed: {exc.reason or exc}") from None
+        return tls
 
     def handle_one_request(self) -> None:
         self._reader.arm()  # from now until the head is parsed: the idle timeout's deadline
@@ -312,7 +403,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             self._refuse(errors.UsageError("chunked request bodies are not supported: send Content-Length"))
             return None
-        raw = self.headers.get("Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            self._refuse(errors.UsageError("two Content-Length headers: send one"))
+            return None
+        raw = lengths[0] if lengths else None
         if raw is None:
             return b""
         if not _LENGTH.fullmatch(raw.strip()):
@@ -350,9 +445,33 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- dispatch
 
+    def host_ok(self) -> bool:
+        """The :class:`HostRule` check; a refusal is answered (421) and closes the connection.
+        A plain-HTTP request on a TLS listener is refused here too (400)."""
+        if self.plaintext:
+            self._refuse(
+                errors.UsageError(
+                    "this server speaks HTTPS only: use https:// with its certificate fingerprint"
+                    " (https://HOST:PORT#sha256=…, or `fleet remote join`)"
+                )
+            )
+            return False
+        host = self.headers.get("Host")
+        if self.server.host_rule.allows(host):
+            return True
+        self._refuse(
+            errors.HttpError(
+                421,
+                f"this server does not answer to the name {(host or '')[:100]!r}: use the address it"
+                " listens on (or start it with --host-name NAME)",
+                "forbidden",
+            )
+        )
+        return False
+
     def _handle(self) -> None:
         body = self.read_body()
-        if body is None or not self.admit():
+        if body is None or not self.host_ok() or not self.admit():
             return
         if not self.server.enter():
             self.close_connection = True
@@ -374,8 +493,8 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = _handle
 
     def _unsupported(self) -> None:
-        if self.read_body() is None:
-            return  # already answered (bad Content-Length, body too large)
+        if self.read_body() is None or not self.host_ok():
+            return  # already answered (bad Content-Length, body too large, a foreign Host)
         self.respond_error(errors.HttpError(405, f"{self.command} is not supported"))
 
     do_PUT = _unsupported

@@ -49,5 +49,5 @@ class IdMinter:
 
 
 def is_id_like(text: str) -> bool:
-    """True when ``text`` could be an id or an id prefix (hex digits and dashes, 4 or more)."""
-    return len(text) >= 4 and all(c in "0123456789abcdef-" for c in text.lower())
+    """True when ``text`` could be an id or an id prefix (4 to 36 hex digits and dashes)."""
+    return 4 <= len(text) <= 36 and all(c in "0123456789abcdef-" for c in text.lower())

@@ -190,8 +190,13 @@ class TokenInfo:
     wave_id: str
     wave: str
     participant: str
+    """The participant it speaks as; ``operator`` for a machine token."""
     created_at: str
     revoked_at: str | None = None
+    machine: str | None = None
+    """The machine it was minted for (``fleet remote mint``), if any."""
+    waves: list[str] | None = None
+    """A machine token: the waves (names) it has the operator's powers in. None for a participant's."""
 
 
 @record
@@ -207,6 +212,13 @@ class Whoami:
     wave_id: str | None = None
     wave: str | None = None
     daemon_version: str
+    machine: str | None = None
+    """The machine the token was minted for (a join), if any."""
+    waves: list[str] | None = None
+    """A machine token: the waves it acts in as the operator. None: every wave (the operator token)
+    or the participant's one wave."""
+    can_mint: bool = False
+    """Whether this token may mint participant tokens (what ``fleet spawn`` needs)."""
 
 
 @record
@@ -345,6 +357,16 @@ class NewSession:
 class MintRequest:
     wave: str
     participant: str
+    machine: str | None = None
+    """Mint it for this machine (a participant's join): listed and revoked with the machine's."""
+
+
+@record(extra="forbid")
+class NewMachine:
+    """A machine token: the operator's powers in ``waves`` (names or ids) for the machine ``name``."""
+
+    name: str
+    waves: list[str]
 
 
 @record(extra="forbid")
@@ -352,9 +374,43 @@ class RevokeRequest:
     token_id: str | None = None
     wave: str | None = None
     participant: str | None = None
+    machine: str | None = None
+    """Every live token of this machine: its machine token and those minted for or by it."""
 
 
 # ---------------------------------------------------------------- files on disk
+
+
+JOIN_PREFIX = "fleet-join1:"
+"""How a join string starts; the rest is the :class:`JoinTicket` as base64url JSON (no padding)."""
+
+
+@record
+class JoinTicket:
+    """What ``fleet remote mint`` prints, encoded as one line, for ``fleet remote join`` elsewhere."""
+
+    url: str
+    """The daemon, pinned: ``https://HOST:PORT#sha256=<certificate fingerprint>``."""
+    token: str
+    machine: str
+    """The machine it was minted for: the default name it is stored under."""
+    waves: list[str] = field(default_factory=list)
+    """A machine token's waves (names); a participant's one wave."""
+    participant: str | None = None
+    """Set for a participant token (it speaks as this participant); None for a machine token."""
+
+
+@record
+class Remote:
+    """One joined daemon, stored 0600 as ``data/remotes/NAME.json``: ``FLEET_DAEMON=NAME`` uses it."""
+
+    name: str
+    url: str
+    token: str
+    machine: str
+    waves: list[str] = field(default_factory=list)
+    participant: str | None = None
+    joined_at: float = 0.0
 
 
 @record
@@ -365,3 +421,5 @@ class Endpoint:
     pid: int
     started_at: float
     version: str
+    fingerprint: str | None = None
+    """The SHA-256 fingerprint of its TLS certificate when it serves HTTPS (clients pin it)."""

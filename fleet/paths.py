@@ -30,6 +30,21 @@ class Paths:
         return self.data / "operator.token"
 
     @property
+    def tls_key(self) -> Path:
+        """The daemon's TLS private key, made at the first non-loopback start (0600)."""
+        return self.data / "tls" / "daemon.key"
+
+    @property
+    def tls_cert(self) -> Path:
+        """The daemon's self-signed certificate beside its key (0600): clients pin its fingerprint."""
+        return self.data / "tls" / "daemon.crt"
+
+    @property
+    def remotes(self) -> Path:
+        """Joined daemons, one 0600 ``NAME.json`` each (``fleet remote join``)."""
+        return self.data / "remotes"
+
+    @property
     def endpoint(self) -> Path:
         """Written by a running daemon: its url and pid. Removed on shutdown."""
         return self.state / "daemon.json"
@@ -64,6 +79,8 @@ class Paths:
             "logs": str(self.logs),
             "db": str(self.db),
             "operator_token": str(self.operator_token),
+            "tls_cert": str(self.tls_cert),
+            "remotes": str(self.remotes),
             "endpoint": str(self.endpoint),
             "daemon_log": str(self.daemon_log),
             "tokens": str(self.tokens),

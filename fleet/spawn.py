@@ -249,6 +249,19 @@ class Spawner:
 
     # ---------------------------------------------------------------- helpers
 
+    def require_minting(self, wave: Wave) -> None:
+        """Forbidden, before anything is made, unless the client's token can mint participant tokens
+        in ``wave`` (each spawned agent gets its own): the operator's, or a machine token for it."""
+        me = self.client.whoami()
+        if me.can_mint:
+            return
+        raise errors.Forbidden(
+            f"spawning needs a token that mints the agents' own tokens, and this is a participant"
+            f" token ({me.principal} in wave {me.wave or wave.name}): use the operator token on the"
+            " daemon's machine, or on another machine a machine token for this wave (on the daemon's"
+            f" machine: `fleet remote mint MACHINE --wave {wave.name}`, here: `fleet remote join STRING`)"
+        )
+
     def token_file(self, wave: Wave, participant: str) -> Path:
         return self.paths.tokens / wave.id / f"{participant}.token"
 
@@ -341,6 +354,7 @@ class Spawner:
     def spawn(self, wavelet_ref: str, layout: Layout, *, wave_hint: str | None = None) -> SpawnReport:
         wl = self.client.resolve(wavelet_ref, wave=wave_hint)
         wave = self.client.get_wave(wl.wave_id)
+        self.require_minting(wave)
         roster = [m.name for m in wl.roster if m.kind == "agent"]
         if not roster:
             raise errors.UsageError(
@@ -360,7 +374,48 @@ class Spawner:
         session_id, window_id, spare = self._window(wave, wl)
         created_window = bool(spare)
         reports: list[PaneReport] = []
-        before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
+        try:
+            before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
+            self._launch_all(wave, wl, layout, order, panes, records, window_id, spare, reports)
+        except BaseException:
+            # Nothing launched in a window made just now: take it away again (no stray placeholder).
+            if created_window and not reports:
+                with contextlib.suppress(errors.FleetError):
+                    self.tmux.kill_window(window_id)
+            else:
+                for leftover in spare:
+                    with contextlib.suppress(errors.FleetError):
+                        self.tmux.kill_pane(leftover)
+            raise
+        for leftover in spare:  # a placeholder nobody took (every member already ran elsewhere)
+            self.tmux.kill_pane(leftover)
+            if created_window:
+                window_id = ""
+        if window_id:
+            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
+        self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
+        return SpawnReport(
+            wave=wave.name,
+            wavelet=wl.path,
+            session_id=session_id,
+            window_id=window_id,
+            panes=reports,
+            attach=attach_hint(wave.name),
+        )
+
+    def _launch_all(
+        self,
+        wave: Wave,
+        wl: Wavelet,
+        layout: Layout,
+        order: list[str],
+        panes: list[PaneInfo],
+        records: dict[str, SessionRecord],
+        window_id: str,
+        spare: list[str],
+        reports: list[PaneReport],
+    ) -> None:
+        """Launch (or report running) each member in ``order``, appending to ``reports``."""
         for name in order:
             mine = [p for p in panes if p.participant == name]
             live = next((p for p in mine if p.alive), None)
@@ -387,21 +442,6 @@ class Spawner:
             # no pane at all (`fleet kill`, a closed window): a session recorded here resumes
             resume = record is not None and record.wavelet_id == wl.id
             reports.append(self._launch(pane_id, wave, wl, layout, name, record, resume=resume))
-        for leftover in spare:  # a placeholder nobody took (every member already ran elsewhere)
-            self.tmux.kill_pane(leftover)
-            if created_window:
-                window_id = ""
-        if window_id:
-            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
-        self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
-        return SpawnReport(
-            wave=wave.name,
-            wavelet=wl.path,
-            session_id=session_id,
-            window_id=window_id,
-            panes=reports,
-            attach=attach_hint(wave.name),
-        )
 
     def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
         """The wave's session and the wavelet's window, created if missing: (session, window, spare).
@@ -426,6 +466,7 @@ class Spawner:
         in the recorded wavelet's window. Works from any machine: everything comes from the daemon.
         """
         wave = self.client.get_wave(wave_ref)
+        self.require_minting(wave)
         records = {r.participant: r for r in self.client.sessions(wave.id)}
         record = records.get(participant)
         if record is None:

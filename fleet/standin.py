@@ -212,7 +212,7 @@ class Agent:
     def on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method != "notifications/claude/channel":
             return
-        content = str(params.get("content", ""))
+        content = _undefuse(str(params.get("content", "")))
         meta = {str(k): str(v) for k, v in (params.get("meta") or {}).items()}
         self.record(
             "notification",
@@ -320,13 +320,21 @@ _CHANNEL_TAG = re.compile(r'<channel source="fleet"((?: [a-z_]+="[^"]*")*)>\n(.*
 _ATTR = re.compile(r' ([a-z_]+)="([^"]*)"')
 
 
+_DEFUSED = re.compile(r"<\\(\s*/?\s*channel)", re.IGNORECASE)
+
+
+def _undefuse(text: str) -> str:
+    """A blip's text as written: :func:`fleet.delivery.frames.defuse` undone."""
+    return _DEFUSED.sub(r"<\1", text)
+
+
 def _hook_blips(text: str) -> list[tuple[str, dict[str, str]]]:
     """Blips from ``fleet watch --hook``'s stderr: its ``<channel source="fleet" …>`` blocks, read back
     the way the model reads them (attributes unescaped, ``<\\/channel`` restored) as (content, meta)."""
     out = []
     for m in _CHANNEL_TAG.finditer(text):
         meta = {k: html.unescape(v) for k, v in _ATTR.findall(m[1])}
-        out.append((m[2].replace("<\\/channel", "</channel"), meta))
+        out.append((_undefuse(m[2]), meta))
     return out
 
 

@@ -10,6 +10,11 @@ What callers may rely on (docs/design.md §6):
   items), so nothing in it is re-quoted or expanded. A pane is first created running a placeholder,
   given its options and ``remain-on-exit on``, and only then respawned into the agent: an agent
   that dies at once leaves a dead pane with its exit status and last lines, never a vanished one.
+- No string fleet passes reaches a shell or tmux's format expander. tmux format-expands some
+  arguments (``new-session -s``, ``-n`` window names, ``respawn-pane -c``: ``#(cmd)`` there runs
+  ``cmd`` through ``/bin/sh``), so those go through :func:`literal` (``#`` doubled, which tmux reads as
+  one ``#``); every argument's trailing ``;`` (tmux's command separator) is escaped
+  (:func:`_escape`). The command, ``-e`` environment and option values are never expanded.
 - A command over tmux's length limit is refused with an error, never truncated.
 """
 
@@ -91,8 +96,15 @@ def server(socket: str | None = None) -> libtmux.Server:
 
 
 def _escape(arg: str) -> str:
-    """tmux eats a trailing ``;`` as a command separator; ``\\;`` is the literal."""
-    return arg[:-1] + "\\;" if arg.endswith(";") and not arg.endswith("\\;") else arg
+    """tmux eats a trailing ``;`` of an argument as a command separator and reads a final ``\\;`` as
+    a literal ``;`` (so ``a\\;`` must be sent as ``a\\\\;``): every trailing ``;`` becomes ``\\;``."""
+    return arg[:-1] + "\\;" if arg.endswith(";") else arg
+
+
+def literal(arg: str) -> str:
+    """``arg`` for an argument tmux format-expands (names, ``-c``): ``#`` doubled (``##`` is a literal
+    ``#``, so ``#(…)``, ``#{…}`` and ``#[…]`` stay text), the trailing ``;`` escaped."""
+    return _escape(arg.replace("#", "##"))
 
 
 def check_length(argv: Sequence[str], what: str) -> None:
@@ -193,7 +205,7 @@ class Tmux:
         name = self._session_name(wave_name)
         out = self._cmd(
             "new-session", "-d", "-P", "-F", "#{session_id}\t#{window_id}\t#{pane_id}",
-            "-s", name, "-n", window_name, "-x", "220", "-y", "60", *PLACEHOLDER,
+            "-s", literal(name), "-n", literal(window_name), "-x", "220", "-y", "60", *PLACEHOLDER,
         )  # fmt: skip
         sid, wid, pid = out[0].split("\t")
         self._cmd("set-option", "-t", sid, "@fleet_wave", wave_id)
@@ -203,7 +215,7 @@ class Tmux:
     def new_window(self, session_id: str, wave_id: str, window_name: str, wavelet_id: str) -> tuple[str, str]:
         out = self._cmd(
             "new-window", "-d", "-P", "-F", "#{window_id}\t#{pane_id}", "-t", f"{session_id}:",
-            "-n", window_name, *PLACEHOLDER,
+            "-n", literal(window_name), *PLACEHOLDER,
         )  # fmt: skip
         wid, pid = out[0].split("\t")
         self._tag_window(wid, wave_id, wavelet_id)
@@ -249,16 +261,16 @@ class Tmux:
         check_length(argv, f"pane {pane_id}")
         args = ["respawn-pane", "-k", "-t", pane_id]
         if cwd:
-            args += ["-c", cwd]
+            args += ["-c", literal(cwd)]
         for k, v in (env or {}).items():
-            args += ["-e", f"{k}={v}"]
+            args += ["-e", _escape(f"{k}={v}")]
         self._cmd(*args, *[_escape(a) for a in argv])
 
     def arrange(self, window_id: str, arrangement: str, main_size: str | None = None) -> None:
         if main_size and arrangement.startswith("main-"):
             opt = "main-pane-width" if arrangement == "main-vertical" else "main-pane-height"
-            self._cmd("set-option", "-w", "-t", window_id, opt, main_size)
-        self._cmd("select-layout", "-t", window_id, arrangement)
+            self._cmd("set-option", "-w", "-t", window_id, opt, _escape(main_size))
+        self._cmd("select-layout", "-t", window_id, _escape(arrangement))
 
     # ---------------------------------------------------------------- I/O and teardown
 

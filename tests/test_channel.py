@@ -337,7 +337,7 @@ def test_tool_errors_are_actionable(world: World) -> None:
     assert "invalid arguments" in error_text("wavelet_fork", {"wavelet": "main", "name": "x", "with": "bob"})
     big = "x" * (300 * 1024)
     assert "Split" in error_text("wavelet_post", {"wavelet": "main", "text": big})
-    assert "already exists" in error_text("wavelet_fork", {"wavelet": "main", "name": "main"})
+    assert "not available" in error_text("wavelet_fork", {"wavelet": "main", "name": "main"})
 
 
 def test_revoked_token_is_reported_and_a_new_token_file_is_picked_up(world: World) -> None:

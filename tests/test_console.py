@@ -277,7 +277,7 @@ def test_a_non_loopback_console_needs_the_explicit_ask(fleet_env: Paths) -> None
     daemon = Daemon(fleet_env, ui="0.0.0.0:0", allow_remote_ui=True)
     daemon.start()
     try:
-        assert ui(daemon).url.startswith("http://0.0.0.0:")
+        assert ui(daemon).url.startswith("https://0.0.0.0:")  # off loopback: HTTPS
     finally:
         daemon.stop()
     assert parse_ui_address("8087") == ("127.0.0.1", 8087)

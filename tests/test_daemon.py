@@ -753,7 +753,7 @@ def test_invalid_participant_names_are_400(world: World, name: str) -> None:
 
 def test_names_taken_are_409(world: World) -> None:
     _unchanged(world.daemon, lambda: world.op.new_wave("w1"), 409, "already exists")
-    _unchanged(world.daemon, lambda: world.op.fork(world.main, "pub"), 409, "already exists")
+    _unchanged(world.daemon, lambda: world.op.fork(world.main, "pub"), 409, "not available")
 
 
 @pytest.mark.parametrize("text", ["", " ", "\n\t  \r\n", "\u3000\u2003"])
@@ -793,7 +793,7 @@ def test_body_over_the_limit_is_413_without_reading_it(world: World) -> None:
     d = world.daemon
     declared = 10**9  # a gigabyte the client never sends
     head = (
-        f"POST /v1/wavelets/{world.main}/blips HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v1/wavelets/{world.main}/blips HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Authorization: Bearer {d.operator_token}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {declared}\r\n\r\n"
     ).encode()
@@ -927,7 +927,9 @@ def test_unknown_endpoints_and_methods(world: World) -> None:
 
 
 def test_unsupported_method_with_a_bad_content_length_answers_once(world: World) -> None:
-    data = raw_exchange(world.daemon.url, b"PUT /v1/waves HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+    data = raw_exchange(
+        world.daemon.url, b"PUT /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n"
+    )
     responses = split_responses(data)
     assert [s for s, _, _ in responses] == [400], responses
 
@@ -935,8 +937,8 @@ def test_unsupported_method_with_a_bad_content_length_answers_once(world: World)
 def test_head_answers_without_a_body_and_keeps_the_connection_in_sync(world: World) -> None:
     data = raw_exchange(
         world.daemon.url,
-        b"HEAD /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
-        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"HEAD /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     )
     head, _, rest = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 405")
@@ -960,7 +962,7 @@ def test_bad_listen_is_a_usage_error(fleet_env: Paths, listen: str) -> None:
 
 
 def test_allow_remote_binds_all_interfaces(fleet_env: Paths) -> None:
-    d = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True)
+    d = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True, insecure_plain_http=True)  # TLS: test_tls.py
     d.start()
     try:
         port = int(d.url.rsplit(":", 1)[1])
@@ -1035,7 +1037,7 @@ def test_shutdown_answers_503_to_new_requests_on_a_kept_alive_connection(daemon:
     # the handler thread of the kept-alive connection may still answer: never a 2xx after stop
     try:
         sock.sendall(
-            b"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            b"GET /v1/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
             + daemon.operator_token.encode()
             + b"\r\n\r\n"
         )

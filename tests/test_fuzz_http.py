@@ -316,7 +316,12 @@ def segments(draw: st.DrawFn, target: Target, kind: str) -> str:
         st.one_of(
             st.just(real.upper()),
             st.just(real + "/../x"),
-            st.sampled_from(["..", ".", "%2e%2e", "0000", "----", "01", "a" * 300, "%", "%zz"]),
+            st.sampled_from(
+                [
+                    *["..", ".", "%2e%2e", "0000", "----", "01", "a" * 300, "%", "%zz"],
+                    *["a" * 50_000, "0" * 50_000, "w1/" + "x" * 50_000],  # issue 15: were 500s
+                ]
+            ),
             hostile_text,
         )
     )
@@ -343,7 +348,9 @@ def queries(draw: st.DrawFn, target: Target) -> str:
         hostile_text,
         st.sampled_from([r for rs in target.refs.values() for r in rs]),
         st.integers().map(str),
-        st.sampled_from(["-1", "0", "99999999999999999999999", "1.5", "true", "١٢"]),
+        st.sampled_from(
+            ["-1", "0", "99999999999999999999999", "1.5", "true", "١٢", "9" * 5000, "a" * 50_000]
+        ),
     )
     pairs = draw(st.lists(st.tuples(keys, values), max_size=5))
     if draw(st.booleans()):
@@ -356,7 +363,9 @@ raw_token = st.binary(min_size=1, max_size=12).filter(
     lambda b: bool(b.strip()) and b"\r" not in b and b"\n" not in b
 )
 
-BAD_LENGTHS = ["abc", "-1", "1e3", "5, 5", "99999999999999999999", "0x10", ""]
+BAD_LENGTHS = ["abc", "-1", "1e3", "5, 5", "99999999999999999999", "0x10", "", "1_2", "+5", "٣"]
+HOSTS = [b"Host: 127.0.0.1", b"Host: 127.0.0.1", b"Host: localhost:1", b"Host: fuzz", b"Host: a.evil", b""]
+"""Mostly a Host the daemon answers to (so requests get deep); sometimes one it must refuse (421)."""
 
 
 @dataclass
@@ -396,7 +405,8 @@ def raw_requests(draw: st.DrawFn, target: Target) -> RawRequest:
     )
     line = b" ".join(x for x in (method, path, version) if x)
     body = draw(st.one_of(st.sampled_from(RAW_BODIES[:15]), st.binary(max_size=300)))
-    headers = [b"Host: fuzz"]
+    host = draw(st.sampled_from(HOSTS))
+    headers = [host] if host else []
     auth = draw(st.sampled_from([*target.tokens, "Basic Zm9v"]))
     if auth is not None:
         headers.append(b"Authorization: " + (auth if auth.startswith("Basic") else f"Bearer {auth}").encode())
@@ -404,6 +414,9 @@ def raw_requests(draw: st.DrawFn, target: Target) -> RawRequest:
     cl = draw(st.sampled_from(lengths))
     if cl is not None:
         headers.append(b"Content-Length: " + str(cl).encode())
+    duplicate = cl is not None and draw(st.integers(0, 9)) == 0
+    if duplicate:  # two Content-Length headers, the same or not: 400 either way
+        headers.append(b"Content-Length: " + str(draw(st.sampled_from([cl, 0, 3]))).encode())
     extra = draw(
         st.lists(
             st.one_of(
@@ -438,7 +451,8 @@ def raw_requests(draw: st.DrawFn, target: Target) -> RawRequest:
     # http.server takes it as a HEAD (so must answer with no body) only if the request line parses
     words = line.decode("iso-8859-1").split()
     head = words[0] == "HEAD" and len(words) == 3 and words[2] in ("HTTP/1.1", "HTTP/1.0", "HTTP/0.9")
-    return RawRequest(data, head=head, bad_length=cl in BAD_LENGTHS and well_formed)
+    bad = (cl in BAD_LENGTHS or duplicate) and well_formed
+    return RawRequest(data, head=head, bad_length=bad)
 
 
 # ---------------------------------------------------------------- oracles
@@ -550,7 +564,10 @@ SPOILERS: list[Any] = [
     ["\ud800"],
     {"\ud800": "x"},
 ]
-RAW_SPOILERS = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"[" * 50_000 + b"]" * 50_000]
+RAW_SPOILERS = [
+    *[b"NaN", b"Infinity", b"-Infinity", b"1e400", b"[" * 50_000 + b"]" * 50_000],
+    *[b"9" * 5000, b"-" + b"9" * 4000, b"1" + b"0" * 16],  # integers past Python's and fleet's bounds
+]
 
 
 def test_every_field_of_every_post_route_spoiled(target: Target) -> None:

@@ -143,7 +143,9 @@ def test_the_console_reads_bodies_by_the_same_rules_as_the_daemon(
     for answers in (
         _console_raw(d, b"POST /login HTTP/1.1\r\nHost: HOST\r\n" + header + b"\r\n\r\n"),
         split_responses(
-            raw_exchange(d.url, b"POST /v1/waves HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n\r\n", timeout=5)
+            raw_exchange(
+                d.url, b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n\r\n", timeout=5
+            )
         ),
     ):
         [(got, headers, _body)] = answers
@@ -252,3 +254,95 @@ def test_a_long_poll_that_wakes_rechecks_that_the_reader_may_still_see(d: Daemon
     assert b"after bob left" not in out[0].raw
     op.close()
     bob.close()
+
+
+# ---------------------------------------------------------------- Host, Content-Length, the login link
+
+
+@pytest.mark.parametrize("which", ["daemon", "console"])
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        (b"Host: evil.example", 421),  # DNS rebinding: a page on evil.example resolved to 127.0.0.1
+        (b"Host: evil.example:PORT", 421),
+        (b"Host: 127.0.0.1.evil.example", 421),
+        (b"", 421),  # no Host at all (HTTP/1.1 requires one)
+        (b"Host: 127.0.0.1:PORT", None),
+        (b"Host: LOCALHOST:PORT", None),
+        (b"Host: [::1]:PORT", None),
+    ],
+)
+def test_a_host_the_server_is_not_bound_as_is_refused(
+    d: Daemon, which: str, host: bytes, status: int | None
+) -> None:
+    assert d.console is not None
+    url = d.url if which == "daemon" else d.console.url
+    path = b"/v1/health" if which == "daemon" else b"/login"
+    port = str(host_port(url)[1]).encode()
+    head = b"GET " + path + b" HTTP/1.1\r\n" + (host.replace(b"PORT", port) + b"\r\n" if host else b"")
+    [(got, headers, body)] = split_responses(
+        raw_exchange(url, head + b"Connection: close\r\n\r\n", timeout=5)
+    )
+    if status is None:
+        assert got in (200, 401) and b"--host-name" not in body, body  # the console: its login page
+    else:
+        assert got == status and headers.get("connection") == "close", (got, body)
+        assert b'"kind":"forbidden"' in body
+        assert which == "console" or b"--host-name" in body
+
+
+def test_a_host_name_given_with_host_name_is_answered(fleet_env: Paths) -> None:
+    daemon = Daemon(fleet_env, "127.0.0.1:0", host_names=["fleet.lan"])
+    daemon.start()
+    try:
+        for host, want in ((b"fleet.lan", 200), (b"FLEET.LAN:1", 200), (b"other.lan", 421)):
+            data = raw_exchange(
+                daemon.url, b"GET /v1/health HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n"
+            )
+            assert split_responses(data)[0][0] == want, host
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [(b"Content-Length: 2", b"Content-Length: 7"), (b"Content-Length: 1_2",), (b"Content-Length: \xd9\xa1",)],
+)
+def test_two_or_non_decimal_content_lengths_are_refused(d: Daemon, lengths: tuple[bytes, ...]) -> None:
+    body = b'{"name":"w9"}'
+    head = b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + d.operator_token.encode()
+    data = raw_exchange(d.url, head + b"\r\n" + b"\r\n".join(lengths) + b"\r\n\r\n" + body, timeout=5)
+    [(got, headers, _)] = split_responses(data)
+    assert got == 400 and headers.get("connection") == "close"
+    assert Http(d.url, d.operator_token).request("GET", "/v1/waves").ok()["waves"] == []
+
+
+def test_console_pages_send_referrers_to_their_own_origin_only(d: Daemon) -> None:
+    # no-referrer made Chromium post the token form with `Origin: null`, which the Origin check refuses
+    [(_, headers, _)] = _console_raw(d, b"GET /login HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n\r\n")
+    assert headers["referrer-policy"] == "same-origin"
+
+
+def test_the_console_login_link_is_not_logged(fleet_env: Paths, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
+    daemon = Daemon(fleet_env, "127.0.0.1:0", ui="127.0.0.1:0")
+    daemon.start()
+    try:
+        assert daemon.console is not None and daemon.console_link.startswith(daemon.console.url)
+        nonce = daemon.console_link.rsplit("=", 1)[-1]
+        assert len(nonce) > 10 and nonce not in caplog.text
+    finally:
+        daemon.stop()
+
+
+def test_listening_on_every_interface_warns_loudly(
+    fleet_env: Paths, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO")
+    daemon = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True)
+    daemon.start()
+    try:
+        [warning] = [r for r in caplog.records if r.levelname == "WARNING" and "EVERY" in r.getMessage()]
+        assert "0.0.0.0" in warning.getMessage() and "--listen ADDR:PORT" in warning.getMessage()
+    finally:
+        daemon.stop()

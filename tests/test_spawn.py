@@ -350,3 +350,20 @@ def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_
     settings = json.loads(next(a for a in carol.argv if a.startswith("--settings=")).split("=", 1)[1])
     command = settings["hooks"]["Stop"][0]["hooks"][0]["command"]
     assert command.endswith("--cap 3")
+
+
+def test_spawning_with_a_participant_token_says_what_token_it_needs_and_leaves_nothing(
+    operator: Client, daemon: Daemon, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    alice = Client(daemon.url, operator.mint_token("demo", "alice").token)
+    tokens_before = operator.list_tokens("demo")
+    sessions_before = operator.sessions("demo")
+    with pytest.raises(errors.Forbidden) as e:
+        spawner(alice, tmux_server, fleet_env).spawn("demo/main", layouts.load("trio", fleet_env))
+    message = str(e.value)
+    assert "participant token" in message and "alice" in message
+    assert "operator token" in message and "fleet remote mint" in message
+    assert "revokes tokens" not in message
+    assert not tmux_server.is_alive() or not tmux_server.sessions  # no stray placeholder pane
+    assert operator.list_tokens("demo") == tokens_before and operator.sessions("demo") == sessions_before
+    assert not (fleet_env.tokens).exists() or not any(fleet_env.tokens.rglob("*.token"))

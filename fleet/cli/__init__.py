@@ -51,8 +51,18 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote",
+            metavar="NAME",
+            help="Talk to the daemon joined as NAME (`fleet remote join`); same as FLEET_DAEMON=NAME.",
+        ),
+    ] = None,
 ) -> None:
     """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
+    if remote:
+        os.environ["FLEET_DAEMON"] = remote  # read by fleet.client.connect, and inherited by what it starts
 
 
 COMMANDS: dict[str, str] = {
@@ -80,6 +90,7 @@ COMMANDS: dict[str, str] = {
     "kill": "supervise",
     "watch": "watch",
     "hook-config": "watch",
+    "remote": "remote",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -25,7 +26,7 @@ def run(
         typer.Option(
             metavar="HOST:PORT",
             help="Address to serve on [default: 127.0.0.1:0, any free port]. A non-loopback "
-            "address serves other machines (tokens are always required).",
+            "address serves other machines, over HTTPS (tokens are always required).",
         ),
     ] = None,
     max_blip_bytes: Annotated[
@@ -37,6 +38,39 @@ def run(
             metavar="HOST:PORT",
             help="Also serve the operator console here (e.g. 127.0.0.1:8087); the log prints a "
             "one-time login link. Off unless given.",
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PEM",
+            help="Serve this certificate (with --tls-key) instead of the self-signed one made in the "
+            "data dir. Clients pin its fingerprint.",
+        ),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(metavar="PEM", help="The key of --tls-cert.")] = None,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve HTTPS on a loopback address too (behind a port forward). Off loopback it always is.",
+        ),
+    ] = False,
+    insecure_plain_http: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-plain-http",
+            help="Serve PLAIN HTTP on a non-loopback address: every token crosses the network in clear. "
+            "Only for a network you trust entirely.",
+        ),
+    ] = False,
+    host_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host-name",
+            metavar="NAME",
+            help="A name other machines reach this daemon by (repeatable): requests must carry it, "
+            "or the bound address, as their Host header.",
         ),
     ] = None,
 ) -> None:
@@ -54,6 +88,11 @@ def run(
         allow_remote=listen is not None,
         ui=ui,
         allow_remote_ui=ui is not None,
+        host_names=host_name or (),
+        tls=True if tls else None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        insecure_plain_http=insecure_plain_http,
     )
     daemon.serve_forever()
 

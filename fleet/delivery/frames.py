@@ -18,6 +18,7 @@ Meta keys are identifiers (``wavelet``, ``wavelet_id``, ``blip_id``, ``author``,
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -124,9 +125,19 @@ def error_frame(text: str) -> Frame:
 # ---------------------------------------------------------------- renderings
 
 
+_TAG = re.compile(r"<(\s*/?\s*channel)", re.IGNORECASE)
+
+
+def defuse(text: str) -> str:
+    """``text`` with every ``<channel`` and ``</channel`` (any case, spaces allowed) written
+    ``<\\channel`` / ``<\\/channel``, so no blip can close its block or open one that looks like
+    another author's. (Claude Code itself defuses only ``</channel``, case-sensitively.)"""
+    return _TAG.sub(r"<\\\1", text)
+
+
 def notification(frame: Frame) -> dict[str, Any]:
-    """The ``notifications/claude/channel`` params the channel pushes for ``frame``."""
-    return {"content": frame.text, "meta": frame.meta()}
+    """The ``notifications/claude/channel`` params the channel pushes for ``frame`` (text defused)."""
+    return {"content": defuse(frame.text), "meta": frame.meta()}
 
 
 def _attr(value: str) -> str:
@@ -137,7 +148,7 @@ def _attr(value: str) -> str:
 def channel_tag(frame: Frame) -> str:
     """``frame`` exactly as Claude Code shows a channel notification to the model (claude-code.md §2)."""
     attrs = "".join(f' {k}="{_attr(v)}"' for k, v in frame.meta().items())
-    text = frame.text.replace("</channel", "<\\/channel")
+    text = defuse(frame.text)
     return f'<channel source="{SOURCE}"{attrs}>\n{text}\n</channel>'
 
 

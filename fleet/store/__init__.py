@@ -45,6 +45,7 @@ visibility, permissions, references), :mod:`~fleet.store.checks` (names and text
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import sqlite3
 import uuid
@@ -73,7 +74,7 @@ from fleet.models import (
     Wavelet,
 )
 from fleet.store import checks, rows
-from fleet.store.access import OPERATOR_PRINCIPAL, Access, Principal, like_prefix
+from fleet.store.access import OPERATOR_PRINCIPAL, Access, Principal, check_ref, like_prefix
 from fleet.store.checks import RESERVED
 from fleet.store.events import (
     EVENT_TYPES,
@@ -209,25 +210,34 @@ class Store:
     # ---------------------------------------------------------------- principals
 
     def authenticate(self, token: str) -> Principal | None:
-        """The participant a token stands for, or None if unknown or revoked (operator: the daemon).
+        """Who a token stands for (a participant, or a machine's operator powers in its waves), or
+        None if unknown or revoked (the operator token itself is the daemon's to compare).
 
         The one public method without a principal: it is how one is obtained.
         """
         row = (
             self._r()
             .execute(
-                "SELECT wave_id, participant FROM tokens WHERE hash = ? AND revoked_at IS NULL",
+                "SELECT t.id, t.wave_id, t.participant, g.machine, g.scope FROM tokens t"
+                " LEFT JOIN token_grants g ON g.token_id = t.id WHERE t.hash = ? AND t.revoked_at IS NULL",
                 (hash_token(token),),
             )
             .fetchone()
         )
-        return Principal(row["participant"], row["wave_id"]) if row else None
+        if row is None:
+            return None
+        if row["scope"] is not None:
+            return Principal(
+                OPERATOR, None, waves=frozenset(json.loads(row["scope"])), machine=row["machine"],
+                token_id=row["id"],
+            )  # fmt: skip
+        return Principal(row["participant"], row["wave_id"], machine=row["machine"], token_id=row["id"])
 
     # ---------------------------------------------------------------- waves
 
     def create_wave(self, who: Principal, name: str, with_: Sequence[str] = ()) -> Wave:
         """A new wave named ``name`` with its root ``main`` whose roster is ``with_`` (operator only)."""
-        self.access.require_operator(who, "creates waves")
+        self.access.require_full_operator(who, "creates waves")
         checks.name(name, "wave")
         members = list(dict.fromkeys(checks.participant_name(n) for n in with_))
         with self._db.write() as conn:
@@ -254,7 +264,7 @@ class Store:
     def list_waves(self, who: Principal) -> list[Wave]:
         """The waves ``who`` may see (a participant: its own), without their wavelets, by id."""
         got = self._r().execute("SELECT * FROM waves ORDER BY id").fetchall()
-        return [rows.wave(w) for w in got if who.is_operator or w["id"] == who.wave_id]
+        return [rows.wave(w) for w in got if who.in_scope(w["id"])]
 
     def get_wave(self, who: Principal, ref: str) -> Wave:
         """The wave with the wavelets ``who`` may see (private ones only where it is on the roster)."""
@@ -344,12 +354,14 @@ class Store:
         "id > cursor" across the whole wave misses nothing and repeats nothing.
         """
         self.access.require_operator(who, "reads a whole wave's stream: read a wavelet")
-        w = self.access.wave(who, wave)
-        got = self._r().execute(
-            "SELECT * FROM blips WHERE id > ? AND wave_id = ? ORDER BY id LIMIT ?",
-            (after, w["id"], _page(limit)),
-        )
-        return [rows.blip(b) for b in got.fetchall()]
+        with self._db.snapshot() as r:
+            self.access.require_live(who)
+            w = self.access.wave(who, wave)
+            got = r.execute(
+                "SELECT * FROM blips WHERE id > ? AND wave_id = ? ORDER BY id LIMIT ?",
+                (after, w["id"], _page(limit)),
+            )
+            return [rows.blip(b) for b in got.fetchall()]
 
     # ---------------------------------------------------------------- wavelets
 
@@ -370,11 +382,16 @@ class Store:
         """Fork ``parent_ref``: a new wavelet whose context is the parent's up to now.
 
         The roster is ``with_`` plus the forking participant (unless that is the operator acting as
-        itself). A public fork announces itself in the parent; a private one only in itself.
+        itself). A public fork announces itself in the parent when the forker may write there (the
+        operator, a member); a private one only in itself. A public fork of a private parent does not
+        name it in its own provenance (its readers may not see the parent).
         """
         author = self.access.author(who, as_)
         parent = self.access.wavelet(who, parent_ref)
         checks.name(name, "wavelet")
+        # A public fork announces itself in the parent: that is a write there, so only where the
+        # forker may write (a non-member forks a public wavelet silently).
+        announce = not private and (who.is_operator or self.access.is_member(parent["id"], who.name))
         names = [checks.participant_name(n) for n in with_]
         if author != OPERATOR:
             names.insert(0, author)
@@ -383,15 +400,19 @@ class Store:
             if conn.execute(
                 "SELECT 1 FROM wavelets WHERE wave_id = ? AND name = ?", (parent["wave_id"], name)
             ).fetchone():
+                # One answer whether or not the caller can see the wavelet that has the name: a
+                # private wavelet's name must not be learnable from the refusal.
+                # "Not available", not "exists": the refusal does not confirm a wavelet the caller
+                # may not see (names are unique per wave, so that one bit stays: docs/design.md §1).
                 raise errors.Conflict(
-                    f"a wavelet named {name!r} already exists in this wave: pick another name"
+                    f"the wavelet name {name!r} is not available in this wave: pick another"
                 )
             at = now()
             fork_point = self._last_blip_id(conn, parent["id"]) or None
             wavelet_id = self.ids.mint()
             who_txt = ", ".join(members) if members else "nobody yet"
             blips = []
-            if not private:
+            if announce:
                 blips.append(
                     self._new_blip(
                         parent,
@@ -403,16 +424,19 @@ class Store:
                         actor=author,
                     )
                 )
+            # A public fork of a private wavelet is read by people who cannot see the parent: its
+            # provenance then neither names nor points at it.
+            hidden = bool(parent["private"]) and not private
+            origin = "" if hidden else f" from {parent['name']}"
             blips.append(
                 self._new_blip(
                     (wavelet_id, parent["wave_id"]),
                     "system",
                     "system",
-                    f"{author} forked {'private ' if private else ''}{name} from {parent['name']}"
-                    f" with {who_txt}",
+                    f"{author} forked {'private ' if private else ''}{name}{origin} with {who_txt}",
                     at,
-                    source_wavelet_id=parent["id"],
-                    source_blip_id=fork_point,
+                    source_wavelet_id=None if hidden else parent["id"],
+                    source_blip_id=None if hidden else fork_point,
                     actor=author,
                 )
             )
@@ -528,6 +552,7 @@ class Store:
             raise errors.UsageError(
                 f"{wl['name']!r} is the wave's root and has no parent to surface into: post instead"
             )
+        self._require_writer_of_parent(who, wl)
         if source_blip_id is not None:
             src = self.access.blip(who, source_blip_id)
             if src["wavelet_id"] != wl["id"]:
@@ -545,6 +570,18 @@ class Store:
             )
             record(conn, BlipSurfaced(blip=blip))
         return rows.blip_of(blip)
+
+    def _require_writer_of_parent(self, who: Principal, wl: Row) -> None:
+        """Forbidden unless ``who`` may post into ``wl``'s parent (visible to it, and on its roster).
+        A parent it cannot see is not named."""
+        parent = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (wl["parent_id"],)).fetchone()
+        if who.is_operator:
+            return
+        if not self.access.can_see(who, parent):
+            raise errors.Forbidden(
+                f"{who.name!r} cannot surface from {wl['name']!r}: only members of its parent wavelet can"
+            )
+        self.access.require_member(who, parent, "surface into it")
 
     def replace(self, who: Principal, ref: str, text: str, *, as_: str | None = None) -> Blip:
         """Append a new version of blip ``ref``. Only its author or the operator may; history stays."""
@@ -599,8 +636,10 @@ class Store:
         Re-checks on every call that ``who`` may still see the wavelet (NotFound once it was taken
         off a private wavelet's roster), so a long-poll that wakes never reads past a leave.
         """
-        self.access.wavelet_by_id(who, wavelet_id)
-        return self._blips_after(wavelet_id, after, limit, history)
+        with self._db.snapshot():  # the check and the read see one state: no leave slips between
+            self.access.require_live(who)
+            self.access.wavelet_by_id(who, wavelet_id)
+            return self._blips_after(wavelet_id, after, limit, history)
 
     def read_tail(
         self, who: Principal, ref: str, *, before: str | None = None, limit: int = 200
@@ -639,8 +678,9 @@ class Store:
     def context(self, who: Principal, ref: str) -> Context:
         """What ``who`` sees reading ``ref``: each ancestor's blips up to its fork point, then ``ref``'s.
 
-        Assembled per call. Ancestors the caller cannot see contribute no blips. Within each part,
-        replaced versions are hidden when their replacement falls inside the same part.
+        Assembled per call. Ancestors the caller cannot see contribute no blips and are left out of
+        ``path``. Within each part, replaced versions are hidden when their replacement falls inside
+        the same part.
         """
         wl = self.access.wavelet(who, ref)
         path = self.access.ancestry(wl)
@@ -665,7 +705,7 @@ class Store:
         wave_name = self.wave_name(who, wl["wave_id"])
         return Context(
             wavelet=self._wavelet(wl, wave_name),
-            path=[self._wavelet(n, wave_name) for n in path],
+            path=[self._wavelet(n, wave_name) for n in path if self.access.can_see(who, n)],
             blips=blips,
         )
 
@@ -678,49 +718,63 @@ class Store:
         cursors can step over them). A wavelet left is absent and delivers nothing. A participant
         reads only its own feed.
         """
-        w = self.access.wave(who, wave)
-        checks.participant_name(participant)
-        self.access.require_self(who, participant, f"{who.name!r} cannot read the feed of {participant!r}")
-        r = self._r()
-        memberships = r.execute(
-            "SELECT wl.id, wl.name, wl.private, m.since FROM members m JOIN wavelets wl ON wl.id ="
-            " m.wavelet_id WHERE m.name = ? AND wl.wave_id = ? ORDER BY wl.id",
-            (participant, w["id"]),
-        ).fetchall()
-        limit = _page(limit)
-        wavelets: list[FeedWavelet] = []
-        blips: list[Blip] = []
-        more = False
-        for row in memberships:
-            wavelets.append(
-                FeedWavelet(
-                    id=row["id"],
-                    name=row["name"],
-                    wave=w["name"],
-                    private=bool(row["private"]),
-                    since=row["since"],
-                )
+        with self._db.snapshot() as r:  # memberships and blips from one state: no leave slips between
+            self.access.require_live(who)
+            w = self.access.wave(who, wave)
+            checks.participant_name(participant)
+            self.access.require_self(
+                who, participant, f"{who.name!r} cannot read the feed of {participant!r}"
             )
-            cursor = cursors.get(row["id"])
-            if cursor is None or cursor < row["since"]:
-                cursor = row["since"]
-            got = r.execute(
-                "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
-                (row["id"], cursor, limit + 1),
+            memberships = r.execute(
+                "SELECT wl.id, wl.name, wl.private, m.since FROM members m JOIN wavelets wl ON wl.id ="
+                " m.wavelet_id WHERE m.name = ? AND wl.wave_id = ? ORDER BY wl.id",
+                (participant, w["id"]),
             ).fetchall()
-            if len(got) > limit:
-                more, got = True, got[:limit]
-            blips.extend(rows.blip(b) for b in got)
-        blips.sort(key=lambda b: b.id)
-        return Feed(wavelets=wavelets, blips=blips, more=more)
+            limit = _page(limit)
+            wavelets: list[FeedWavelet] = []
+            blips: list[Blip] = []
+            more = False
+            for row in memberships:
+                wavelets.append(
+                    FeedWavelet(
+                        id=row["id"],
+                        name=row["name"],
+                        wave=w["name"],
+                        private=bool(row["private"]),
+                        since=row["since"],
+                    )
+                )
+                cursor = cursors.get(row["id"])
+                if cursor is None or cursor < row["since"]:
+                    cursor = row["since"]
+                got = r.execute(
+                    "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
+                    (row["id"], cursor, limit + 1),
+                ).fetchall()
+                if len(got) > limit:
+                    more, got = True, got[:limit]
+                blips.extend(rows.blip(b) for b in got)
+            blips.sort(key=lambda b: b.id)
+            return Feed(wavelets=wavelets, blips=blips, more=more)
 
     # ---------------------------------------------------------------- tokens
 
-    def mint_token(self, who: Principal, wave: str, participant: str, secret: str) -> MintedToken:
-        """Record a participant token (only its hash). ``secret`` is generated by the caller."""
+    def mint_token(
+        self, who: Principal, wave: str, participant: str, secret: str, *, machine: str | None = None
+    ) -> MintedToken:
+        """Record a participant token (only its hash). ``secret`` is generated by the caller.
+
+        ``machine``: minted for that machine (a participant's join). A machine token's own mints are
+        its machine's, whatever ``machine`` says, so revoking the machine revokes them too.
+        """
         self.access.require_operator(who, "mints tokens")
         w = self.access.wave(who, wave)
         checks.participant_name(participant)
+        if who.machine is not None and who.is_operator:
+            machine = who.machine
+        elif machine is not None:
+            self.access.require_full_operator(who, "mints tokens for a machine")
+            checks.name(machine, "machine")
         with self._db.write() as conn:
             token_id, at = self.ids.mint(), now()
             record(
@@ -731,20 +785,82 @@ class Store:
                     participant=participant,
                     hash=hash_token(secret),
                     created_at=at,
+                    machine=machine,
                 ),
             )
         return MintedToken(
-            id=token_id, wave_id=w["id"], wave=w["name"], participant=participant, created_at=at, token=secret
-        )
+            id=token_id, wave_id=w["id"], wave=w["name"], participant=participant, created_at=at,
+            token=secret, machine=machine,
+        )  # fmt: skip
 
-    def list_tokens(self, who: Principal, wave: str | None = None) -> list[TokenInfo]:
-        """Every token (of ``wave``, if given), revoked ones included, by id: operator only."""
+    def mint_machine_token(
+        self, who: Principal, machine: str, waves: Sequence[str], secret: str
+    ) -> MintedToken:
+        """Record a machine token: the operator's powers in ``waves`` (at least one), for ``machine``.
+
+        Only the operator token itself mints one. A machine token can mint participant tokens in its
+        waves (to spawn panes there), never another machine token, and sees no other wave.
+        """
+        self.access.require_full_operator(who, "mints machine tokens")
+        checks.name(machine, "machine")
+        if not waves:
+            raise errors.UsageError("a machine token needs at least one wave: name the waves it may act in")
+        rows_ = [self.access.wave(who, w) for w in waves]
+        scope = list(dict.fromkeys(r["id"] for r in rows_))
+        with self._db.write() as conn:
+            token_id, at = self.ids.mint(), now()
+            record(
+                conn,
+                TokenMinted(
+                    token_id=token_id,
+                    wave_id=scope[0],
+                    participant=OPERATOR,
+                    hash=hash_token(secret),
+                    created_at=at,
+                    machine=machine,
+                    scope=scope,
+                ),
+            )
+        names = {r["id"]: r["name"] for r in rows_}
+        return MintedToken(
+            id=token_id, wave_id=scope[0], wave=names[scope[0]], participant=OPERATOR, created_at=at,
+            token=secret, machine=machine, waves=[names[i] for i in scope],
+        )  # fmt: skip
+
+    _TOKENS = (
+        "SELECT t.*, w.name AS wave, g.machine, g.scope FROM tokens t JOIN waves w ON w.id = t.wave_id"
+        " LEFT JOIN token_grants g ON g.token_id = t.id"
+    )
+
+    def _token_infos(self, who: Principal, got: Sequence[Row]) -> list[TokenInfo]:
+        """Token rows as ``who`` may list them: a machine token sees its waves' participant tokens."""
+        names = {w["id"]: w["name"] for w in self._r().execute("SELECT id, name FROM waves")}
+        out = []
+        for t in got:
+            scope = json.loads(t["scope"]) if t["scope"] is not None else None
+            if not who.is_full_operator and (scope is not None or not who.in_scope(t["wave_id"])):
+                continue
+            info = rows.token_info(t)
+            info.machine = t["machine"]
+            info.waves = [names[i] for i in scope] if scope is not None else None
+            out.append(info)
+        return out
+
+    def list_tokens(
+        self, who: Principal, wave: str | None = None, *, machine: str | None = None
+    ) -> list[TokenInfo]:
+        """Every token (of ``wave``, of ``machine``, if given), revoked ones included, by id: the
+        operator (a machine token: the participant tokens of its waves)."""
         self.access.require_operator(who, "lists tokens")
-        sql = "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
-        args: tuple[str, ...] = ()
+        sql, args = self._TOKENS + " WHERE 1", []
         if wave:
-            sql, args = sql + " WHERE t.wave_id = ?", (self.access.wave(who, wave)["id"],)
-        return [rows.token_info(t) for t in self._r().execute(sql + " ORDER BY t.id", args)]
+            sql += " AND t.wave_id = ?"
+            args.append(self.access.wave(who, wave)["id"])
+        if machine:
+            check_ref(machine, "machine")
+            sql += " AND g.machine = ?"
+            args.append(machine)
+        return self._token_infos(who, self._r().execute(sql + " ORDER BY t.id", args).fetchall())
 
     def revoke_tokens(
         self,
@@ -753,29 +869,40 @@ class Store:
         token_id: str | None = None,
         wave: str | None = None,
         participant: str | None = None,
+        machine: str | None = None,
     ) -> list[TokenInfo]:
-        """Revoke one token by id, or every live token of (wave, participant). Returns those revoked."""
+        """Revoke one token by id, every live token of (wave, participant), or every token of a
+        ``machine`` (its machine token and the tokens minted for or by it; the operator token itself
+        only). Revoking a machine token by id revokes its machine's tokens too. Returns those revoked."""
         self.access.require_operator(who, "revokes tokens")
         r = self._r()
         if token_id:
+            check_ref(token_id, "token")
             found = r.execute(
-                "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
-                " WHERE t.id = ? OR t.id LIKE ? ESCAPE '\\'",
+                self._TOKENS + " WHERE t.id = ? OR t.id LIKE ? ESCAPE '\\'",
                 (token_id, like_prefix(token_id)),
             ).fetchall()
+            found = [t for t in found if self._token_infos(who, [t])]
             if len(found) != 1:
                 raise errors.NotFound(f"no token {token_id!r}: `fleet token list` shows them")
-        elif wave and participant:
+            if found[0]["scope"] is not None:
+                found = r.execute(self._TOKENS + " WHERE g.machine = ?", (found[0]["machine"],)).fetchall()
+        elif machine and not (wave or participant):
+            self.access.require_full_operator(who, "revokes a machine's tokens")
+            check_ref(machine, "machine")
+            found = r.execute(self._TOKENS + " WHERE g.machine = ?", (machine,)).fetchall()
+            if not found:
+                raise errors.NotFound(f"no tokens for machine {machine!r}: `fleet token list` shows them")
+        elif wave and participant and not machine:
             w = self.access.wave(who, wave)
             found = r.execute(
-                "SELECT t.*, w.name AS wave FROM tokens t JOIN waves w ON w.id = t.wave_id"
-                " WHERE t.wave_id = ? AND t.participant = ?",
+                self._TOKENS + " WHERE t.wave_id = ? AND t.participant = ? AND g.scope IS NULL",
                 (w["id"], participant),
             ).fetchall()
             if not found:
                 raise errors.NotFound(f"no token for {participant!r} in wave {w['name']!r}")
         else:
-            raise errors.UsageError("name a token id, or both a wave and a participant")
+            raise errors.UsageError("name a token id, a machine, or both a wave and a participant")
         live = [t for t in found if t["revoked_at"] is None]
         if live:
             with self._db.write() as conn:
@@ -830,11 +957,11 @@ class Store:
 
     def events(self, who: Principal) -> Iterator[Event]:
         """The whole event log as typed events, oldest first: operator only."""
-        self.access.require_operator(who, "reads the event log")
+        self.access.require_full_operator(who, "reads the event log")
         for row in self._r().execute("SELECT type, payload FROM events ORDER BY seq"):
             yield parse(row["type"], row["payload"])
 
     def dump(self, who: Principal) -> dict[str, list[tuple[Any, ...]]]:
         """Every materialised row, table by table, in a stable order (for comparing stores): operator only."""
-        self.access.require_operator(who, "dumps the store")
+        self.access.require_full_operator(who, "dumps the store")
         return dump_tables(self._r())

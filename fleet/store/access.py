@@ -4,13 +4,21 @@ This is the store's one authorization layer. Every public :class:`fleet.store.St
 principal and goes through :class:`Access` before it reads or writes, so visibility is decided in
 one place. The rules (docs/design.md §1, §2):
 
-- The **operator** sees and may do everything. A **participant** (from a participant token) acts in
-  one wave only, as itself.
+- The **operator** sees and may do everything. A **machine token** (``fleet remote mint``) is the
+  operator within the waves it was minted for (its ``scope``): there it may do what the operator
+  does but create waves or mint machine tokens; other waves do not exist for it. A **participant**
+  (from a participant token) acts in one wave only, as itself.
+- A token is re-checked wherever a request waits (long-polls): revoked while it waits, it is
+  :class:`~fleet.errors.Unauthorized` at the next wake-up (:meth:`Access.require_live`).
 - A **private** wavelet is invisible to anyone not on its roster: every lookup reports it as not
   found (404), never forbidden, so its existence does not leak. So are other waves, and blips in
   wavelets the principal cannot see.
-- Writing into a visible wavelet (post, surface, invite) takes being on its roster; a participant
-  may take only itself off a roster, and replace only its own blips.
+- Writing into a visible wavelet (post, surface, invite) takes being on its roster; a surface
+  writes into the parent, so it takes the right to post there; a fork announces itself in the
+  parent only where the forker has that right. A participant may take only itself off a roster,
+  and replace only its own blips.
+- What is shown of a wavelet's ancestors (a context's path, provenance text) leaves out those the
+  caller cannot see.
 
 References resolve as: a wave by name, id or unique id prefix; a wavelet as ``WAVE/NAME``, as ``NAME``
 within a wave (the principal's own, or the one given), by id or by unique id prefix (prefixes are
@@ -33,14 +41,31 @@ Row = sqlite3.Row
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is asking: the operator, or one participant of one wave (from a participant token)."""
+    """Who is asking: the operator, a machine token (the operator within ``waves``), or one
+    participant of one wave (from a participant token). ``token_id``: the token it came from (None
+    for the operator token); ``machine``: the machine that token was minted for."""
 
     name: str
     wave_id: str | None = None
+    waves: frozenset[str] | None = None
+    machine: str | None = None
+    token_id: str | None = None
 
     @property
     def is_operator(self) -> bool:
+        """The operator's powers (within :attr:`waves` for a machine token)."""
         return self.wave_id is None
+
+    @property
+    def is_full_operator(self) -> bool:
+        """The operator token itself: every wave, and the powers no machine token has."""
+        return self.wave_id is None and self.waves is None
+
+    def in_scope(self, wave_id: str) -> bool:
+        """Whether the wave with this id exists for this principal."""
+        if self.wave_id is not None:
+            return wave_id == self.wave_id
+        return self.waves is None or wave_id in self.waves
 
     @classmethod
     def operator(cls) -> Principal:
@@ -48,6 +73,18 @@ class Principal:
 
 
 OPERATOR_PRINCIPAL = Principal.operator()
+
+
+MAX_REF = 200
+"""The longest reference looked up: an id is 36 characters, WAVE/WAVELET at most 129."""
+
+
+def check_ref(ref: str, what: str) -> None:
+    """UsageError for a reference no wave, wavelet, blip or token could have (too long)."""
+    if isinstance(ref, str) and len(ref) > MAX_REF:
+        raise errors.UsageError(
+            f"that {what} reference is {len(ref)} characters long: give a name or an id (at most {MAX_REF})"
+        )
 
 
 def like_prefix(prefix: str) -> str:
@@ -86,6 +123,27 @@ class Access:
         """Forbidden unless ``who`` is the operator: "only the operator {doing}"."""
         if not who.is_operator:
             raise errors.Forbidden(f"only the operator {doing}")
+
+    @staticmethod
+    def require_full_operator(who: Principal, doing: str) -> None:
+        """Forbidden unless ``who`` holds the operator token itself (not a machine's)."""
+        if not who.is_full_operator:
+            raise errors.Forbidden(
+                f"only the operator {doing}"
+                + (": a machine token acts only in its own waves" if who.is_operator else "")
+            )
+
+    def require_live(self, who: Principal) -> None:
+        """Unauthorized if ``who`` came from a token that has been revoked since (a waiting request)."""
+        if who.token_id is None:
+            return
+        row = (
+            self._r()
+            .execute("SELECT 1 FROM tokens WHERE id = ? AND revoked_at IS NULL", (who.token_id,))
+            .fetchone()
+        )
+        if row is None:
+            raise errors.Unauthorized("the token was revoked: ask the operator for a new one")
 
     @staticmethod
     def author(who: Principal, as_: str | None) -> str:
@@ -136,14 +194,19 @@ class Access:
 
     def can_see(self, who: Principal, wl: Row) -> bool:
         """Whether ``who`` may see the wavelet row ``wl`` (its wave, and its roster if private)."""
+        if not who.in_scope(wl["wave_id"]):
+            return False
         if who.is_operator:
             return True
-        if wl["wave_id"] != who.wave_id:
-            return False
         return not wl["private"] or self.is_member(wl["id"], who.name)
+
+    def visible_path(self, who: Principal, wl: Row) -> list[Row]:
+        """``wl``'s path from the root (``wl`` last) without the ancestors ``who`` cannot see."""
+        return [n for n in self.ancestry(wl) if self.can_see(who, n)]
 
     def wave(self, who: Principal, ref: str) -> Row:
         """The wave ``ref`` names (name, id or unique id prefix), if ``who`` may see it."""
+        check_ref(ref, "wave")
         r = self._r()
         row: Row | None = r.execute("SELECT * FROM waves WHERE name = ? OR id = ?", (ref, ref)).fetchone()
         if row is None and is_id_like(ref):
@@ -152,7 +215,7 @@ class Access:
             ).fetchall()
             if len(rows) == 1:
                 row = rows[0]
-        if row is None or (not who.is_operator and row["id"] != who.wave_id):
+        if row is None or not who.in_scope(row["id"]):
             raise _no_wave(ref)
         return row
 
@@ -163,6 +226,7 @@ class Access:
 
     def wavelet(self, who: Principal, ref: str, *, wave: str | None = None) -> Row:
         """Resolve ``ref`` (WAVE/NAME, NAME within ``wave``, id, or unique id prefix) for ``who``."""
+        check_ref(ref, "wavelet")
         r = self._r()
         missing = _no_wavelet(ref)
         if not isinstance(ref, str) or not ref:
@@ -227,6 +291,7 @@ class Access:
 
     def blip(self, who: Principal, ref: str) -> Row:
         """The blip ``ref`` names (id or unique id prefix), if ``who`` may see its wavelet."""
+        check_ref(ref, "blip")
         r = self._r()
         missing = _no_blip(ref)
         if not isinstance(ref, str) or not ref:

@@ -134,12 +134,23 @@ class BlipReplaced(_Shape):
 
 
 class TokenMinted(_Shape):
+    """A token for (wave, participant); with ``machine``, minted for that machine (a join), and with
+    ``scope`` (wave ids, ``wave_id`` first) an operator-capable machine token for those waves
+    (``participant`` is then ``operator``)."""
+
     type: Literal["token.minted"] = Field(default="token.minted", exclude=True)
     token_id: str
     wave_id: str
     participant: str
     hash: str
     created_at: str
+    machine: str | None = None
+    scope: list[str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Callable[[TokenMinted], dict[str, Any]]) -> dict[str, Any]:
+        # Tokens minted before machines existed were logged without these keys.
+        return {k: v for k, v in handler(self).items() if not (v is None and k in ("machine", "scope"))}
 
 
 class TokenRevoked(_Shape):
@@ -358,6 +369,11 @@ def _token_minted(conn: sqlite3.Connection, e: TokenMinted) -> None:
         "INSERT INTO tokens(id, wave_id, participant, hash, created_at) VALUES (?,?,?,?,?)",
         (e.token_id, e.wave_id, e.participant, e.hash, e.created_at),
     )
+    if e.machine is not None:
+        conn.execute(
+            "INSERT INTO token_grants(token_id, machine, scope) VALUES (?,?,?)",
+            (e.token_id, e.machine, json.dumps(e.scope) if e.scope is not None else None),
+        )
 
 
 @_on(TokenRevoked)

@@ -148,14 +148,40 @@ def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
 
 
+def _m0004_token_grants(conn: sqlite3.Connection) -> None:
+    """Which machine a token was minted for (a join), and a machine token's waves (operator-capable
+    there). A row only for such tokens: a plain participant token has none."""
+    _script(
+        conn,
+        """
+        CREATE TABLE token_grants (
+            token_id TEXT PRIMARY KEY REFERENCES tokens(id),
+            machine  TEXT NOT NULL,
+            scope    TEXT
+        );
+        CREATE INDEX token_grants_by_machine ON token_grants(machine);
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
+    ("0004_token_grants", _m0004_token_grants),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
-MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens", "sessions")
+MATERIALISED = (
+    "waves",
+    "participants",
+    "wavelets",
+    "members",
+    "blips",
+    "tokens",
+    "sessions",
+    "token_grants",
+)
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 
 
@@ -229,6 +255,20 @@ class Connections:
             except BaseException:
                 self._w.execute("ROLLBACK")
                 raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """This thread's reader inside one read transaction: every query sees the same committed state
+        (a visibility check and the read it guards cannot straddle a commit). Re-entrant."""
+        conn = self.reader()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
