@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 from campaignhelp import (
+    bash,
     commit_cmd,
+    git,
     init_repo,
     log,
     notes_cmd,
@@ -29,7 +31,7 @@ from campaignhelp import (
     turn,
 )
 from realclaude import RealFleet
-from scripted_model import Script, on_message, rule
+from scripted_model import Script, on_message, rule, steps
 
 from fleet.campaign import disk
 from fleet.campaign import state as st
@@ -90,7 +92,9 @@ class Campaign:
             return s if pred(s) else None
 
         try:
-            return self.real.wait(ok, what, timeout=timeout)
+            found = self.real.wait(ok, what, timeout=timeout)
+            assert found is not None
+            return found
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}\nSTATE.md: {self.state()}\nloop log:\n{self.loop_log()[-3000:]}\n"
@@ -136,13 +140,17 @@ def campaign(real_fleet: RealFleetFactory) -> Iterator[Callable[[Script], Campai
 
 
 def three_wave_script(cid: str) -> Script:
-    sp = lambda **kw: sed_state(cid, **kw)  # noqa: E731
-    fail = lambda n, k: turn(  # noqa: E731
-        notes_cmd(cid, 0, k, "failed (transient)", f"attempt {k}: the test suite was red"),
-        sp(wave_status="failed", failure_kind="transient", retry_count=k),
-        commit_cmd("wave 0 (failed): the test suite was red"),
-        phrase="WAVE FAILED",
-    )
+    def sp(**kw: Any) -> str:
+        return sed_state(cid, **kw)
+
+    def fail(n: int, k: int) -> Any:
+        return turn(
+            notes_cmd(cid, n, k, "failed (transient)", f"attempt {k}: the test suite was red"),
+            sp(wave_status="failed", failure_kind="transient", retry_count=k),
+            commit_cmd("wave 0 (failed): the test suite was red"),
+            phrase="WAVE FAILED",
+        )
+
     return Script(
         {
             "verifier-s1": [
@@ -158,7 +166,16 @@ def three_wave_script(cid: str) -> Script:
                     kickoff("executor-w0-s4"),
                     turn(
                         "printf a > a.txt",
-                        sp(current_wave=1, wave_status="pending", failure_kind="", retry_count=0),
+                        # it also writes the loop's fields (an old protocol did): overruled
+                        sp(
+                            current_wave=1,
+                            wave_status="pending",
+                            failure_kind="",
+                            retry_count=0,
+                            active_session_id=None,
+                            active_session_kind="",
+                            loop_state="idle",
+                        ),
                         commit_cmd("wave 0: scaffold"),
                         phrase="WAVE COMPLETE",
                     ),
@@ -303,3 +320,167 @@ def test_a_three_wave_campaign_retries_patches_asks_and_completes(
     assert rows[2]["session"] == "executor-w2-s8"
     assert (c.root / "c.txt").read_text() == '{"c": 1}'
     assert os.path.exists(c.root / f".wave/campaigns/{cid}/.gitignore")
+
+
+ONE_WAVE = "# One Wave Demo\n\nOne file.\n\n## Scaffold\nCreate a.txt.\n"
+
+
+class OneWave(Campaign):
+    """A one-wave campaign whose initial verifier already ran (seeded), for the fault tests."""
+
+    def __init__(self, real: RealFleet, **seed: Any) -> None:
+        self.real = real
+        self.root = real.project
+        init_repo(self.root, ONE_WAVE)
+        done = real.fleet(
+            "campaign", "plan", str(self.root / "PLAN.md"), "--by-headings", "--repo", str(self.root)
+        )
+        assert done.returncode == 0, done.stderr
+        self.cid = f"one-wave-demo-{disk.today()}"
+        c = disk.Campaign(self.root, self.cid)
+        s = c.read()
+        for k, v in {"verify_count": 1, **seed}.items():
+            setattr(s, k, v)
+        c.write(s)
+        git(self.root, "commit", "-qam", "seed")
+        (real.home / ".claude").mkdir(exist_ok=True)
+        allow = {"permissions": {"allow": ["Bash", "Write", "Edit", "Read"]}}
+        (real.home / ".claude" / "settings.json").write_text(json.dumps(allow))
+        self.layout = real.layout(["executor", "verifier"], defaults={"permission_mode": "acceptEdits"})
+        self.procs = []
+
+    def complete_turn(self) -> Any:
+        return turn(
+            "printf a > a.txt",
+            sed_state(self.cid, current_wave=1, wave_status="all_complete", failure_kind="", retry_count=0),
+            commit_cmd("wave 0: scaffold"),
+            phrase="WAVE COMPLETE",
+        )
+
+    def busy(self, who: str) -> None:
+        """Wait until ``who`` is inside its (long) Bash call."""
+        self.real.wait(
+            lambda: any(r.reply and r.reply.tool_uses for r in self.real.requests(who)), f"{who} busy"
+        )
+
+
+ONE_CID = "one-wave-demo-"
+
+
+@pytest.fixture
+def one_wave(real_fleet: RealFleetFactory) -> Iterator[Callable[..., OneWave]]:
+    made: list[OneWave] = []
+
+    def make(script: Script, **seed: Any) -> OneWave:
+        c = OneWave(real_fleet(channels=True, script=script), **seed)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Callable[..., OneWave]) -> None:
+    script = Script()
+    c = one_wave(script)
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("printf partial > a.txt", "sleep 600",
+                                                                       phrase="never")))  # fmt: skip
+    script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
+    c.run()
+    c.busy("executor-w0-s1")
+    c.real.wait(lambda: (c.root / "a.txt").exists(), "the partial work on disk")
+    os.kill(c.real.pane_pid("executor-w0-s1"), signal.SIGKILL)
+    final = c.wait_state(
+        lambda s: s.wave_status == "all_complete" and not s.active_session_id, "the retry done"
+    )
+    assert final.session_count == 2
+    subjects = log(c.root)
+    assert subjects[-2:] == ["wave 0 (crashed): session ended without state update", "wave 0: scaffold"], (
+        subjects
+    )
+    crashed = state_at(c.root, "HEAD~1", c.cid)
+    assert (crashed.wave_status, crashed.failure_kind, crashed.retry_count) == ("failed", "crash", 1)
+    assert git(c.root, "show", "HEAD~1:a.txt") == "partial"  # the dirty tree, committed by the loop
+    notes = c.fleet("notes", "0").stdout
+    assert "## Attempt 1 — crashed" in notes and "executor-w0-s1" in notes
+    # the retry was a fresh session, told it is attempt 2
+    t = c.real.transcript("executor-w0-s2", c.cid)
+    c.real.wait(lambda: any("attempt 2" in b.text for b in [*t.delivered(), *t.hook_blocks()]), "the kickoff")
+
+
+def test_a_loop_killed_mid_wave_resumes_exactly_when_started_again(one_wave: Callable[..., OneWave]) -> None:
+    script = Script()
+    c = one_wave(script)
+    go = c.real.tmp / "go"
+    script.add(
+        "executor-w0-s1",
+        rule(
+            kickoff("executor-w0-s1"),
+            steps(bash(f"while [ ! -e {go} ]; do sleep 0.1; done"), c.complete_turn()),
+        ),
+    )
+    loop = c.run()
+    c.busy("executor-w0-s1")
+    loop.kill()  # kill -9: no clean-up of any kind
+    loop.wait()
+    running = c.state()
+    assert running.active_session_kind == "executor" and running.wave_status == "running"
+    go.touch()  # the session finishes its turn while no loop runs
+    settles = c.root / f".wave/campaigns/{c.cid}/.loop/settles.log"
+    c.real.wait(
+        lambda: settles.exists() and str(running.active_session_id) in settles.read_text(), "the Stop hook"
+    )
+    assert c.state().active_session_id == running.active_session_id  # nobody handled it yet
+    c.run()
+    final = c.wait_state(lambda s: s.wave_status == "all_complete" and not s.active_session_id, "resumed")
+    assert final.session_count == 1, "the wave was not run twice"
+    assert log(c.root)[-1] == "wave 0: scaffold" and "crashed" not in " ".join(log(c.root))
+
+
+def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[..., OneWave]) -> None:
+    script = Script()
+    c = one_wave(script)
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("sleep 600", phrase="never")))
+    script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
+    c.run()
+    c.busy("executor-w0-s1")
+    pane = c.real.pane("executor-w0-s1")
+    done = c.fleet("interrupt")
+    assert done.returncode == 0 and "cancelled" in done.stdout, done.stderr
+    s = c.state()
+    assert (s.wave_status, s.failure_kind, s.loop_state, s.active_session_id) == (
+        "failed",
+        "cancelled",
+        "idle",
+        None,
+    )
+    panes = c.real.srv.cmd("list-panes", "-a", "-F", "#{pane_id}").stdout
+    assert pane not in panes, "the interrupted session was ended"
+    assert c.fleet("resume").returncode == 0
+    s = c.state()
+    assert s.loop_state == "armed" and s.session_count == 1 and s.active_session_id is None
+    status = json.loads(c.fleet("status", "--json").stdout)
+    assert status["rows"][0]["status"] == "cancelled"
+    cleared = c.fleet("clear")
+    assert cleared.returncode == 0, cleared.stderr
+    final = c.wait_state(
+        lambda s: s.wave_status == "all_complete" and not s.active_session_id, "done after clear"
+    )
+    assert final.session_count == 2
+
+
+def test_a_third_verifier_crash_asks_the_user(one_wave: Callable[..., OneWave]) -> None:
+    script = Script()
+    c = one_wave(script, wave_status="plan_undoable", failure_kind="undoable", verify_count=2)
+    script.add("verifier-s1", rule(kickoff("verifier-s1"), turn("sleep 600", phrase="never")))
+    c.run()
+    c.busy("verifier-s1")
+    os.kill(c.real.pane_pid("verifier-s1"), signal.SIGKILL)
+    s = c.wait_state(lambda s: s.wave_status == "awaiting_user" and not s.active_session_id, "the escalation")
+    assert s.verify_count == 3 and s.user_question.startswith("wave 0: the verifier session ended")
+    assert s.session_count == 1
+    banner = c.fleet("status").stdout
+    assert "USER ATTENTION NEEDED: wave 0: the verifier session ended" in banner, banner
+    # resumed, the loop still spawns nothing: the question is open, and the cap holds after `dismiss`
+    assert c.fleet("resume").returncode == 0 and c.state().session_count == 1

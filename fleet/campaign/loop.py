@@ -491,9 +491,10 @@ class Loop:
         row.set("Session", o.participant)
         if result == "crashed":
             machine.apply_crash(s)
-            sha = disk.commit_all(self.c.root, f"wave {wave} (crashed): session ended without state update")
-            self._append_crash_notes(wave, o, sha, pane_exited)
+            self._append_crash_notes(wave, o, pane_exited)
             row.set("Status", "crashed")
+            self.c.write(overrule(s, o))
+            sha = disk.commit_all(self.c.root, f"wave {wave} (crashed): session ended without state update")
             row.set("Commit", sha or disk.short(self.c.root, "HEAD"))
         elif result == "verifier_crashed":
             machine.apply_verifier_crash(s, before)
@@ -536,14 +537,15 @@ class Loop:
             return disk.short(self.c.root, "HEAD")
         return disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
 
-    def _append_crash_notes(self, wave: int, o: Owned, sha: str, pane_exited: bool) -> None:
+    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool) -> None:
         notes = self.c.notes(wave)
         text = notes.read_text(encoding="utf-8") if notes.exists() else ""
         k = text.count("\n## Attempt ") + text.startswith("## Attempt ") + 1
         how = "its pane's process exited" if pane_exited else "its turn ended"
         section = (
             f"## Attempt {k} — crashed\n**Session:** {o.active_session_id} ({o.participant})\n"
-            f"**Commit:** {sha or '-'}\n**Date:** {disk.today()}\n**Decision on entry:** unknown\n\n"
+            "**Commit:** (this attempt's crash commit)\n"
+            f"**Date:** {disk.today()}\n**Decision on entry:** unknown\n\n"
             f"### What happened\nThe session ended without updating STATE.md ({how}); the loop"
             " committed the work tree as it was.\n\n### Recommendation\nRetry; read the session's"
             " transcript if it crashes again.\n\n---\n\n"
@@ -552,7 +554,6 @@ class Loop:
         notes.write_text(
             text + ("\n" if text and not text.endswith("\n") else "") + section, encoding="utf-8"
         )
-        disk.commit_all(self.c.root, f"wave {wave} (crashed): notes")
 
     # ------------------------------------------------------------ deciding and spawning
 

@@ -28,11 +28,7 @@ def status(c: Campaign) -> dict[str, Any]:
     for r in s.rows:
         n = int(r.get("#")) if r.get("#").isdigit() else -1
         status_ = r.get("Status")
-        if (
-            n == s.current_wave
-            and s.failure_kind
-            and status_ in ("failed", "undoable", "crashed", "cancelled")
-        ):
+        if n == s.current_wave and s.failure_kind and status_ in ("failed", "undoable", "crashed"):
             status_ = f"{status_} ({s.failure_kind})"
         rows.append({"wave": n, "title": r.get("Title"), "status": status_, "session": r.get("Session"),
                      "commit": r.get("Commit"), "notes": r.get("Notes"),
