@@ -345,7 +345,7 @@ class Loop:
 
     def run(self) -> None:
         """Resume from disk, then serve until ``stop``."""
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "quit", True))
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             self.catch_up()
             self.step()
@@ -602,6 +602,11 @@ class Loop:
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
         self.c.write(overrule(s, o))
+
+
+def _terminate(*_: object) -> None:
+    """SIGTERM: leave ``select`` at once (Python retries it after a handler that returns)."""
+    raise SystemExit(0)
 
 
 def _phrase_agrees(phrase: str, result: str) -> bool:
