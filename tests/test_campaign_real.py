@@ -247,7 +247,8 @@ def test_a_three_wave_campaign_retries_patches_asks_and_completes(
     completes; wave 2 asks the operator, who answers with `fleet post`; the same session finishes."""
     cid = f"three-wave-demo-{disk.today()}"
     c = campaign(three_wave_script(cid))
-    c.run()
+    detached = c.fleet("run", "--detach", "--layout", c.layout)  # the loop in its own tmux window
+    assert detached.returncode == 0 and "campaign-loop" in detached.stdout, detached.stderr
     asked = c.wait_state(
         lambda s: s.wave_status == "awaiting_user" and s.row(2).get("Status") == "paused",
         "wave 2's user question, settled",
@@ -320,6 +321,10 @@ def test_a_three_wave_campaign_retries_patches_asks_and_completes(
     assert rows[2]["session"] == "executor-w2-s8"
     assert (c.root / "c.txt").read_text() == '{"c": 1}'
     assert os.path.exists(c.root / f".wave/campaigns/{cid}/.gitignore")
+    windows = c.real.srv.cmd("list-windows", "-a", "-F", "#{window_name}").stdout
+    assert "campaign-loop" in windows, windows  # tmux owns the loop's lifetime
+    stopped = c.fleet("stop")
+    assert stopped.returncode == 0 and c.state().loop_state == "idle", stopped.stderr
 
 
 ONE_WAVE = "# One Wave Demo\n\nOne file.\n\n## Scaffold\nCreate a.txt.\n"
