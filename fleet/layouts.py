@@ -18,6 +18,9 @@ A layout is a TOML file (read with the stdlib, validated here):
     args = ["--verbose"]
     cap = 40                             # deliveries per wavelet before the cap notice (0: none)
     env = { ANTHROPIC_BASE_URL = "http://127.0.0.1:8080" }
+    worktree = "participant"             # participant | wave | none (docs/worktrees.md)
+    base = "main"                        # what a new worktree starts from (default: the checkout's HEAD)
+    setup = "npm ci"                     # run once in each new worktree before its agent starts
 
     [participants.lead]                  # ... overridden per name
     attention = "full"
@@ -50,6 +53,8 @@ from fleet import errors
 from fleet.models import PARTICIPANT_RE
 from fleet.paths import Paths
 
+WorktreeMode = Literal["participant", "wave", "none"]
+
 Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
 Attention = Literal["full", "targeted"]
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -71,6 +76,9 @@ class Profile(BaseModel):
     args: list[str] | None = None
     cap: int | None = Field(default=None, ge=0)
     env: dict[str, str] | None = Field(default=None, repr=False)
+    worktree: WorktreeMode | None = None
+    base: str | None = Field(default=None, min_length=1)
+    setup: str | None = None
 
     @field_validator("env")
     @classmethod
@@ -101,6 +109,10 @@ class ResolvedProfile(BaseModel):
     """None: the channel's default cap."""
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     """Set in the pane; never logged or reported (kept out of the repr too)."""
+    worktree: WorktreeMode = "none"
+    """Where the pane works: its own git worktree, the wave's shared one, or ``cwd`` itself."""
+    base: str | None = None
+    setup: str | None = None
 
 
 class Layout(BaseModel):

@@ -177,7 +177,8 @@ def spawn_report(report: SpawnReport) -> None:
         state = "ready" if p.ready else "NOT READY"
         why = f" ({p.why})" if p.why else ""
         route = f" — {p.route}" if p.route else ""
-        out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}{route}")
+        tree = f" in {p.worktree} ({p.branch})" if p.worktree else ""
+        out(f"  {p.participant:<{width}}  {p.pane_id or '-':<5} {p.action:<9} {state}{why}{route}{tree}")
     out(f"attach: {report.attach}")
 
 
@@ -237,6 +238,9 @@ def status_table(st: WaveStatus) -> None:
             )
         why = r.route_why if r.route in ("hook", "unconfirmed") else ""
         problem = f"receipts: {r.receipts_problem}" if r.receipts_problem else ""
+        tree = ""
+        if r.branch:
+            tree = f"{r.branch} +{r.ahead}" + ("*" if r.dirty else "")
         note = "; ".join(x for x in (r.note, why, problem) if x)
         rows.append(
             [
@@ -250,11 +254,12 @@ def status_table(st: WaveStatus) -> None:
                 cap,
                 (r.session_id or "-")[:8],
                 r.host or "-",
+                tree or "-",
                 note,
             ]
         )
     head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
-            "HOST", "NOTE"]  # fmt: skip
+            "HOST", "WORKTREE", "NOTE"]  # fmt: skip
     table(head, rows)
 
 
@@ -296,10 +301,14 @@ def supervisor_event(e: SupervisorEvent) -> None:
 def kill_report(r: KillReport) -> None:
     if r.killed is None:
         note(f"nothing of {r.target} runs in tmux: nothing to kill")
-        return
-    what = "window" if r.scope == "wavelet" else "session"
-    who = ", ".join(r.participants) or "no agents"
-    out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+    else:
+        what = "window" if r.scope == "wavelet" else "session"
+        who = ", ".join(r.participants) or "no agents"
+        out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+    for path in r.pruned:
+        out(f"pruned worktree {path} and its branch")
+    for k in r.kept:
+        out(f"kept worktree {k.path} ({k.branch}): {k.why}")
 
 
 def checks(items: Sequence[Check]) -> None:
