@@ -36,7 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from fleet import errors, worktrees
+from fleet import errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
@@ -45,6 +45,7 @@ from fleet.paths import Paths
 from fleet.procs import group_running, zombie_status
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
+from fleet.usage import Figures, ParticipantUsage
 from fleet.wire import RecordError, loads
 from fleet.worktrees import Kept, WorktreeState
 
@@ -113,6 +114,9 @@ class StatusRow(BaseModel):
     """Commits on the worktree's branch that its base does not have."""
     dirty: bool | None = None
     """The worktree has changes not committed."""
+    usage: Figures | None = None
+    """Its tokens, turns and estimated cost in this wavelet (turns its blips woke), from its
+    transcript on this machine; None when there is none here (``fleet usage`` says more)."""
     note: str = ""
 
 
@@ -190,6 +194,17 @@ def _note(
     return ""
 
 
+def _usage_of(record: SessionRecord | None, paths: Paths, table: usage.PriceTable) -> ParticipantUsage | None:
+    """What the recorded session spent, if its transcript is on this machine."""
+    if record is None:
+        return None
+    env = usage.session_env(record.layout, record.participant, paths)
+    got = usage.read_session(paths, record.session_id, env)
+    if got.problem and not got.counter.tallies:
+        return None
+    return usage.participant_usage(record.participant, record.session_id, got, table, set())
+
+
 def _worktree_of(record: SessionRecord | None) -> WorktreeState | None:
     """The fleet worktree a recorded session works in, if it is on this machine."""
     if record is None or not record.cwd:
@@ -214,6 +229,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     rosters = {m.name for wl in wave.wavelets for m in wl.roster if m.kind == "agent"}
     states: dict[str, DeliveryState | None] = {}
     trees: dict[str, WorktreeState | None] = {}
+    spent: dict[str, ParticipantUsage | None] = {}
+    table = usage.prices(paths)
     rows: list[StatusRow] = []
     now = time.time()
     for wl in wave.wavelets:
@@ -228,6 +245,9 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
             if name not in trees:
                 trees[name] = _worktree_of(record)
             tree = trees[name]
+            if name not in spent:
+                spent[name] = _usage_of(record, paths, table)
+            mine = spent[name]
             rows.append(
                 StatusRow(
                     wavelet=wl.path,
@@ -259,6 +279,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     branch=tree.branch if tree else None,
                     ahead=tree.ahead if tree else None,
                     dirty=tree.dirty if tree else None,
+                    usage=(mine.wavelets.get(wl.path, Figures()) if mine else None),
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )

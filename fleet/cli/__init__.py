@@ -80,6 +80,7 @@ COMMANDS: dict[str, str] = {
     "kill": "supervise",
     "watch": "watch",
     "hook-config": "watch",
+    "usage": "usage",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into e
     from fleet.doctor import Check
     from fleet.spawn import PaneReport, SpawnReport
     from fleet.supervise import KillReport, SupervisorEvent, WaveOverview, WaveStatus
+    from fleet.usage import Figures
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
@@ -255,17 +256,36 @@ def status_table(st: WaveStatus) -> None:
                 (r.session_id or "-")[:8],
                 r.host or "-",
                 tree or "-",
+                brief(r.usage) if r.usage else "-",
                 note,
             ]
         )
     head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
-            "HOST", "WORKTREE", "NOTE"]  # fmt: skip
+            "HOST", "WORKTREE", "USAGE", "NOTE"]  # fmt: skip
     table(head, rows)
 
 
 def span(seconds: float) -> str:
     s = round(seconds)
     return f"{s}s" if s < 120 else f"{s // 60}m"
+
+
+def token_count(n: int) -> str:
+    """``950``, ``12.3k``, ``4.56M``: a token count at a glance."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def cost(fig: Figures) -> str:
+    return "?" if fig.cost_usd is None else f"${fig.cost_usd:.4f}"
+
+
+def brief(fig: Figures) -> str:
+    """The usage column of ``fleet status``: tokens and cost."""
+    return f"{token_count(fig.tokens)} {cost(fig)}"
 
 
 def status_tables(items: Sequence[WaveStatus]) -> None:
