@@ -15,7 +15,8 @@ What a caller may rely on:
   growing while it is read is counted once. Claude Code's own ``<synthetic>`` messages (no model
   call) count nothing.
 - **A turn belongs to the wavelet whose blip woke it**: the wavelet named by the first fleet
-  ``<channel>`` block of the ``user`` line that started it (a channel push, or the hook's feedback).
+  ``<channel>`` block of the first ``user`` line that started it (a channel push, or the hook's
+  feedback; blips of several wavelets that wake one turn together: the first one's).
   A turn started any other way (a prompt typed into the pane) belongs to no wavelet (``""``). A push
   absorbed into a running turn does not move that turn.
 - **Incremental.** :func:`read_session` resumes from the byte offset and the counts saved for the
@@ -81,25 +82,37 @@ def _usage_of(raw: Any) -> dict[str, int]:
     }
 
 
-def _wake_wavelet(line: dict[str, Any]) -> tuple[str, str] | None:
-    """(wavelet id, WAVE/WAVELET) of the fleet block that woke a turn, ``("", "")`` for a turn
-    started otherwise, None when the line starts no turn (a tool result, meta, not a user line)."""
-    if line.get("type") != "user" or line.get("isMeta") or not isinstance(line.get("message"), dict):
+_WAKE_ORIGINS = ("channel", "task-notification")
+
+
+def _wake_wavelet(line: dict[str, Any]) -> tuple[str, str, bool] | None:
+    """(wavelet id, WAVE/WAVELET, whether the block is fleet's provenance) of the fleet block that
+    woke a turn, ``("", "", False)`` for a turn started otherwise (a typed prompt), None when the line
+    starts no turn (a tool result, Claude Code's own meta lines, not a user line)."""
+    if line.get("type") != "user" or not isinstance(line.get("message"), dict):
+        return None
+    origin = line.get("origin")
+    pushed = isinstance(origin, dict) and origin.get("kind") in _WAKE_ORIGINS
+    if line.get("isMeta") and not pushed:  # Claude Code marks pushes meta too; other meta lines are its own
         return None
     content = line["message"].get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    ):
+    blocks = content if isinstance(content, list) else []
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
         return None
     texts = [content] if isinstance(content, str) else [
         str(b.get("text", "")) for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
     ]  # fmt: skip
+    found: tuple[str, str, bool] | None = None
     for text in texts:
         for block in _BLOCK.finditer(text):
             attrs = dict(_ATTR.findall(block[1]))
             if attrs.get("wavelet_id"):
-                return attrs["wavelet_id"], attrs.get("wavelet") or attrs["wavelet_id"]
-    return "", ""
+                wid = attrs["wavelet_id"]
+                here = (wid, attrs.get("wavelet") or wid, attrs.get("kind") == "system")
+                if not here[2]:
+                    return here
+                found = found or here
+    return found or ("", "", False)
 
 
 @dataclass
@@ -114,6 +127,10 @@ class Counter:
     """The wavelet of the turn running now."""
     fresh_turn: bool = True
     """A turn was started and no response of it is counted yet."""
+    waking: bool = False
+    """Wake lines were read and no response after them yet."""
+    by_provenance: bool = False
+    """The running turn's wavelet was taken from a ``system`` (provenance) block."""
     last_id: str = ""
     last_key: tuple[str, str] = ("", "")
     last_usage: dict[str, int] = field(default_factory=dict)
@@ -121,10 +138,13 @@ class Counter:
     def take(self, line: dict[str, Any]) -> None:
         woke = _wake_wavelet(line)
         if woke is not None:
-            self.wavelet, label = woke
-            if woke[0]:
-                self.labels[woke[0]] = label
-            self.fresh_turn = True
+            # blips that wake one turn together: the turn is the first one's (fleet's provenance,
+            # delivered just before the blip that wakes, gives way to that blip)
+            if not self.waking or (self.by_provenance and not woke[2] and woke[0]):
+                self.wavelet, label, self.by_provenance = woke
+                if woke[0]:
+                    self.labels[woke[0]] = label
+            self.fresh_turn = self.waking = True
             return
         if line.get("type") != "assistant" or not isinstance(line.get("message"), dict):
             return
@@ -144,6 +164,7 @@ class Counter:
         tally = self.tallies.setdefault(key, Tally())
         tally.add(usage)
         tally.requests += 1
+        self.waking = False
         if self.fresh_turn:
             tally.turns += 1
             self.fresh_turn = False
@@ -155,13 +176,19 @@ class Counter:
             "labels": self.labels,
             "wavelet": self.wavelet,
             "fresh_turn": self.fresh_turn,
+            "waking": self.waking,
+            "by_provenance": self.by_provenance,
             "last": [self.last_id, list(self.last_key), self.last_usage],
         }
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> Counter:
         c = cls(
-            labels=dict(data["labels"]), wavelet=str(data["wavelet"]), fresh_turn=bool(data["fresh_turn"])
+            labels=dict(data["labels"]),
+            wavelet=str(data["wavelet"]),
+            fresh_turn=bool(data["fresh_turn"]),
+            waking=bool(data.get("waking")),
+            by_provenance=bool(data.get("by_provenance")),
         )
         for w, m, t in data["tallies"]:
             c.tallies[(str(w), str(m))] = Tally(**{k: int(v) for k, v in t.items()})

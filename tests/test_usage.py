@@ -22,12 +22,23 @@ from fleet.usage import Counter, prices, read_session, user_prices
 SID = "0b6e6f8e-1c33-4c53-9a39-4bd2a6f0e8a1"
 
 
-def wake(wavelet: str, wid: str, blip: str, kind: str = "channel") -> dict[str, Any]:
+def wake(
+    wavelet: str, wid: str, blip: str, kind: str = "channel", blip_kind: str = "message"
+) -> dict[str, Any]:
+    """A pushed blip entering the conversation, as Claude Code writes it (``isMeta`` included)."""
     block = (
         f'<channel source="fleet" wavelet="{wavelet}" wavelet_id="{wid}" blip_id="{blip}" author="operator"'
-        f' kind="message">\nhello\n</channel>'
+        f' kind="{blip_kind}">\nhello\n</channel>'
     )
-    return {"type": "user", "message": {"role": "user", "content": block}, "origin": {"kind": kind}}
+    message = {"role": "user", "content": block}
+    return {"type": "user", "message": message, "origin": {"kind": kind}, "isMeta": True}
+
+
+META = {
+    "type": "user",
+    "isMeta": True,
+    "message": {"role": "user", "content": "<system-reminder>x</system-reminder>"},
+}
 
 
 def reply(mid: str, usage: dict[str, int], model: str = "claude-sonnet-4-5-20250929") -> dict[str, Any]:
@@ -54,7 +65,11 @@ TOOL_RESULT = {
 
 LINES: list[dict[str, Any]] = [
     {"type": "queue-operation", "operation": "enqueue", "content": "<channel …>"},
+    META,
+    wake("w/side", "WID-SIDE", "b0", blip_kind="system"),  # provenance, delivered with the wake
+    META,
     wake("w/main", "WID-MAIN", "b1"),
+    wake("w/side", "WID-SIDE", "b1b"),  # woke the same turn, after the first: the turn stays w/main
     reply("m1", u(100, 1, 10, 5)),  # one response in two lines: the last one's figures count
     reply("m1", u(100, 20, 10, 5)),
     TOOL_RESULT,
@@ -121,13 +136,14 @@ def test_a_transcript_growing_while_it_is_read_is_counted_once(fleet_env: Paths,
 
 
 def test_reading_resumes_at_its_offset_and_never_rescans(fleet_env: Paths, transcript: Path) -> None:
-    write(transcript, LINES[:6])
+    split = next(i for i, x in enumerate(LINES) if x.get("origin", {}).get("kind") == "task-notification")
+    write(transcript, LINES[:split])
     first = by_wavelet(read_session(fleet_env, SID).counter)
     assert first == {"WID-MAIN": EXPECTED["WID-MAIN"]}
     # scribble over what was read (same length): a rescan would count it differently, or not at all
     size = transcript.stat().st_size
     transcript.write_bytes(b"x" * (size - 1) + b"\n")
-    write(transcript, LINES[6:])
+    write(transcript, LINES[split:])
     assert by_wavelet(read_session(fleet_env, SID).counter) == EXPECTED
     # the saved position and counts are private to the user
     saved = fleet_env.state / "usage" / f"{SID}.json"
@@ -137,7 +153,7 @@ def test_reading_resumes_at_its_offset_and_never_rescans(fleet_env: Paths, trans
 def test_a_rewritten_transcript_is_counted_again_from_its_start(fleet_env: Paths, transcript: Path) -> None:
     write(transcript, LINES)
     read_session(fleet_env, SID)
-    write(transcript, LINES[:4], mode="w")  # shorter than what was read
+    write(transcript, LINES[:8], mode="w")  # shorter than what was read
     assert by_wavelet(read_session(fleet_env, SID).counter) == {"WID-MAIN": (100, 20, 10, 5, 1, 1)}
 
 
