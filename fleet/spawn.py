@@ -36,7 +36,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -435,8 +435,9 @@ class Spawner:
         created; a failed ``setup`` is that participant's report (its pane is not started)."""
         plans: dict[str, worktrees.Plan] = {}
         by_path: dict[Path, worktrees.Plan] = {}
+        facts: dict[tuple[str, ...], Any] = {}
         for name in names:
-            p = self._plan(wave, layout, name, records.get(name))
+            p = self._plan(wave, layout, name, records.get(name), facts)
             if p is None:
                 continue
             p = by_path.setdefault(p.path, p)  # the wave's shared worktree: planned (and made) once
@@ -455,7 +456,12 @@ class Spawner:
         return plans, failed
 
     def _plan(
-        self, wave: Wave, layout: Layout, name: str, record: SessionRecord | None
+        self,
+        wave: Wave,
+        layout: Layout,
+        name: str,
+        record: SessionRecord | None,
+        facts: dict[tuple[str, ...], Any] | None = None,
     ) -> worktrees.Plan | None:
         profile = layout.profile(name)
         if profile.worktree == "none":
@@ -466,8 +472,9 @@ class Spawner:
                 return found
         cwd = Path(os.path.expanduser(profile.cwd)) if profile.cwd else Path.cwd()
         return worktrees.plan(
-            cwd, profile.worktree, wave.name, name, base=profile.base, setup=profile.setup, env=profile.env
-        )
+            cwd, profile.worktree, wave.name, name, base=profile.base, setup=profile.setup, env=profile.env,
+            facts=facts,
+        )  # fmt: skip
 
     def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
         """The wave's session and the wavelet's window, created if missing: (session, window, spare).

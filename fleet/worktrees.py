@@ -35,15 +35,17 @@ import contextlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
 from fleet import errors
 
 Mode = Literal["participant", "wave", "none"]
+T = TypeVar("T")
 INCLUDE_FILE = ".worktreeinclude"
 SETUP_TIMEOUT = 900.0
 """Seconds a ``setup`` command may run."""
@@ -108,6 +110,10 @@ class Plan:
     setup: str | None = None
     env: dict[str, str] = field(default_factory=dict, repr=False)
     participants: list[str] = field(default_factory=list)
+    commit: str = ""
+    """The base's commit (planned worktrees)."""
+    includes: list[str] = field(default_factory=list)
+    """The checkout's untracked files ``.worktreeinclude`` names (planned worktrees)."""
 
     @property
     def cwd(self) -> Path:
@@ -127,6 +133,15 @@ def _registered(repo: Path) -> dict[Path, str]:
     return out
 
 
+def _memo(facts: dict[tuple[str, ...], Any] | None, key: tuple[str, ...], compute: Callable[[], T]) -> T:
+    """``compute()``, once per ``key`` in ``facts`` (one spawn's git answers: its plans share them)."""
+    if facts is None:
+        return compute()
+    if key not in facts:
+        facts[key] = compute()
+    return cast(T, facts[key])
+
+
 def plan(
     cwd: Path,
     mode: Mode,
@@ -136,11 +151,15 @@ def plan(
     base: str | None = None,
     setup: str | None = None,
     env: dict[str, str] | None = None,
+    facts: dict[tuple[str, ...], Any] | None = None,
 ) -> Plan | None:
-    """The worktree ``participant`` works in (None for ``mode="none"``); raises for every refusal."""
+    """The worktree ``participant`` works in (None for ``mode="none"``); raises for every refusal.
+
+    ``facts``: a dict shared by the plans of one spawn, so each repository is asked once (nothing is
+    created between the plans)."""
     if mode == "none":
         return None
-    repo = toplevel(cwd)
+    repo = _memo(facts, ("top", str(cwd)), lambda: toplevel(cwd))
     if repo is None:
         raise errors.UsageError(
             f"{participant}: worktree = {mode!r} needs a git repository, and {cwd} is not in one:"
@@ -151,7 +170,7 @@ def plan(
     branch = branch_name(wave, owner)
     subdir = os.path.relpath(cwd.resolve(), repo.resolve())
     subdir = "" if subdir == "." else subdir
-    registered = _registered(repo)
+    registered = _memo(facts, ("registered", str(repo)), lambda: _registered(repo))
     holder = next((p for p, ref in registered.items() if ref == f"refs/heads/{branch}"), None)
     if path in registered:
         if holder != path:
@@ -175,22 +194,39 @@ def plan(
             f"{participant}: {path} already exists and is not fleet's worktree: move it aside and spawn again"
         )
     if base is None:
-        if git(repo, "rev-parse", "--verify", "--quiet", "HEAD", check=False).returncode != 0:
+        head_ok = _memo(facts, ("head", str(repo)), lambda: _commit(repo, "HEAD"))
+        if not head_ok:
             raise errors.UsageError(f"{participant}: {repo} has no commit yet: commit something first")
-        dirty = git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip()
+        dirty = _memo(
+            facts, ("dirty", str(repo)),
+            lambda: git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip(),
+        )  # fmt: skip
         if dirty:
             first = dirty.splitlines()[0].strip()
             raise errors.Conflict(
                 f"{participant}: {repo} has uncommitted changes ({first}, ...): a new worktree starts"
                 " from HEAD and would not have them; commit or stash them, or set the layout's base"
             )
-        head = git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip()
+        head = _memo(
+            facts, ("branch", str(repo)),
+            lambda: git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip(),
+        )  # fmt: skip
         base = head or "HEAD"
-    elif git(repo, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False).returncode != 0:
+    commit = _memo(facts, ("commit", str(repo), base), lambda: _commit(repo, base))
+    if not commit:
         raise errors.UsageError(
             f"{participant}: base {base!r} is not a commit of {repo}: fix the layout's base"
         )
-    return Plan(repo, path, branch, base, False, subdir, setup, env or {})
+    out = Plan(repo, path, branch, base, False, subdir, setup, env or {})
+    out.commit = commit
+    out.includes = _memo(facts, ("includes", str(repo)), lambda: included(repo))
+    return out
+
+
+def _commit(repo: Path, ref: str) -> str:
+    """The commit ``ref`` names in ``repo``, or '' when it names none."""
+    done = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def existing(cwd: str | Path, *, setup: str | None = None, env: dict[str, str] | None = None) -> Plan | None:
@@ -237,7 +273,7 @@ def create(p: Plan) -> SetupFailed | None:
 
 
 def _add(p: Plan) -> None:
-    commit = git(p.repo, "rev-parse", "--verify", f"{p.base}^{{commit}}").stdout.strip()
+    commit = p.commit or git(p.repo, "rev-parse", "--verify", f"{p.base}^{{commit}}").stdout.strip()
     done = git(p.repo, "worktree", "add", "--quiet", "-b", p.branch, str(p.path), commit, check=False)
     if done.returncode != 0:  # nothing half-created: no branch, no directory, no registration
         with contextlib.suppress(errors.FleetError):
@@ -250,12 +286,12 @@ def _add(p: Plan) -> None:
         )
     gd = git_dir(p.path)
     (gd / MARK_BASE).write_text(f"{p.base}\n{commit}\n")
-    copied = copy_includes(p.repo, p.path)
+    copied = copy_includes(p.repo, p.path, p.includes if p.commit else None)
     (gd / MARK_COPIED).write_text("".join(f"{c}\n" for c in copied))
 
 
-def copy_includes(repo: Path, dest: Path) -> list[str]:
-    """Copy the checkout's untracked files that ``.worktreeinclude`` names into ``dest``; returns them.
+def included(repo: Path) -> list[str]:
+    """The checkout's untracked files that its ``.worktreeinclude`` names (relative paths).
 
     Matching is git's own (``ls-files --others --ignored --exclude-from``): gitignore syntax exactly.
     """
@@ -263,8 +299,13 @@ def copy_includes(repo: Path, dest: Path) -> list[str]:
     if not include.is_file():
         return []
     out = git(repo, "ls-files", "-z", "--others", "--ignored", f"--exclude-from={include}").stdout
+    return sorted(filter(None, out.split("\0")))
+
+
+def copy_includes(repo: Path, dest: Path, names: list[str] | None = None) -> list[str]:
+    """Copy the checkout's untracked files that ``.worktreeinclude`` names into ``dest``; returns them."""
     copied = []
-    for rel in sorted(filter(None, out.split("\0"))):
+    for rel in included(repo) if names is None else names:
         src = repo / rel
         if src.is_symlink() or not src.is_file():
             continue
