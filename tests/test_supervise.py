@@ -545,7 +545,7 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     assert lines[0].startswith("wave demo  (tmux session $")
     assert lines[1].split() == [
         "WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
-        "HOST", "NOTE"
+        "HOST", "WORKTREE", "USAGE", "NOTE"
     ]  # fmt: skip
     alice = lines[2].split()
     assert alice[:4] == ["main", "alice", data["rows"][0]["pane_id"], "alive"]
