@@ -31,7 +31,9 @@ environment; a participant's ``env`` adds to the defaults' (a name in both takes
 value), and fleet's own ``FLEET_WAVE``/``FLEET_WAVELET`` win over both. The values reach the pane
 only: they are never put on the command line, in a spawn report or in a log. ``cap`` is passed to
 the participant's channel (``fleet channel --cap``) or, with ``--transport hook``, to its hook
-(``fleet watch --cap``); unset, the channel's default applies (DESIGN §3).
+(``fleet watch --cap``); unset, the channel's default applies (DESIGN §3). ``worktree``, ``base`` and
+``setup`` give a participant its own git worktree (or the wave's shared one): :mod:`fleet.worktrees`
+and docs/worktrees.md.
 
 Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
 data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
