@@ -33,6 +33,9 @@ CDN). What a caller (and an operator) may rely on:
 - **HTTP** is :mod:`fleet.httpbase`'s (bodies, one ``send`` per response, JSON errors, the daemon's
   idle timeout), with a strict ``Content-Security-Policy`` and the headers of
   :data:`SECURITY_HEADERS` on every response.
+- **Usage.** ``GET /api/console/waves/{wave}/usage`` is ``fleet usage WAVE --json`` (tokens, turns,
+  estimated cost per participant and wavelet) from the transcripts on the daemon's machine; the page
+  shows each participant's beside its presence and refreshes it when presence changes.
 - **History pages.** ``GET /api/console/wavelets/{wavelet}/tail?before=ID&limit=N`` returns the newest
   ``N`` current blips before ``ID`` (the page renders the tail and pages back on scroll).
 """
@@ -57,6 +60,7 @@ from fleet import __version__, errors
 from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
+from fleet.paths import Paths
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
 
@@ -101,6 +105,7 @@ SECURITY_HEADERS = (
 
 _TAIL = re.compile(r"/api/console/wavelets/([^/]+)/tail")
 _EVENTS = re.compile(r"/api/console/waves/([^/]+)/events")
+_USAGE = re.compile(r"/api/console/waves/([^/]+)/usage")
 
 
 # ---------------------------------------------------------------- what the console needs of its daemon
@@ -141,6 +146,9 @@ class ConsoleHost(Protocol):
 
     @property
     def max_blip_bytes(self) -> int: ...
+
+    @property
+    def paths(self) -> Paths: ...
 
     @property
     def idle_timeout(self) -> float: ...
@@ -413,6 +421,21 @@ class Console:
             raise errors.DaemonUnreachable("the daemon is not open")
         return store
 
+    def usage(self, wave: str) -> dict[str, Any]:
+        """``fleet usage WAVE --json`` of the transcripts on the daemon's machine (read incrementally)."""
+        from fleet.usage import wave_usage
+
+        store = self._store()
+
+        class _AsOperator:  # the two store reads wave_usage makes, as the operator
+            def get_wave(self, ref: str) -> Any:
+                return store.get_wave(OPERATOR_PRINCIPAL, ref)
+
+            def sessions(self, wave_id: str) -> Any:
+                return store.sessions(OPERATOR_PRINCIPAL, wave_id)
+
+        return wave_usage(_AsOperator(), self.daemon.paths, wave).model_dump(mode="json")
+
     def presence(self, wave_id: str) -> PresenceList:
         store = self._store()
         names = [n for n, _k in store.participants(OPERATOR_PRINCIPAL, wave_id) if n != OPERATOR]
@@ -590,6 +613,8 @@ class _ConsoleHandler(Handler):
             self._json(status, payload)
         elif (m := _TAIL.fullmatch(path)) and method == "GET":
             self._json(200, console.tail(unquote(m[1]), query))
+        elif (m := _USAGE.fullmatch(path)) and method == "GET":
+            self._json(200, console.usage(unquote(m[1])))
         elif (m := _EVENTS.fullmatch(path)) and method == "GET":
             cursor = self.headers.get("Last-Event-ID") or query.get("after") or None
             if cursor is not None and not is_id_like(cursor):

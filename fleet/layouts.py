@@ -18,6 +18,9 @@ A layout is a TOML file (read with the stdlib, validated here):
     args = ["--verbose"]
     cap = 40                             # deliveries per wavelet before the cap notice (0: none)
     env = { ANTHROPIC_BASE_URL = "http://127.0.0.1:8080" }
+    worktree = "participant"             # participant | wave | none (docs/worktrees.md)
+    base = "main"                        # what a new worktree starts from (default: the checkout's HEAD)
+    setup = "npm ci"                     # run once in each new worktree before its agent starts
 
     [participants.lead]                  # ... overridden per name
     attention = "full"
@@ -28,7 +31,9 @@ environment; a participant's ``env`` adds to the defaults' (a name in both takes
 value), and fleet's own ``FLEET_WAVE``/``FLEET_WAVELET`` win over both. The values reach the pane
 only: they are never put on the command line, in a spawn report or in a log. ``cap`` is passed to
 the participant's channel (``fleet channel --cap``) or, with ``--transport hook``, to its hook
-(``fleet watch --cap``); unset, the channel's default applies (DESIGN §3).
+(``fleet watch --cap``); unset, the channel's default applies (DESIGN §3). ``worktree``, ``base`` and
+``setup`` give a participant its own git worktree (or the wave's shared one): :mod:`fleet.worktrees`
+and docs/worktrees.md.
 
 Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
 data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
@@ -49,6 +54,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fleet import errors
 from fleet.models import PARTICIPANT_RE
 from fleet.paths import Paths
+
+WorktreeMode = Literal["participant", "wave", "none"]
 
 Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
 Attention = Literal["full", "targeted"]
@@ -71,6 +78,9 @@ class Profile(BaseModel):
     args: list[str] | None = None
     cap: int | None = Field(default=None, ge=0)
     env: dict[str, str] | None = Field(default=None, repr=False)
+    worktree: WorktreeMode | None = None
+    base: str | None = Field(default=None, min_length=1)
+    setup: str | None = None
 
     @field_validator("env")
     @classmethod
@@ -101,6 +111,10 @@ class ResolvedProfile(BaseModel):
     """None: the channel's default cap."""
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     """Set in the pane; never logged or reported (kept out of the repr too)."""
+    worktree: WorktreeMode = "none"
+    """Where the pane works: its own git worktree, the wave's shared one, or ``cwd`` itself."""
+    base: str | None = None
+    setup: str | None = None
 
 
 class Layout(BaseModel):

@@ -36,11 +36,11 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from fleet import errors
+from fleet import errors, worktrees
 from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
@@ -93,7 +93,8 @@ class PaneReport(BaseModel):
 
     participant: str
     pane_id: str
-    action: Literal["launched", "respawned", "running", "skipped"]
+    action: Literal["launched", "respawned", "running", "skipped", "failed"]
+    """``failed``: not started (its worktree's ``setup`` failed: ``why`` has its output); no pane."""
     ready: bool = False
     why: str = ""
     route: str = ""
@@ -101,6 +102,9 @@ class PaneReport(BaseModel):
     here — woken by the hook``, ``unconfirmed so far`` ('' for a pane that was already running)."""
     session_id: str = ""
     argv: list[str] = Field(default_factory=list)
+    worktree: str = ""
+    """The git worktree the pane works in ('' without one)."""
+    branch: str = ""
 
 
 class SpawnReport(BaseModel):
@@ -283,6 +287,7 @@ class Spawner:
         participant: str,
         record: SessionRecord | None,
         resume: bool,
+        tree: worktrees.Plan | None = None,
     ) -> PaneReport:
         profile = layout.profile(participant)
         agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
@@ -324,11 +329,14 @@ class Spawner:
             resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
         )  # fmt: skip
         check_length(argv, participant)
-        cwd = (
-            os.path.expanduser(profile.cwd)
-            if profile.cwd
-            else (record.cwd if record and resume else os.getcwd())
-        )
+        if tree is not None:
+            cwd = str(tree.cwd)
+        else:
+            cwd = (
+                os.path.expanduser(profile.cwd)
+                if profile.cwd
+                else (record.cwd if record and resume else os.getcwd())
+            )
         self.client.record_session(
             wave.id,
             NewSession(
@@ -347,6 +355,8 @@ class Spawner:
             session_id=session_id,
             argv=argv,
             route=ROUTE_UNKNOWN,
+            worktree=str(tree.path) if tree else "",
+            branch=tree.branch if tree else "",
         )
 
     # ---------------------------------------------------------------- the job
@@ -371,12 +381,20 @@ class Spawner:
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
 
         panes = self.tmux.fleet_panes(wave.id)
+        live_names = {p.participant for p in panes if p.alive}
+        trees, failed = self._worktrees(wave, layout, [n for n in order if n not in live_names], records)
+        order = [n for n in order if n not in failed]
+        if not order:  # nothing to start: no window either
+            return SpawnReport(
+                wave=wave.name, wavelet=wl.path, session_id=self.tmux.find_session(wave.id) or "",
+                window_id="", panes=list(failed.values()), attach=attach_hint(wave.name),
+            )  # fmt: skip
         session_id, window_id, spare = self._window(wave, wl)
         created_window = bool(spare)
         reports: list[PaneReport] = []
         try:
             before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
-            self._launch_all(wave, wl, layout, order, panes, records, window_id, spare, reports)
+            self._launch_all(wave, wl, layout, order, panes, records, trees, window_id, spare, reports)
         except BaseException:
             # Nothing launched in a window made just now: take it away again (no stray placeholder).
             if created_window and not reports:
@@ -399,7 +417,7 @@ class Spawner:
             wavelet=wl.path,
             session_id=session_id,
             window_id=window_id,
-            panes=reports,
+            panes=reports + list(failed.values()),
             attach=attach_hint(wave.name),
         )
 
@@ -411,6 +429,7 @@ class Spawner:
         order: list[str],
         panes: list[PaneInfo],
         records: dict[str, SessionRecord],
+        trees: dict[str, worktrees.Plan],
         window_id: str,
         spare: list[str],
         reports: list[PaneReport],
@@ -435,13 +454,68 @@ class Spawner:
             record = records.get(name)
             if dead is not None:
                 reports.append(
-                    self._launch(dead.pane_id, wave, wl, layout, name, record, resume=record is not None)
-                )
+                    self._launch(
+                        dead.pane_id, wave, wl, layout, name, record, resume=record is not None,
+                        tree=trees.get(name),
+                    )
+                )  # fmt: skip
                 continue
             pane_id = spare.pop() if spare else self.tmux.split(window_id)
             # no pane at all (`fleet kill`, a closed window): a session recorded here resumes
             resume = record is not None and record.wavelet_id == wl.id
-            reports.append(self._launch(pane_id, wave, wl, layout, name, record, resume=resume))
+            reports.append(
+                self._launch(pane_id, wave, wl, layout, name, record, resume=resume, tree=trees.get(name))
+            )
+
+    def _worktrees(
+        self, wave: Wave, layout: Layout, names: list[str], records: dict[str, SessionRecord]
+    ) -> tuple[dict[str, worktrees.Plan], dict[str, PaneReport]]:
+        """The worktree each of ``names`` works in, made ready before any pane exists.
+
+        Every refusal (not a repository, a branch taken, a dirty base) raises before anything is
+        created; a failed ``setup`` is that participant's report (its pane is not started)."""
+        plans: dict[str, worktrees.Plan] = {}
+        by_path: dict[Path, worktrees.Plan] = {}
+        facts: dict[tuple[str, ...], Any] = {}
+        for name in names:
+            p = self._plan(wave, layout, name, records.get(name), facts)
+            if p is None:
+                continue
+            p = by_path.setdefault(p.path, p)  # the wave's shared worktree: planned (and made) once
+            p.participants.append(name)
+            plans[name] = p
+        failed: dict[str, PaneReport] = {}
+        for p in by_path.values():
+            bad = worktrees.create(p)
+            if bad is not None:
+                for name in p.participants:
+                    failed[name] = PaneReport(
+                        participant=name, pane_id="", action="failed", why=bad.why(p.setup or ""),
+                        worktree=str(p.path), branch=p.branch,
+                    )  # fmt: skip
+                    del plans[name]
+        return plans, failed
+
+    def _plan(
+        self,
+        wave: Wave,
+        layout: Layout,
+        name: str,
+        record: SessionRecord | None,
+        facts: dict[tuple[str, ...], Any] | None = None,
+    ) -> worktrees.Plan | None:
+        profile = layout.profile(name)
+        if profile.worktree == "none":
+            return None
+        if record is not None and record.cwd:  # a respawn reuses the worktree it ran in
+            found = worktrees.existing(record.cwd, setup=profile.setup, env=profile.env)
+            if found is not None:
+                return found
+        cwd = Path(os.path.expanduser(profile.cwd)) if profile.cwd else Path.cwd()
+        return worktrees.plan(
+            cwd, profile.worktree, wave.name, name, base=profile.base, setup=profile.setup, env=profile.env,
+            facts=facts,
+        )  # fmt: skip
 
     def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
         """The wave's session and the wavelet's window, created if missing: (session, window, spare).
@@ -476,6 +550,11 @@ class Spawner:
             )
         wl = self.client.get_wavelet(record.wavelet_id)
         layout = _layout_named(record.layout, self.paths)
+        tree = self._plan(wave, layout, participant, record)
+        if tree is not None:
+            bad = worktrees.create(tree)
+            if bad is not None:
+                raise errors.FleetError(f"{participant} was not respawned: {bad.why(tree.setup or '')}")
         mine = [p for p in self.tmux.fleet_panes(wave.id) if p.participant == participant]
         pane = next((p for p in mine if p.alive), None) or (mine[0] if mine else None)
         saved = ""
@@ -490,10 +569,10 @@ class Spawner:
         if pane is None:
             _session, window_id, spare = self._window(wave, wl)
             pane_id = spare.pop() if spare else self.tmux.split(window_id)
-            report = self._launch(pane_id, wave, wl, layout, participant, record, resume=True)
+            report = self._launch(pane_id, wave, wl, layout, participant, record, resume=True, tree=tree)
             self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
         else:
-            report = self._launch(pane.pane_id, wave, wl, layout, participant, record, resume=True)
+            report = self._launch(pane.pane_id, wave, wl, layout, participant, record, resume=True, tree=tree)
         self._await_ready(wave, [report], before)
         if saved:
             report.why = f"{report.why}; previous screen saved to {saved}"

@@ -10,6 +10,8 @@ notifications by a script instead of by judgement:
   wavelet spawn launched it for) once, when a fresh session starts (not on ``--resume``).
 - ``--reply TEXT``: when a ``message`` blip from someone else names this participant, answer it in
   the same wavelet. TEXT may use ``{author}``, ``{name}``, ``{n}`` (the reply number).
+- ``--write PATH=TEXT`` (repeatable): write TEXT to PATH (relative to the pane's cwd; ``{name}``
+  expanded in both) once the handshake is done, as an agent editing its checkout would.
 - ``--turns N``: after N replies, post one ``DONE: …`` blip (``--done TEXT``) and go silent.
 - With ``--settings`` carrying fleet's hook (``--transport hook``), it emulates Claude Code's
   ``asyncRewake``: it arms the ``SessionStart`` hook command in the background at start; exit 2 is a
@@ -72,6 +74,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--done", default="DONE: {name} is finished.")
     p.add_argument("--exit-after-done", action="store_true", help="exit 0 once DONE is posted")
     p.add_argument("--log-dir")
+    p.add_argument("--write", action="append", default=[], metavar="PATH=TEXT",
+                   help="write TEXT ({name} expanded) to PATH (relative to the cwd) at start")  # fmt: skip
     args, unknown = p.parse_known_args(argv)
     args.unknown = unknown
     return args
@@ -300,6 +304,12 @@ class Agent:
         )
         if hooks:
             self.run_hooks(hooks)
+        for spec in args.write:
+            rel, _, text = spec.partition("=")
+            target = Path(rel.format(name=self.name)).resolve()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text.format(name=self.name) + "\n")
+            self.record("wrote", f"wrote {target}", path=str(target))
         if args.opening and not args.resume:
             where = args.opening_wavelet or os.environ.get("FLEET_WAVELET") or "main"
             self.post(where, args.opening.format(name=self.name))

@@ -31,11 +31,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from fleet import errors
+from fleet import errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
@@ -44,7 +45,9 @@ from fleet.paths import Paths
 from fleet.procs import group_running, zombie_status
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
+from fleet.usage import Figures, ParticipantUsage
 from fleet.wire import RecordError, loads
+from fleet.worktrees import Kept, WorktreeState
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,16 @@ class StatusRow(BaseModel):
     """The Claude Code session id (recorded at launch; ``--resume`` uses it)."""
     host: str | None = None
     """Where its channel runs (from presence), else where it was launched."""
+    worktree: str | None = None
+    """The fleet git worktree its pane works in (None: none, or not on this machine)."""
+    branch: str | None = None
+    ahead: int | None = None
+    """Commits on the worktree's branch that its base does not have."""
+    dirty: bool | None = None
+    """The worktree has changes not committed."""
+    usage: Figures | None = None
+    """Its tokens, turns and estimated cost in this wavelet (turns its blips woke), from its
+    transcript on this machine; None when there is none here (``fleet usage`` says more)."""
     note: str = ""
 
 
@@ -181,6 +194,29 @@ def _note(
     return ""
 
 
+def _usage_of(record: SessionRecord | None, paths: Paths, table: usage.PriceTable) -> ParticipantUsage | None:
+    """What the recorded session spent, if its transcript is on this machine."""
+    if record is None:
+        return None
+    env = usage.session_env(record.layout, record.participant, paths)
+    got = usage.read_session(paths, record.session_id, env)
+    if got.problem and not got.counter.tallies:
+        return None
+    return usage.participant_usage(record.participant, record.session_id, got, table, set())
+
+
+def _worktree_of(record: SessionRecord | None) -> WorktreeState | None:
+    """The fleet worktree a recorded session works in, if it is on this machine."""
+    if record is None or not record.cwd:
+        return None
+    try:
+        top = worktrees.fleet_worktree(record.cwd)
+        return worktrees.state(top) if top is not None else None
+    except (OSError, errors.FleetError) as exc:
+        log.debug("cannot read the worktree of %s: %s", record.cwd, exc)
+        return None
+
+
 def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatus:
     """The rows of ``fleet status`` for one wave (see the module docstring for where each fact comes from)."""
     wave = client.get_wave(wave_ref)
@@ -192,6 +228,9 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     path_of = {wl.id: wl.path for wl in wave.wavelets}
     rosters = {m.name for wl in wave.wavelets for m in wl.roster if m.kind == "agent"}
     states: dict[str, DeliveryState | None] = {}
+    trees: dict[str, WorktreeState | None] = {}
+    spent: dict[str, ParticipantUsage | None] = {}
+    table = usage.prices(paths)
     rows: list[StatusRow] = []
     now = time.time()
     for wl in wave.wavelets:
@@ -203,6 +242,12 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
             if name not in states:
                 states[name] = delivery_state(paths, client.base_url, wave.name, name)
             state, act = states[name], activity.get((wl.id, name))
+            if name not in trees:
+                trees[name] = _worktree_of(record)
+            tree = trees[name]
+            if name not in spent:
+                spent[name] = _usage_of(record, paths, table)
+            mine = spent[name]
             rows.append(
                 StatusRow(
                     wavelet=wl.path,
@@ -230,6 +275,11 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     receipts_problem=state.receipts_problem if state else "",
                     session_id=(record.session_id if record else None) or (seen.session_id if seen else None),
                     host=(seen.host if seen else None) or (record.host if record else None),
+                    worktree=tree.path if tree else None,
+                    branch=tree.branch if tree else None,
+                    ahead=tree.ahead if tree else None,
+                    dirty=tree.dirty if tree else None,
+                    usage=(mine.wavelets.get(wl.path, Figures()) if mine else None),
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )
@@ -572,6 +622,10 @@ class KillReport(BaseModel):
     panes: list[str] = Field(default_factory=list)
     participants: list[str] = Field(default_factory=list)
     """Reported ``gone``. Their sessions stay recorded: ``fleet spawn`` resumes them."""
+    pruned: list[str] = Field(default_factory=list)
+    """``--prune``: worktrees removed (with their branches): no changes, nothing unmerged."""
+    kept: list[Kept] = Field(default_factory=list)
+    """``--prune``: worktrees kept, and why."""
 
 
 def resolve_target(client: Client, ref: str, wave_hint: str | None) -> tuple[Wave, Wavelet | None]:
@@ -617,11 +671,15 @@ def await_exit(panes: Iterable[PaneInfo], timeout: float = 5.0) -> bool:
     return True
 
 
-def kill(client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None) -> KillReport:
+def kill(
+    client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None, prune: bool = False
+) -> KillReport:
     """Kill a wavelet's window or a wave's whole session; mark the participants in it gone; keep all data.
 
     Idempotent: with nothing running it kills nothing and reports so. What was killed is posted as a
-    ``system`` blip (into the wavelet, or the wave's root).
+    ``system`` blip (into the wavelet, or the wave's root). ``prune``: then remove the fleet worktrees
+    of the target's participants whose panes no longer run (and their branches) when they have no
+    changes and nothing unmerged; the others are listed as kept.
     """
     wave, wl = resolve_target(client, ref, wave_hint)
     session = tmux.find_session(wave.id)
@@ -658,4 +716,34 @@ def kill(client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None) 
             wl.id if wl else wave.root_id,
             f"kill: the operator killed {where} ({who}); their sessions are kept: `{again}` resumes them",
         )
+    if prune:
+        _prune(client, tmux, wave, wl, report)
     return report
+
+
+def _prune(client: Client, tmux: Tmux, wave: Wave, wl: Wavelet | None, report: KillReport) -> None:
+    """``fleet kill --prune``: the target's fleet worktrees that no live pane works in."""
+    live = {p.participant for p in tmux.fleet_panes(wave.id) if p.alive}
+    records = client.sessions(wave.id)
+    if wl is not None:
+        on = {m.name for m in wl.roster} | {r.participant for r in records if r.wavelet_id == wl.id}
+        records = [r for r in records if r.participant in on]
+    tops: set[Path] = set()
+    for rec in records:
+        top = worktrees.fleet_worktree(rec.cwd) if rec.cwd else None
+        if top is not None:
+            tops.add(top)
+    every = client.sessions(wave.id)
+    for top in sorted(tops):
+        users = {r.participant for r in every if r.cwd and Path(r.cwd).is_relative_to(top)}
+        if users & live:
+            report.kept.append(
+                Kept(path=str(top), branch=worktrees.state(top).branch,
+                     why=f"{', '.join(sorted(users & live))} still running in it")
+            )  # fmt: skip
+            continue
+        kept = worktrees.prune(top)
+        if kept is None:
+            report.pruned.append(str(top))
+        else:
+            report.kept.append(kept)

@@ -834,3 +834,36 @@ def test_console_screenshot(page: Page, d: Daemon, op: Client) -> None:
     shot = page.screenshot(ARTIFACTS / "console.png")
     assert shot.stat().st_size > 20_000
     no_js_errors(page)
+
+
+# ---------------------------------------------------------------- usage
+
+
+def test_the_console_shows_each_participants_usage_from_its_transcript(
+    page: Page, d: Daemon, wave: Any, op: Client
+) -> None:
+    from test_usage import LINES, SID, write
+
+    from fleet.models import NewSession
+
+    folder = Path(os.environ["HOME"]) / ".claude" / "projects" / "-tmp-project"
+    folder.mkdir(parents=True)
+    write(folder / f"{SID}.jsonl", LINES)
+    op.record_session("demo", NewSession(participant="alice", session_id=SID, wavelet_id=wave.root_id))
+    cookie = login(d)
+    got = request(d, "GET", "/api/console/waves/demo/usage", cookie=cookie)
+    assert got.status == 200
+    (alice,) = got.json()["participants"]
+    assert alice["participant"] == "alice" and alice["total"]["input_tokens"] == 289
+    assert alice["total"]["tokens"] == 289 + 32 + 10 + 45 and alice["wavelets"]["w/main"]["turns"] == 1
+    assert request(d, "GET", "/api/console/waves/demo/usage").status == 401  # nothing without the cookie
+    assert request(d, "GET", "/api/console/waves/nope/usage", cookie=cookie).status == 404
+    open_console(page, d)
+    retry_until(
+        lambda: (
+            page.eval("(document.querySelector('#presence li[data-name=alice] .usage') || {}).textContent")
+            == "376 tok · $0.0015"
+        ),
+        what="alice's usage beside her presence",
+    )
+    no_js_errors(page)

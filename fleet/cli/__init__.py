@@ -92,6 +92,7 @@ COMMANDS: dict[str, str] = {
     "hook-config": "watch",
     "remote": "remote",
     "campaign": "campaign",
+    "usage": "usage",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

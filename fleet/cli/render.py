@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into e
     from fleet.doctor import Check
     from fleet.spawn import PaneReport, SpawnReport
     from fleet.supervise import KillReport, SupervisorEvent, WaveOverview, WaveStatus
+    from fleet.usage import Figures
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
@@ -177,7 +178,8 @@ def spawn_report(report: SpawnReport) -> None:
         state = "ready" if p.ready else "NOT READY"
         why = f" ({p.why})" if p.why else ""
         route = f" — {p.route}" if p.route else ""
-        out(f"  {p.participant:<{width}}  {p.pane_id:<5} {p.action:<9} {state}{why}{route}")
+        tree = f" in {p.worktree} ({p.branch})" if p.worktree else ""
+        out(f"  {p.participant:<{width}}  {p.pane_id or '-':<5} {p.action:<9} {state}{why}{route}{tree}")
     out(f"attach: {report.attach}")
 
 
@@ -237,6 +239,9 @@ def status_table(st: WaveStatus) -> None:
             )
         why = r.route_why if r.route in ("hook", "unconfirmed") else ""
         problem = f"receipts: {r.receipts_problem}" if r.receipts_problem else ""
+        tree = ""
+        if r.branch:
+            tree = f"{r.branch} +{r.ahead}" + ("*" if r.dirty else "")
         note = "; ".join(x for x in (r.note, why, problem) if x)
         rows.append(
             [
@@ -250,17 +255,37 @@ def status_table(st: WaveStatus) -> None:
                 cap,
                 (r.session_id or "-")[:8],
                 r.host or "-",
+                tree or "-",
+                brief(r.usage) if r.usage else "-",
                 note,
             ]
         )
     head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
-            "HOST", "NOTE"]  # fmt: skip
+            "HOST", "WORKTREE", "USAGE", "NOTE"]  # fmt: skip
     table(head, rows)
 
 
 def span(seconds: float) -> str:
     s = round(seconds)
     return f"{s}s" if s < 120 else f"{s // 60}m"
+
+
+def token_count(n: int) -> str:
+    """``950``, ``12.3k``, ``4.56M``: a token count at a glance."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def cost(fig: Figures) -> str:
+    return "?" if fig.cost_usd is None else f"${fig.cost_usd:.4f}"
+
+
+def brief(fig: Figures) -> str:
+    """The usage column of ``fleet status``: tokens and cost."""
+    return f"{token_count(fig.tokens)} {cost(fig)}"
 
 
 def status_tables(items: Sequence[WaveStatus]) -> None:
@@ -296,10 +321,14 @@ def supervisor_event(e: SupervisorEvent) -> None:
 def kill_report(r: KillReport) -> None:
     if r.killed is None:
         note(f"nothing of {r.target} runs in tmux: nothing to kill")
-        return
-    what = "window" if r.scope == "wavelet" else "session"
-    who = ", ".join(r.participants) or "no agents"
-    out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+    else:
+        what = "window" if r.scope == "wavelet" else "session"
+        who = ", ".join(r.participants) or "no agents"
+        out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+    for path in r.pruned:
+        out(f"pruned worktree {path} and its branch")
+    for k in r.kept:
+        out(f"kept worktree {k.path} ({k.branch}): {k.why}")
 
 
 def checks(items: Sequence[Check]) -> None:

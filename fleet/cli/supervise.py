@@ -142,12 +142,20 @@ def kill(
     ],
     socket: SocketOpt = None,
     wave: WaveOpt = None,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="Then remove the killed participants' git worktrees (and branches) that have no changes"
+            " and nothing unmerged; list the ones kept.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Kill a wavelet's window or a wave's tmux session; keep all data (`fleet spawn` resumes them)."""
     from fleet import supervise
 
-    report = supervise.kill(client(), _tmux(socket), target, wave_hint=wave)
+    report = supervise.kill(client(), _tmux(socket), target, wave_hint=wave, prune=prune)
     if as_json:
         render.dump(report)
     else:

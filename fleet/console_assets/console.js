@@ -31,6 +31,7 @@
     loadingOlder: false,
     unread: new Map(),
     presence: new Map(),
+    usage: new Map(), // participant -> its usage totals (fleet usage)
     mention: { items: [], index: 0 },
   };
 
@@ -141,6 +142,7 @@
       S.wavelet = null;
       S.unread.clear();
       S.presence.clear();
+      S.usage.clear();
       S.want = wantWavelet || null;
       $("blips").replaceChildren();
       S.rendered.clear();
@@ -193,6 +195,24 @@
     S.presence = new Map(rows.map((r) => [r.participant, r]));
     renderPresence();
     renderRoster();
+    refreshUsage();
+  }
+
+  function spentText(f) {
+    const n = f.tokens;
+    const t = n < 1000 ? String(n) : n < 1e6 ? `${(n / 1000).toFixed(1)}k` : `${(n / 1e6).toFixed(2)}M`;
+    return `${t} tok · ${f.cost_usd === null ? "$?" : "$" + f.cost_usd.toFixed(4)}`;
+  }
+
+  async function refreshUsage() {
+    const ref = S.waveRef;
+    if (!ref) return;
+    try {
+      const u = await api("GET", `/api/console/waves/${enc(ref)}/usage`);
+      if (S.waveRef !== ref) return;
+      S.usage = new Map(u.participants.map((p) => [p.participant, p.total]));
+      renderPresence();
+    } catch (_) { /* usage is a nicety: presence stays as it is */ }
   }
 
   function onBlip(b) {
@@ -485,7 +505,11 @@
       const li = el("li", `presence-row ${r.state}`);
       li.dataset.name = r.participant;
       li.dataset.state = r.state;
-      li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), el("span", "state", r.state));
+      const spent = S.usage.get(r.participant);
+      const usage = el("span", "usage", spent ? spentText(spent) : "");
+      if (spent) usage.title = `${spent.turns} turns, ${spent.input_tokens} in, ${spent.output_tokens} out, ` +
+        `${spent.cache_read_tokens} cache read, ${spent.cache_creation_tokens} cache write`;
+      li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), usage, el("span", "state", r.state));
       ul.append(li);
     }
     if (!rows.length) ul.append(el("li", "muted", "nobody yet"));

@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -128,8 +128,18 @@ def receipt_of(line: dict[str, Any]) -> Receipt | None:
 class Transcript:
     """One session's transcript, read from ``offset`` on. Not thread-safe (one reader per session)."""
 
-    def __init__(self, session_id: str, *, offset: int = 0, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        offset: int = 0,
+        path: Path | None = None,
+        observer: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.session_id = session_id
+        self.observer = observer
+        """Called with every complete line of Claude Code's format as it is read, once (the usage
+        counter of :mod:`fleet.usage` reads the same pass)."""
         self.path = path
         self.offset = offset
         self.problem = ""
@@ -185,6 +195,8 @@ class Transcript:
                 continue
             self._known_format = True
             self.last_at = max(self.last_at, _when(line))
+            if self.observer is not None:
+                self.observer(line)
             got = receipt_of(line)
             if got is not None:
                 out.append(got)
