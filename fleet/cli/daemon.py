@@ -36,7 +36,7 @@ def run(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Also serve the operator console here (e.g. 127.0.0.1:8087); the log prints a "
+            help="Also serve the operator console here (e.g. 127.0.0.1:8087); the terminal shows a "
             "one-time login link. Off unless given.",
         ),
     ] = None,
