@@ -134,6 +134,8 @@ def status(as_json: JsonOpt = False) -> None:
     The daemon is the one FLEET_DAEMON names, else the local one.
     """
     remote = os.environ.get("FLEET_DAEMON", "").strip()
+    if remote and "://" not in remote:  # a joined daemon's name
+        remote = fleet_client.load_remote(get_paths(), remote).url
     st = fleet_client.remote_status(remote) if remote else fleet_client.local_status(get_paths())
     if as_json:
         render.dump(st)
