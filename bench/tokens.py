@@ -14,7 +14,7 @@ cannot serve: the request laid out in the API's cache order, tools, system, then
 ``cache_control`` markers ignored, minus its longest common prefix with the previous request, in
 whole blocks). Two arrivals: ``burst`` (posted as fast as the daemon takes them: Claude Code folds
 what arrives during a turn into the next, so few wakes) and ``paced`` (``--rate`` posts a second).
-Also the first request of an idle fleet session (woken by the wave's creation), where its bytes
+Also the first request of an idle fleet session (woken by the operator's first word), where its bytes
 are, and how many requests carried the MCP server instructions. It asserts nothing.
 
     python bench/tokens.py [--blips 300] [--addressed 0.10] [--seed 4] [--rate 5]
@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,13 +36,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import chatter  # noqa: E402  (tests/chatter.py: the scenario)
-import libtmux  # noqa: E402
-from delivery import start_daemon  # noqa: E402  (bench/delivery.py)
 from realclaude import RealFleet  # noqa: E402  (tests/realclaude.py: the real-session world)
+from realworld import real_world  # noqa: E402  (bench/realworld.py)
 from scripted_model import Request  # noqa: E402
 
 from fleet.client import Client  # noqa: E402
-from fleet.paths import get_paths  # noqa: E402
 
 MODES = ("full", "targeted")
 ARRIVALS = ("burst", "paced")
@@ -108,6 +104,15 @@ def stats(reqs: list[Request]) -> Stats:
 ROSTERS = {"main": chatter.AGENTS, "review": ("alice", "bob", "erin"), "side": ("carol", "dave")}
 
 
+def woken(real: RealFleet, blip: str) -> bool:
+    """Every agent's session took ``blip`` and the model answered it."""
+    for who in chatter.AGENTS:
+        t = real.transcript(who, wave=chatter.WAVE)
+        if blip not in {i for c in t.enqueued() for i in c.blip_ids} or not t.settled():
+            return False
+    return True
+
+
 def caught_up(real: RealFleet, op: Client, chat: chatter.Chatter) -> bool:
     """Every blip of others on each agent's wavelets is in a notification Claude Code queued, all of
     them entered its conversation, and the model answered the last wake."""
@@ -134,25 +139,20 @@ class Run:
     instructed: int
     """Turn requests that carried the MCP server instructions (``# MCP Server Instructions``)."""
     turns: int
+    identified: int = 0
+    """Turn requests whose system prompt names their participant (``--append-system-prompt``)."""
 
 
 def one(root: Path, attention: str, arrival: str, args: argparse.Namespace) -> Run:
     """One fleet of five real sessions with ``attention``, the chatter posted ``arrival``-wise."""
-    home = root / f"{arrival}-{attention}"
-    (home / "home").mkdir(parents=True)
-    os.environ.update(FLEET_HOME=str(home / "fleet"), HOME=str(home / "home"), SHELL="/bin/sh")
-    (home / "fleet").mkdir()
-    daemon, url, token = start_daemon(home / "fleet")
-    conf = home / "tmux.conf"
-    conf.write_text(TMUX_CONF)
-    srv = libtmux.Server(socket_name=f"fleet-bench-{uuid.uuid4().hex[:8]}", config_file=str(conf))
-    op = Client(url, token)
-    real = RealFleet(home, get_paths(), op, srv, channels=True)
-    try:
+    with real_world(root / f"{arrival}-{attention}", channels=True) as real:
+        op = real.op
         chat = chatter.setup(op)
         layout = real.layout(chatter.AGENTS, defaults={"cap": 0, "attention": attention})
         real.spawn(f"{chatter.WAVE}/main", layout)
-        real.wait(lambda: caught_up(real, op, chat), "the idle fleet's first wakes", timeout=300)
+        # a system blip alone wakes nobody: the operator's word to main wakes each session once
+        hello = op.post(chat.wavelets["main"], "everyone: the chatter starts now; listen only.").id
+        real.wait(lambda: woken(real, hello), "the idle fleet's first wakes", timeout=300)
         t0 = time.monotonic()
         n = 0
 
@@ -172,14 +172,8 @@ def one(root: Path, attention: str, arrival: str, args: argparse.Namespace) -> R
             posted=len(chat.posted),
             instructed=sum(r.contains("# MCP Server Instructions") for r in turns),
             turns=len(turns),
+            identified=sum(r.contains(f"You are {r.participant}") for r in turns),
         )
-    finally:
-        real.close()
-        Path(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.geteuid()}", str(srv.socket_name)).unlink(
-            missing_ok=True
-        )
-        daemon.terminate()
-        daemon.wait(10)
 
 
 def table(arrival: str, full: Run, targeted: Run) -> None:
@@ -200,7 +194,10 @@ def table(arrival: str, full: Run, targeted: Run) -> None:
         ratio = f"{t_new / f_new:.1%}" if f_new else "-"
         print(f"{who:<7}{cells[0]}   {cells[1]}   {ratio}")
     for name, run in (("full", full), ("targeted", targeted)):
-        print(f"  {name}: {run.instructed} of {run.turns} requests carried the MCP server instructions")
+        print(
+            f"  {name}: {run.instructed} of {run.turns} requests carried the MCP server instructions,"
+            f" {run.identified} named their participant"
+        )
 
 
 def breakdown(req: Request) -> str:
@@ -234,7 +231,7 @@ def main() -> None:
         table(arrival, runs[arrival, "full"], runs[arrival, "targeted"])
     first = runs["burst", "full"].per["alice"].first
     if first is not None:
-        print("\nfirst request of an idle fleet session (alice, woken by the wave's creation):")
+        print("\nfirst request of an idle fleet session (alice, woken by the operator's first blip):")
         print(f"  {breakdown(first)}")
     print("new bytes exclude each participant's first request; bytes are the raw request bodies")
 

@@ -149,6 +149,22 @@ def test_without_the_channels_preview_the_default_transport_completes_through_th
     assert "channels unavailable here" in table, table
 
 
+def test_without_the_channels_preview_a_channel_only_spawn_is_an_error_naming_the_way_out(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """``--transport channel`` where Claude Code has no channels: nothing could ever wake the
+    session, so spawn's report says so for the pane and exits non-zero."""
+    real = real_fleet(channels=False)
+    operator.create_wave("w", ["alice"])
+    done = real.fleet(
+        "spawn", "w/main", "--layout", real.layout(["alice"]), "--transport", "channel", "--json"
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    (pane,) = json.loads(done.stdout)["panes"]
+    assert pane["ready"] is False and pane["route"] == "channels unavailable here and no hook installed"
+    assert "nothing can wake this session" in pane["why"] and "--transport auto" in pane["why"]
+
+
 CAP = 3
 
 

@@ -91,6 +91,7 @@ COMMANDS: dict[str, str] = {
     "watch": "watch",
     "hook-config": "watch",
     "remote": "remote",
+    "campaign": "campaign",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

@@ -1,0 +1,761 @@
+"""The campaign loop: a fleet process that reads STATE.md, spawns sessions into the campaign's wave,
+and handles each session's settle (docs/campaigns.md).
+
+Event-driven, one thread: it sleeps in ``select`` on its control socket (commands from ``fleet
+campaign …`` and settles from the Stop hook fleet installs in each session) and on a ``pidfd`` of
+the active session's pane process (its exit is a settle too). Nothing wakes it otherwise: an armed
+loop waiting on a session uses no CPU.
+
+What it owns (never an agent): ``loop_state``, ``active_session_id``, ``active_session_kind``, kept in
+``.loop/owned.json`` and written over whatever STATE.md says on every read. One loop per campaign
+(``.loop/loop.lock``, an flock released when the process dies). Everything it needs to resume is on
+disk: the state, what it owns, and ``.loop/settles.log`` (every settle the hook reported, with how
+many were handled), so a killed loop started again carries on exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import select
+import shlex
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet import errors
+from fleet.campaign import disk, machine
+from fleet.campaign import state as st
+from fleet.campaign.disk import Campaign
+
+log = logging.getLogger(__name__)
+
+COMMANDS = ("poke", "settle", "pause", "resume", "next", "interrupt", "stop", "clear", "dismiss", "ping")
+
+
+# ---------------------------------------------------------------- the loop's own records
+
+
+@dataclass
+class Owned:
+    """What only the loop writes (``.loop/owned.json``)."""
+
+    loop_state: st.LoopState = "idle"
+    active_session_id: str | None = None
+    active_session_kind: st.SessionKind = ""
+    participant: str = ""
+    wavelet: str = ""
+    pane_id: str = ""
+    head_at_spawn: str = ""
+    spawned_on: dict[str, Any] = field(default_factory=dict)
+    """The cursor the active session was spawned on."""
+    handled_settles: int = 0
+    layout: str = ""
+    verify_floor: int = 0
+    """verify_count never goes below the verifier sessions the loop saw settle."""
+    last_error: str = ""
+
+
+def socket_path(c: Campaign) -> Path:
+    """A short path for the control socket (AF_UNIX paths are limited to ~100 bytes)."""
+    key = hashlib.sha256(str(c.dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"fleet-{os.geteuid()}" / f"campaign-{key}.sock"
+
+
+def load_owned(c: Campaign) -> Owned | None:
+    f = c.loop_dir / "owned.json"
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise errors.CorruptState(f"{f} is not valid JSON ({exc}): fix or remove it") from None
+    return Owned(**{k: v for k, v in data.items() if k in Owned.__dataclass_fields__})
+
+
+def save_owned(c: Campaign, o: Owned) -> None:
+    c.loop_dir.mkdir(parents=True, exist_ok=True)
+    f = c.loop_dir / "owned.json"
+    tmp = f.with_name(f".owned.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(o), indent=1), encoding="utf-8")
+    os.replace(tmp, f)
+
+
+def read_settles(c: Campaign) -> list[dict[str, Any]]:
+    try:
+        lines = (c.loop_dir / "settles.log").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for ln in lines:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(ln))
+    return out
+
+
+def report_settle(loop_dir: Path, payload: dict[str, Any]) -> None:
+    """What the Stop hook does: append the settle to ``settles.log`` and tell the loop (if it runs)."""
+    line = json.dumps(payload, separators=(",", ":")) + "\n"
+    loop_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(loop_dir / "settles.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    c = Campaign(loop_dir.parent.parent.parent.parent, loop_dir.parent.name)
+    with contextlib.suppress(OSError):
+        send(c, {"op": "poke"}, timeout=2.0)
+
+
+def send(c: Campaign, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+    """One request to the running loop; OSError when none listens."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(socket_path(c)))
+        s.sendall(json.dumps(msg).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf or b"{}")  # type: ignore[no-any-return]
+
+
+def running(c: Campaign) -> bool:
+    try:
+        return bool(send(c, {"op": "ping"}, timeout=2.0).get("ok"))
+    except (OSError, ValueError):
+        return False
+
+
+def dirty_message(c: Campaign, dirty: list[str]) -> str:
+    more = " …" if len(dirty) > 5 else ""
+    return (
+        f"the work tree of {c.root} has uncommitted changes ({', '.join(dirty[:5])}{more}): commit or"
+        " stash them first, so each wave starts from a clean tree (nothing was started)"
+    )
+
+
+class LoopLock:
+    """The one-loop-per-campaign flock (``.loop/loop.lock``)."""
+
+    def __init__(self, c: Campaign) -> None:
+        self.c = c
+        self.fd = -1
+
+    def acquire(self) -> None:
+        self.c.loop_dir.mkdir(parents=True, exist_ok=True)
+        path = self.c.loop_dir / "loop.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise errors.Conflict(
+                f"a loop already runs for campaign {self.c.id} (pid {pid or '?'}): use `fleet campaign"
+                " status` to see it, `fleet campaign stop` to end it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+# ---------------------------------------------------------------- state with the loop's fields
+
+
+def overrule(s: st.State, o: Owned) -> st.State:
+    """``s`` with what the loop owns put back (an agent that wrote these is overruled)."""
+    s.loop_state = o.loop_state
+    s.active_session_id = o.active_session_id
+    s.active_session_kind = o.active_session_kind
+    s.verify_count = max(s.verify_count, o.verify_floor)
+    return s
+
+
+def read_state(c: Campaign) -> tuple[st.State, Owned]:
+    s = c.read()
+    o = load_owned(c)
+    if o is None:
+        o = Owned(s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count)
+    return overrule(s, o), o
+
+
+def snapshot(s: st.State) -> dict[str, Any]:
+    return {k: getattr(s, k) for k in st.FIELDS}
+
+
+def from_snapshot(d: dict[str, Any], like: st.State) -> st.State:
+    s = copy.deepcopy(like)
+    for k, v in d.items():
+        if k in st.FIELDS:
+            setattr(s, k, v)
+    return s
+
+
+# ---------------------------------------------------------------- commands without a loop
+
+
+def offline(c: Campaign, op: str) -> str:
+    """Apply a control command to STATE.md when no loop runs (the same transitions as the loop's)."""
+    lock = LoopLock(c)
+    lock.acquire()  # no loop may start meanwhile
+    try:
+        s, o = read_state(c)
+        msg = transition(c, s, o, op, kill=None)
+        c.write(overrule(s, o))
+        save_owned(c, o)
+        return msg
+    finally:
+        lock.release()
+
+
+def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owned], None] | None) -> str:
+    """The control commands' effect on the state (spawning is the loop's, after this)."""
+    if op == "pause":
+        o.loop_state = "paused"
+        return "paused: no new session is spawned; the active one carries on"
+    if op == "resume":
+        o.loop_state = "armed"
+        return "armed"
+    if op == "stop":
+        o.loop_state = "idle"
+        return "stopped"
+    if op == "clear":
+        if s.failure_kind != "cancelled":
+            raise errors.UsageError(
+                f"wave {s.current_wave} is not cancelled (failure_kind {s.failure_kind or 'empty'}):"
+                " nothing to clear"
+            )
+        s.failure_kind = ""
+        s.wave_status = "pending"
+        s.row(s.current_wave).set("Status", "pending")
+        return f"wave {s.current_wave} cleared: pending (resume or run the loop to try it again)"
+    if op == "interrupt":
+        if kill and o.active_session_id:
+            kill(o)
+        was = o.active_session_id
+        _clear_active(o)
+        s.wave_status = "failed"
+        s.failure_kind = "cancelled"
+        s.user_question = ""
+        o.loop_state = "idle"
+        s.row(s.current_wave).set("Status", "cancelled")
+        sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
+        if sha:
+            s.row(s.current_wave).set("Commit", sha)
+        return f"wave {s.current_wave} cancelled" + (f" (session {was} ended)" if was else "")
+    if op == "dismiss":
+        if s.wave_status != "awaiting_user":
+            raise errors.UsageError(
+                f"no question to dismiss: wave_status is {s.wave_status}, not awaiting_user"
+            )
+        if kill and o.active_session_id:
+            kill(o)
+        _clear_active(o)
+        s.wave_status = "failed"
+        s.failure_kind = "cancelled"
+        s.user_question = ""
+        o.loop_state = "idle"
+        s.row(s.current_wave).set("Status", "cancelled")
+        return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped"
+    raise errors.UsageError(f"unknown loop command {op!r}")
+
+
+def _clear_active(o: Owned) -> None:
+    o.active_session_id = None
+    o.active_session_kind = ""
+    o.participant = o.wavelet = o.pane_id = o.head_at_spawn = ""
+    o.spawned_on = {}
+
+
+# ---------------------------------------------------------------- the loop process
+
+
+class Loop:
+    """One campaign's loop (see the module docstring). ``launcher`` spawns sessions."""
+
+    def __init__(self, c: Campaign, launcher: Launcher, *, layout: str = "") -> None:
+        self.c = c
+        self.launcher = launcher
+        self.lock = LoopLock(c)
+        self.layout = layout
+        self.sock: socket.socket | None = None
+        self.pidfd = -1
+        self.pidfd_of = ""
+        self.quit = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, *, arm: bool) -> None:
+        self.lock.acquire()
+        try:
+            s, o = read_state(self.c)
+            if arm:
+                dirty = disk.dirty(self.c.root)
+                if dirty and not o.active_session_id:
+                    raise errors.UsageError(dirty_message(self.c, dirty))
+            if self.layout:
+                o.layout = self.layout
+            self.layout = o.layout
+            if arm:
+                o.loop_state = "armed"
+            self._commit_state(s, o)
+            self._listen()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _listen(self) -> None:
+        path = socket_path(self.c)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # stale: the lock says no loop runs
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        os.chmod(path, 0o600)
+        self.sock.listen(16)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                socket_path(self.c).unlink()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+        self.lock.release()
+
+    def run(self) -> None:
+        """Resume from disk, then serve until ``stop``."""
+        signal.signal(signal.SIGTERM, _terminate)
+        try:
+            self.catch_up()
+            self.step()
+        except errors.FleetError as exc:
+            self._trouble(exc)
+        while not self.quit:
+            self._watch_active()
+            fds: list[Any] = [self.sock]
+            if self.pidfd >= 0:
+                fds.append(self.pidfd)
+            try:
+                ready, _, _ = select.select(fds, [], [])
+            except InterruptedError:
+                continue
+            try:
+                if self.pidfd >= 0 and self.pidfd in ready:
+                    self._pane_exited()
+                if self.sock in ready:
+                    self._serve_one()
+            except errors.FleetError as exc:
+                self._trouble(exc)
+
+    # ------------------------------------------------------------ events
+
+    def _trouble(self, exc: errors.FleetError) -> None:
+        """Something the loop cannot act on (a STATE.md that does not parse): say so, spawn nothing,
+        wait for the next event (a fixed file and `fleet campaign resume`)."""
+        log.error("campaign %s: %s", self.c.id, exc.message)
+        print(f"fleet campaign loop: {exc.message}", file=sys.stderr, flush=True)
+        with contextlib.suppress(errors.FleetError):
+            o = load_owned(self.c) or Owned()
+            o.last_error = exc.message
+            save_owned(self.c, o)
+
+    def _serve_one(self) -> None:
+        assert self.sock is not None
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(5.0)
+            try:
+                buf = b""
+                while not buf.endswith(b"\n") and len(buf) < 65536:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                msg = json.loads(buf or b"{}")
+                answer = self.command(str(msg.get("op", "")))
+            except errors.FleetError as exc:
+                answer = {"ok": False, "error": exc.message, "kind": exc.kind}
+            except (ValueError, OSError) as exc:
+                answer = {"ok": False, "error": str(exc), "kind": "usage"}
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def command(self, op: str) -> dict[str, Any]:
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if op == "poke":
+            self.catch_up()
+            self.step()
+            return {"ok": True}
+        if op == "next":
+            s, o = read_state(self.c)
+            d = machine.decide(s)
+            if d.spawn is None and not d.escalate:
+                raise errors.Conflict(f"nothing to spawn: {d.why}")
+            self.step(force=True)
+            return {"ok": True, "message": f"spawned the {d.spawn or 'escalation'} ({d.why})"}
+        s, o = read_state(self.c)
+        msg = transition(self.c, s, o, op, kill=self.launcher.kill)
+        self._commit_state(s, o)
+        if op == "stop":
+            self.quit = True
+        else:
+            self.step()
+        return {"ok": True, "message": msg}
+
+    def catch_up(self) -> None:
+        """Handle the settles the hook reported that the loop has not handled yet (in order)."""
+        settles = read_settles(self.c)
+        _s, o = read_state(self.c)
+        for rec in settles[o.handled_settles :]:
+            o.handled_settles += 1
+            save_owned(self.c, o)
+            self.settle(
+                str(rec.get("session_id", "")), pane_exited=False, transcript=rec.get("transcript_path")
+            )
+            _s, o = read_state(self.c)
+
+    def _watch_active(self) -> None:
+        """Hold a pidfd on the active session's pane process (a dead pane is a settle)."""
+        _s, o = read_state(self.c)
+        sid = o.active_session_id or ""
+        if sid == self.pidfd_of:
+            return
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd, self.pidfd_of = -1, ""
+        if not sid:
+            return
+        pid = self.launcher.pane_pid(o.pane_id)
+        if pid is None:
+            self._pane_exited()
+            return
+        try:
+            self.pidfd = os.pidfd_open(pid)
+            self.pidfd_of = sid
+        except ProcessLookupError:
+            self._pane_exited()
+
+    def _pane_exited(self) -> None:
+        _s, o = read_state(self.c)
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+        self.pidfd, self.pidfd_of = -1, ""
+        if o.active_session_id:
+            self.catch_up()  # a last Stop hook may have come first
+            _s, o = read_state(self.c)
+            if o.active_session_id:
+                self.settle(o.active_session_id, pane_exited=True)
+                self.step()
+
+    # ------------------------------------------------------------ the settle handler
+
+    def settle(self, session_id: str, *, pane_exited: bool, transcript: str | None = None) -> None:
+        s, o = read_state(self.c)
+        if not session_id or session_id != o.active_session_id:
+            log.info("settle of %s ignored: the active session is %s", session_id, o.active_session_id)
+            return
+        kind = o.active_session_kind
+        before = from_snapshot(o.spawned_on, s)
+        wave = before.current_wave
+        if s.wave_status == "awaiting_user" and not pane_exited:
+            # paused conversationally: the session stays; commit the pause if the agent did not
+            self._ensure_commit(s, o, f"wave {wave} (paused): user question")
+            s.row(wave).set("Status", "paused")
+            self._commit_state(s, o)
+            return
+        phrase = self.launcher.last_phrase(transcript, o)
+        result = machine.outcome(kind, before, s, pane_exited=pane_exited)
+        row = s.row(wave)
+        row.set("Session", o.participant)
+        if result == "crashed":
+            machine.apply_crash(s)
+            self._append_crash_notes(wave, o, pane_exited)
+            row.set("Status", "crashed")
+            self.c.write(overrule(s, o))
+            sha = disk.commit_all(self.c.root, f"wave {wave} (crashed): session ended without state update")
+            row.set("Commit", sha or disk.short(self.c.root, "HEAD"))
+        elif result == "verifier_crashed":
+            machine.apply_verifier_crash(s, before)
+            o.verify_floor = max(o.verify_floor, s.verify_count)
+        elif result == "paused":  # the pane died while the question was open
+            row.set("Status", "paused")
+        else:
+            if kind == "verifier":
+                s.verify_count = max(s.verify_count, before.verify_count + 1)
+                o.verify_floor = max(o.verify_floor, s.verify_count)
+                summary = phrase if phrase.startswith("PLAN") else "plan checked"
+                self._ensure_commit(s, o, f"wave verify: {summary.lower()}")
+            else:
+                machine.normalize(s)
+                title = self.c.wave_title(wave)
+                reason = row.get("Notes") or "see NOTES.md"
+                message = {
+                    "complete": f"wave {wave}: {title}",
+                    "all_complete": f"wave {wave}: {title}",
+                    "failed": f"wave {wave} (failed): {reason}",
+                    "undoable": f"wave {wave} (undoable): {reason}",
+                }.get(result, f"wave {wave} (failed): session ended with wave_status {s.wave_status}")
+                sha = self._ensure_commit(s, o, message)
+                status = {"complete": "complete", "all_complete": "complete", "undoable": "undoable"}
+                row.set("Status", status.get(result, "failed"))
+                row.set("Commit", sha)
+                if phrase and not _phrase_agrees(phrase, result):
+                    row.set("Notes", f"{reason} (said {phrase[:40]!r}, STATE.md says {s.wave_status})")
+        machine.normalize(s)
+        self.launcher.end(o)
+        _clear_active(o)
+        self._commit_state(s, o)
+
+    def _ensure_commit(self, s: st.State, o: Owned, message: str) -> str:
+        """The agent's commit if it made one and left the tree clean, else the loop's."""
+        self.c.write(overrule(s, o))
+        others = disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),))
+        moved = disk.head(self.c.root) != o.head_at_spawn
+        if moved and not others:
+            return disk.short(self.c.root, "HEAD")
+        return disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
+
+    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool) -> None:
+        notes = self.c.notes(wave)
+        text = notes.read_text(encoding="utf-8") if notes.exists() else ""
+        k = text.count("\n## Attempt ") + text.startswith("## Attempt ") + 1
+        how = "its pane's process exited" if pane_exited else "its turn ended"
+        section = (
+            f"## Attempt {k} — crashed\n**Session:** {o.active_session_id} ({o.participant})\n"
+            "**Commit:** (this attempt's crash commit)\n"
+            f"**Date:** {disk.today()}\n**Decision on entry:** unknown\n\n"
+            f"### What happened\nThe session ended without updating STATE.md ({how}); the loop"
+            " committed the work tree as it was.\n\n### Recommendation\nRetry; read the session's"
+            " transcript if it crashes again.\n\n---\n\n"
+        )
+        notes.parent.mkdir(parents=True, exist_ok=True)
+        notes.write_text(
+            text + ("\n" if text and not text.endswith("\n") else "") + section, encoding="utf-8"
+        )
+
+    # ------------------------------------------------------------ deciding and spawning
+
+    def step(self, *, force: bool = False) -> None:
+        """Spawn per the state if armed (or ``force``: `next`)."""
+        s, o = read_state(self.c)
+        if o.loop_state != "armed" and not force:
+            return
+        machine.normalize(s)
+        d = machine.decide(s)
+        if d.escalate:
+            machine.escalate(s)
+            self._commit_state(s, o)
+            return
+        if d.spawn is None:
+            self._commit_state(s, o)
+            return
+        s.session_count += 1
+        wave = s.current_wave
+        if d.spawn == "executor":
+            s.wave_status = "running"
+            s.row(wave).set("Status", "running")
+        o.head_at_spawn = disk.head(self.c.root)
+        try:
+            started = self.launcher.launch(self.c, s, d.spawn, o.layout)
+        except errors.FleetError as exc:
+            s.session_count -= 1
+            if d.spawn == "executor":
+                s.wave_status = "pending" if s.retry_count == 0 and s.failure_kind == "" else "failed"
+            o.loop_state = "paused"
+            o.last_error = f"spawning the {d.spawn} failed: {exc.message}"
+            self._commit_state(s, o)
+            log.error("%s", o.last_error)
+            return
+        o.active_session_id = started.session_id
+        o.active_session_kind = d.spawn
+        o.participant = started.participant
+        o.wavelet = started.wavelet
+        o.pane_id = started.pane_id
+        o.last_error = ""
+        o.spawned_on = snapshot(overrule(s, o))
+        s.row(wave).set("Session", started.participant)
+        self._commit_state(s, o)
+        self.launcher.kickoff(self.c, s, started)
+
+    def _commit_state(self, s: st.State, o: Owned) -> None:
+        save_owned(self.c, o)
+        self.c.write(overrule(s, o))
+
+
+def _terminate(*_: object) -> None:
+    """SIGTERM: leave ``select`` at once (Python retries it after a handler that returns)."""
+    raise SystemExit(0)
+
+
+def _phrase_agrees(phrase: str, result: str) -> bool:
+    want = {
+        "complete": ("WAVE COMPLETE",),
+        "all_complete": ("WAVE COMPLETE", "WAVES DONE"),
+        "failed": ("WAVE FAILED",),
+        "undoable": ("PLAN UNDOABLE",),
+    }.get(result, ())
+    return not want or phrase.startswith(want)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@dataclass(frozen=True)
+class Started:
+    session_id: str
+    participant: str
+    wavelet: str
+    pane_id: str
+
+
+class Launcher:
+    """Spawns campaign sessions as fleet participants (one window and wavelet each) and ends them."""
+
+    def __init__(self, client: Any, tmux: Any, paths: Any, *, ready_timeout: float = 90.0) -> None:
+        self.client = client
+        self.tmux = tmux
+        self.paths = paths
+        self.ready_timeout = ready_timeout
+
+    def _wave(self, c: Campaign) -> Any:
+        try:
+            return self.client.get_wave(c.id)
+        except errors.NotFound:
+            return self.client.create_wave(c.id, [])
+
+    def launch(self, c: Campaign, s: st.State, kind: str, layout_ref: str) -> Started:
+        from fleet.layouts import DEFAULT_LAYOUT, Layout, Profile
+        from fleet.layouts import load as load_layout
+        from fleet.spawn import Spawner
+
+        wave = self._wave(c)
+        name = (
+            f"executor-w{s.current_wave}-s{s.session_count}"
+            if kind == "executor"
+            else f"verifier-s{s.session_count}"
+        )
+        main = self.client.resolve(f"{wave.name}/main")
+        wl = self.client.fork(main.id, name, with_=[name])
+        base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
+        profile_name = s.executor_agent if kind == "executor" else "verifier"
+        own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
+        merged = own.model_copy(update={"cwd": str(c.root)})
+        if kind == "executor" and s.executor_model:
+            merged = merged.model_copy(update={"model": s.executor_model})
+        layout = Layout(
+            arrangement="tiled", defaults=base.defaults, participants={name: merged}, name="campaign",
+            ref=base.ref,
+        )  # fmt: skip
+        spawner = Spawner(
+            self.client, self.tmux, self.paths, transport="auto", ready_timeout=self.ready_timeout,
+            hook_settings=self._hook_settings(c),
+        )  # fmt: skip
+        report = spawner.spawn(wl.path, layout)
+        pane = report.panes[0]
+        if not pane.ready:
+            self.tmux.kill_window(report.window_id)
+            raise errors.FleetError(f"{name} did not start: {pane.why}")
+        return Started(pane.session_id, name, wl.path, pane.pane_id)
+
+    def _hook_settings(self, c: Campaign) -> Any:
+        from fleet.watch import hook_settings
+
+        settle = shlex.join(
+            [sys.executable, "-m", "fleet", "campaign", "settled", "--loop-dir", str(c.loop_dir)]
+        )
+        url = self.client.base_url
+
+        def settings(participant: str, wave: str, token_file: Path, attention: Any, *, cap: int | None,
+                     gate: bool = False) -> str:  # fmt: skip
+            base = json.loads(
+                hook_settings(participant, wave, token_file, attention, daemon=url, cap=cap, gate=gate)
+            )
+            mine = {"type": "command", "command": settle, "timeout": 30}
+            for event in ("Stop", "StopFailure"):
+                base.setdefault("hooks", {}).setdefault(event, []).append({"hooks": [mine]})
+            return json.dumps(base, separators=(",", ":"))
+
+        return settings
+
+    def kickoff(self, c: Campaign, s: st.State, started: Started) -> None:
+        from fleet.campaign import prompts
+
+        role = "executor" if started.participant.startswith("executor") else "verifier"
+        attempt = f" (attempt {s.retry_count + 1})" if role == "executor" else ""
+        text = (
+            f"{started.participant}: you are the {role} of campaign {c.id}, wave {s.current_wave}{attempt}."
+            f" Follow your protocol in {prompts.path(role)} and {c.rel(c.plan / 'AGENT_INSTRUCTIONS.md')};"
+            f" the state is {c.rel(c.state_file)}. Ask the operator on this wavelet if you must;"
+            " end your turn with your set phrase."
+        )
+        wl = self.client.resolve(started.wavelet)
+        self.client.post(wl.id, text)
+
+    def pane_pid(self, pane_id: str) -> int | None:
+        for p in self.tmux.panes():
+            if p.pane_id == pane_id:
+                return None if p.dead else p.pid
+        return None
+
+    def kill(self, o: Owned) -> None:
+        self.end(o)
+
+    def end(self, o: Owned) -> None:
+        """End a settled session: its window goes (its transcript stays on disk)."""
+        for p in self.tmux.panes():
+            if p.pane_id == o.pane_id:
+                self.tmux.kill_window(p.window_id)
+                return
+
+    def last_phrase(self, transcript: str | None, o: Owned) -> str:
+        """The last line of the session's last assistant text (its set phrase), from its transcript."""
+        if not transcript:
+            return ""
+        deadline = time.monotonic() + 2.0
+        while True:
+            phrase = _last_line(Path(transcript))
+            if phrase or time.monotonic() > deadline:
+                return phrase
+            time.sleep(0.05)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for ln in reversed(lines):
+        try:
+            rec = json.loads(ln)
+        except ValueError:
+            continue
+        if rec.get("type") != "assistant":
+            continue
+        content = (rec.get("message") or {}).get("content") or []
+        texts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if texts and str(texts[-1]).strip():
+            return str(texts[-1]).strip().splitlines()[-1].strip()
+        return ""
+    return ""

@@ -1,0 +1,256 @@
+"""STATE.md: the campaign's cursor (a YAML block of flat ``key: value`` lines) and its wave table.
+
+The file is the seed's contract (docs/campaigns.md): a front-matter block between ``---`` lines
+holding every field of :class:`State`, then free markdown containing one table with a row per wave
+(``| # | Title | Status | Session | Commit | Notes |``). :func:`parse` reads it, naming the line of
+anything it cannot use; :func:`render` writes it back with the cursor in the schema's order, unknown
+keys kept after the known ones, the table's columns and every line around the table unchanged.
+
+Only flat scalars are allowed in the block (strings bare or quoted, integers, ``null``), so no YAML
+library is needed and an agent's hand edit is either understood exactly or refused with its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from fleet import errors
+
+WaveStatus = Literal[
+    "pending", "running", "complete", "failed", "plan_undoable", "awaiting_user", "all_complete"
+]
+FailureKind = Literal["", "transient", "undoable", "crash", "cancelled"]
+LoopState = Literal["idle", "armed", "paused"]
+SessionKind = Literal["", "executor", "verifier"]
+
+RETRY_CAP = 3
+VERIFY_CAP = 3
+
+FIELDS: tuple[str, ...] = (
+    "campaign_id", "plan_source", "executor_agent", "executor_model", "executor_variant",
+    "current_wave", "wave_status", "failure_kind", "retry_count", "verify_count", "user_question",
+    "loop_state", "active_session_id", "active_session_kind", "total_waves", "session_count",
+    "created", "last_updated",
+)  # fmt: skip
+INT_FIELDS = {"current_wave", "retry_count", "verify_count", "total_waves", "session_count"}
+LOOP_OWNED = ("loop_state", "active_session_id", "active_session_kind")
+"""Fields only the loop writes: what an agent writes there is overruled."""
+TABLE_HEADERS = ["#", "Title", "Status", "Session", "Commit", "Notes"]
+ROW_STATUSES = {"pending", "running", "complete", "failed", "undoable", "paused", "cancelled", "crashed"}
+
+_KEY = re.compile(r"^([a-z_][a-z0-9_]*):(.*)$")
+
+
+class StateError(errors.UsageError):
+    """STATE.md cannot be used (its line is named); nothing is written over it."""
+
+
+@dataclass
+class Row:
+    """One wave's row of the table: its cells by header."""
+
+    cells: dict[str, str]
+
+    def get(self, header: str) -> str:
+        return self.cells.get(header, "")
+
+    def set(self, header: str, value: str) -> None:
+        self.cells[header] = value.replace("|", "/").replace("\n", " ").strip()
+
+
+@dataclass
+class State:
+    campaign_id: str
+    plan_source: str = ""
+    executor_agent: str = ""
+    executor_model: str = ""
+    executor_variant: str = ""
+    current_wave: int = 0
+    wave_status: WaveStatus = "pending"
+    failure_kind: FailureKind = ""
+    retry_count: int = 0
+    verify_count: int = 0
+    user_question: str = ""
+    loop_state: LoopState = "idle"
+    active_session_id: str | None = None
+    active_session_kind: SessionKind = ""
+    total_waves: int = 0
+    session_count: int = 0
+    created: str = ""
+    last_updated: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Keys this version does not know, kept as written."""
+    headers: list[str] = field(default_factory=lambda: list(TABLE_HEADERS))
+    rows: list[Row] = field(default_factory=list)
+    before_table: list[str] = field(default_factory=list)
+    after_table: list[str] = field(default_factory=list)
+
+    def row(self, wave: int) -> Row:
+        """The table row of ``wave`` (created, and the table with it, when missing)."""
+        for r in self.rows:
+            if r.get("#").strip() == str(wave):
+                return r
+        r = Row({h: "" for h in self.headers})
+        r.set("#", str(wave))
+        self.rows.append(r)
+        self.rows.sort(key=lambda x: int(x.get("#")) if x.get("#").isdigit() else 1 << 30)
+        return r
+
+    def cursor(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in FIELDS}
+
+
+def _scalar(raw: str, key: str, line: int) -> str | int | None:
+    v = raw.strip()
+    if v.startswith('"'):
+        try:
+            end = json.JSONDecoder().raw_decode(v)
+        except ValueError:
+            raise StateError(
+                f"STATE.md line {line}: {key}: the quoted value is not closed or not valid"
+            ) from None
+        value, used = end
+        rest = v[used:].strip()
+        if rest and not rest.startswith("#"):
+            raise StateError(f"STATE.md line {line}: {key}: text after the quoted value: {rest!r}")
+        if not isinstance(value, str):
+            raise StateError(f"STATE.md line {line}: {key}: expected a string")
+        return value
+    if v.startswith("'"):
+        end_at = v.find("'", 1)
+        if end_at < 0:
+            raise StateError(f"STATE.md line {line}: {key}: the quoted value is not closed")
+        return v[1:end_at]
+    if " #" in v:
+        v = v[: v.index(" #")].rstrip()
+    elif v.startswith("#"):
+        v = ""
+    if v in ("null", "~", "None"):
+        return None
+    if re.fullmatch(r"-?\d+", v):
+        return int(v)
+    return v
+
+
+def parse(text: str) -> State:
+    """A STATE.md's state; :class:`StateError` naming the line of the first problem."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        raise StateError("STATE.md line 1: expected `---` opening the cursor block")
+    try:
+        close = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+    except StopIteration:
+        raise StateError(
+            f"STATE.md line {len(lines)}: the cursor block opened at line 1 is never closed (`---`)"
+        ) from None
+    values: dict[str, object] = {}
+    extra: dict[str, str] = {}
+    where: dict[str, int] = {}
+    for i in range(1, close):
+        ln = lines[i]
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        m = _KEY.match(ln)
+        if not m:
+            raise StateError(f"STATE.md line {i + 1}: expected `key: value`, got {ln.strip()!r}")
+        key, raw = m[1], m[2]
+        if key in values or key in extra:
+            raise StateError(f"STATE.md line {i + 1}: {key} is given twice (first at line {where[key]})")
+        where[key] = i + 1
+        if key in FIELDS:
+            values[key] = _scalar(raw, key, i + 1)
+        else:
+            extra[key] = raw.strip()
+    missing = [k for k in ("campaign_id",) if not values.get(k)]
+    if missing:
+        raise StateError(f"STATE.md line {close + 1}: the cursor has no {missing[0]}")
+    kw: dict[str, object] = {}
+    for key, raw_value in values.items():
+        line = where[key]
+        value: object = raw_value
+        if key in INT_FIELDS:
+            if not isinstance(value, int) or value < 0:
+                raise StateError(f"STATE.md line {line}: {key}: expected a whole number ≥ 0, got {value!r}")
+        elif key == "active_session_id":
+            if value is not None and not isinstance(value, str):
+                value = str(value)
+            value = value or None
+        else:
+            value = "" if value is None else str(value)
+        for name, allowed in (
+            ("wave_status", WaveStatus), ("failure_kind", FailureKind),
+            ("loop_state", LoopState), ("active_session_kind", SessionKind),
+        ):  # fmt: skip
+            if key == name and value not in get_args(allowed):
+                shown = ", ".join(a or '""' for a in get_args(allowed))
+                raise StateError(f"STATE.md line {line}: {key}: {value!r} is not one of {shown}")
+        kw[key] = value
+    state = State(**kw, extra=extra)  # type: ignore[arg-type]
+    _parse_table(state, lines[close + 1 :], close + 1)
+    return state
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") else inner
+    return [c.strip() for c in inner.split("|")]
+
+
+def _parse_table(state: State, body: list[str], offset: int) -> None:
+    start = next((i for i, ln in enumerate(body) if ln.strip().startswith("|")), None)
+    if start is None:
+        state.before_table = body
+        state.rows = []
+        return
+    end = start
+    while end < len(body) and body[end].strip().startswith("|"):
+        end += 1
+    table = body[start:end]
+    headers = _cells(table[0])
+    if "#" not in headers:
+        raise StateError(f"STATE.md line {offset + start + 1}: the wave table has no `#` column")
+    if len(table) < 2 or not re.fullmatch(r"[\s|:-]+", table[1]):
+        raise StateError(f"STATE.md line {offset + start + 2}: expected the table's `|---|` separator line")
+    rows = []
+    for j, ln in enumerate(table[2:]):
+        cells = _cells(ln)
+        if len(cells) != len(headers):
+            raise StateError(
+                f"STATE.md line {offset + start + 3 + j}: {len(cells)} cells where the table has"
+                f" {len(headers)} columns"
+            )
+        rows.append(Row(dict(zip(headers, cells, strict=True))))
+    state.headers, state.rows = headers, rows
+    state.before_table, state.after_table = body[:start], body[end:]
+
+
+def _value(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, int):
+        return str(v)
+    s = str(v)
+    if s == "" or re.search(r"[:#'\"]|^\s|\s$|^(null|~|None|-?\d+)$", s):
+        return json.dumps(s, ensure_ascii=False)
+    return s
+
+
+def render(state: State) -> str:
+    """STATE.md for ``state`` (what :func:`parse` reads back as the same state)."""
+    out = ["---"]
+    out += [f"{k}: {_value(getattr(state, k))}" for k in FIELDS]
+    out += [f"{k}: {v}" for k, v in state.extra.items()]
+    out.append("---")
+    before = state.before_table or ["", f"# {state.campaign_id}", ""]
+    out += before
+    widths = state.headers
+    out.append("| " + " | ".join(widths) + " |")
+    out.append("|" + "|".join("---" for _ in widths) + "|")
+    for r in state.rows:
+        out.append("| " + " | ".join(r.get(h) for h in widths) + " |")
+    out += state.after_table
+    return "\n".join(out).rstrip("\n") + "\n"

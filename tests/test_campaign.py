@@ -1,0 +1,263 @@
+"""Campaigns without sessions: STATE.md, the spawn table and guards, planning by headings, the CLI's
+bad input (a clear message, its exit code, no traceback, nothing changed), the loop's one-per-campaign
+lock and its overruling of the fields it owns, and the prompts shipped in the package."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from campaignhelp import THREE_WAVES, git, init_repo, log
+
+from fleet.campaign import disk, machine, prompts
+from fleet.campaign import loop as lp
+from fleet.campaign import state as st
+
+
+def fleet(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleet", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def planned(tmp_path: Path) -> disk.Campaign:
+    root = tmp_path / "repo"
+    init_repo(root)
+    done = fleet(root, "campaign", "plan", "PLAN.md", "--by-headings")
+    assert done.returncode == 0, done.stderr
+    return disk.Campaign(root, f"three-wave-demo-{disk.today()}")
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file of the work tree but git's own and the loop's lock file (a runtime record)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git/" not in str(p) and p.name != "loop.lock"
+    }
+
+
+# ---------------------------------------------------------------- STATE.md
+
+
+def test_state_md_round_trips_and_keeps_the_table_and_its_surroundings(tmp_path: Path) -> None:
+    text = (
+        "---\ncampaign_id: x-2026-01-01\nplan_source: PLAN.md\nexecutor_agent: caveman\ncurrent_wave: 1\n"
+        "wave_status: failed   # an agent's comment\nfailure_kind: transient\nretry_count: 2\n"
+        'user_question: "a: b"\nactive_session_id: null\nmy_note: kept\n---\n\nintro line\n\n'
+        "| # | Title | Status | Owner | Session | Commit | Notes |\n|---|---|---|---|---|---|---|\n"
+        "| 0 | A | complete | ann | s1 | abc123 | ok |\n| 1 | B | failed | bob | s2 |  | flaky |\n\ntrailer\n"
+    )
+    s = st.parse(text)
+    assert (s.current_wave, s.wave_status, s.retry_count, s.user_question) == (1, "failed", 2, "a: b")
+    assert s.extra == {"my_note": "kept"} and s.row(1).get("Owner") == "bob"
+    out = st.render(s)
+    again = st.parse(out)
+    assert again.cursor() == s.cursor() and again.headers == s.headers
+    assert [r.cells for r in again.rows] == [r.cells for r in s.rows]
+    assert out.index("intro line") < out.index("| # | Title | Status | Owner |") < out.index("trailer")
+    assert "my_note: kept" in out
+
+
+@pytest.mark.parametrize(
+    ("line", "bad", "says"),
+    [
+        (8, "wave_status: runing", "wave_status: 'runing' is not one of"),
+        (7, "current_wave: two", "current_wave: expected a whole number"),
+        (3, "not yaml at all", "expected `key: value`"),
+        (9, 'user_question: "open', "not closed"),
+    ],
+)
+def test_a_state_md_that_does_not_parse_names_its_line(line: int, bad: str, says: str) -> None:
+    lines = st.render(st.State(campaign_id="x", total_waves=1)).splitlines()
+    lines[line - 1] = bad
+    with pytest.raises(st.StateError) as exc:
+        st.parse("\n".join(lines))
+    assert exc.value.message.startswith(f"STATE.md line {line}: ") and says in exc.value.message
+
+
+# ---------------------------------------------------------------- the spawn table and guards
+
+
+def S(**kw: object) -> st.State:
+    return st.State(campaign_id="x", total_waves=3, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("state", "spawn"),
+    [
+        (S(), "verifier"),  # the initial sanity check
+        (S(verify_count=1), "executor"),
+        (S(current_wave=1), "executor"),
+        (S(verify_count=1, wave_status="failed", retry_count=2), "executor"),
+        (S(verify_count=1, wave_status="failed", retry_count=3), "verifier"),
+        (S(verify_count=1, wave_status="plan_undoable"), "verifier"),
+        (S(verify_count=1, wave_status="awaiting_user"), None),
+        (S(verify_count=1, wave_status="all_complete"), None),
+        (S(verify_count=1, wave_status="running"), None),
+    ],
+)
+def test_the_spawn_table(state: st.State, spawn: str | None) -> None:
+    assert machine.decide(state).spawn == spawn
+
+
+def test_the_three_guards() -> None:
+    busy = machine.decide(S(verify_count=1, active_session_id="abc", active_session_kind="executor"))
+    assert busy.spawn is None and "active" in busy.why
+    cancelled = machine.decide(S(verify_count=1, wave_status="failed", failure_kind="cancelled"))
+    assert cancelled.spawn is None and "clear" in cancelled.why
+    capped = S(verify_count=3, wave_status="plan_undoable")
+    d = machine.decide(capped)
+    assert d.spawn is None and d.escalate
+    machine.escalate(capped)
+    assert capped.wave_status == "awaiting_user" and capped.user_question
+
+
+def test_what_a_settled_session_did() -> None:
+    before = S(verify_count=1, wave_status="running")
+    assert (
+        machine.outcome("executor", before, S(verify_count=1, wave_status="running"), pane_exited=True)
+        == "crashed"
+    )
+    assert machine.outcome("executor", before, S(current_wave=1), pane_exited=False) == "complete"
+    assert machine.outcome("executor", before, S(wave_status="failed"), pane_exited=False) == "failed"
+    assert machine.outcome("executor", before, S(wave_status="awaiting_user"), pane_exited=False) == "paused"
+    vb = S(verify_count=1, wave_status="plan_undoable")
+    assert machine.outcome(
+        "verifier", vb, S(verify_count=1, wave_status="plan_undoable"), pane_exited=True
+    ) == ("verifier_crashed")
+    assert machine.outcome("verifier", vb, S(verify_count=2), pane_exited=False) == "verified"
+
+
+def test_an_agent_cannot_write_the_loops_fields_or_lower_verify_count(tmp_path: Path) -> None:
+    c = planned(tmp_path)
+    s = c.read()
+    lp.save_owned(c, lp.Owned(loop_state="armed", active_session_id="sess-1", active_session_kind="executor",
+                              verify_floor=3))  # fmt: skip
+    s.active_session_id, s.active_session_kind, s.loop_state, s.verify_count = None, "", "idle", 0
+    c.write(s)  # what an agent wrote
+    seen, _ = lp.read_state(c)
+    assert (seen.active_session_id, seen.active_session_kind, seen.loop_state) == (
+        "sess-1",
+        "executor",
+        "armed",
+    )
+    assert seen.verify_count == 3 and machine.decide(seen).spawn is None
+
+
+# ---------------------------------------------------------------- planning and the CLI
+
+
+def test_plan_by_headings_lays_the_campaign_out_and_commits_it(tmp_path: Path) -> None:
+    c = planned(tmp_path)
+    s = c.read()
+    assert s.total_waves == 3 and s.plan_source == "PLAN.md" and s.executor_agent == "executor"
+    assert [r.get("Title") for r in s.rows] == ["Scaffold", "Middle", "Finish"]
+    assert (c.root / ".wave/active").read_text().strip() == c.id
+    assert c.wave_dir(1).joinpath("WAVE.md").read_text().startswith("# Wave 1: Middle\n")
+    assert "Three files, one per wave." in (c.plan / "OVERVIEW.md").read_text()
+    assert "active_session_id" in (c.plan / "AGENT_INSTRUCTIONS.md").read_text()
+    assert (c.dir / ".gitignore").read_text() == "artifacts/\n.loop/\n" and c.artifacts.is_dir()
+    assert log(c.root)[-1] == f"wave plan: {c.id}" and not disk.dirty(c.root, ignore=())
+    status = json.loads(fleet(c.root, "campaign", "status", "--json").stdout)
+    assert status["done"] == 0 and status["total"] == 3 and status["attention"] is None
+    text = fleet(c.root, "campaign", "status").stdout
+    assert c.id in text and "loop idle (no loop process)" in text and "Scaffold" in text
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "code", "says"),
+    [
+        ("nogit", ["plan", "PLAN.md", "--by-headings"], 2, "is not in a git repository"),
+        ("noh1", ["plan", "PLAN.md", "--by-headings"], 2, "has no H1"),
+        ("planned", ["plan", "PLAN.md", "--by-headings"], 1, "already exists"),
+        ("planned", ["notes", "7"], 4, "has no wave 7: its waves are 0-2"),
+        ("badstate", ["status"], 2, "STATE.md line 8: wave_status: 'sideways' is not one of"),
+        ("badstate", ["run"], 2, "STATE.md line 8"),
+        ("dirty", ["run"], 2, "uncommitted changes (stray.txt)"),
+        ("planned", ["clear"], 2, "is not cancelled"),
+        ("planned", ["dismiss"], 2, "no question to dismiss"),
+        ("planned", ["next"], 2, "no loop runs"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_changes_nothing(
+    tmp_path: Path, setup: str, args: list[str], code: int, says: str
+) -> None:
+    root = tmp_path / "repo"
+    if setup == "nogit":
+        root.mkdir()
+        (root / "PLAN.md").write_text(THREE_WAVES)
+    elif setup == "noh1":
+        init_repo(root, "no title\n\n## A\nx\n")
+    else:
+        c = planned(tmp_path)
+        if setup == "badstate":
+            text = c.state_file.read_text().replace("wave_status: pending", "wave_status: sideways")
+            c.state_file.write_text(text)
+        if setup == "dirty":
+            (root / "stray.txt").write_text("x")
+    before = snapshot(root)
+    done = fleet(root, "campaign", *args)
+    assert done.returncode == code, (done.stdout, done.stderr)
+    assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("fleet: error: ")
+    assert snapshot(root) == before
+
+
+def test_a_second_loop_on_the_same_campaign_is_refused(tmp_path: Path) -> None:
+    c = planned(tmp_path)
+    held = lp.LoopLock(c)
+    held.acquire()
+    try:
+        before = snapshot(c.root)
+        done = fleet(c.root, "campaign", "run")
+        assert done.returncode == 1 and "a loop already runs for campaign" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and snapshot(c.root) == before
+    finally:
+        held.release()
+
+
+def test_commands_without_a_loop_apply_to_state_md(tmp_path: Path) -> None:
+    c = planned(tmp_path)
+    assert fleet(c.root, "campaign", "pause").returncode == 0 and c.read().loop_state == "paused"
+    s = c.read()
+    s.wave_status, s.failure_kind = "awaiting_user", ""
+    s.user_question = "which one?"
+    c.write(s)
+    git(c.root, "commit", "-qam", "paused")
+    banner = fleet(c.root, "campaign", "status").stdout
+    assert "USER ATTENTION NEEDED: which one?" in banner and "fleet campaign dismiss" in banner
+    assert fleet(c.root, "campaign", "dismiss").returncode == 0
+    s = c.read()
+    assert (s.wave_status, s.failure_kind, s.loop_state, s.user_question) == (
+        "failed",
+        "cancelled",
+        "idle",
+        "",
+    )
+    assert machine.decide(s).spawn is None
+    assert fleet(c.root, "campaign", "clear").returncode == 0
+    assert (c.read().wave_status, c.read().failure_kind) == ("pending", "")
+
+
+def test_the_prompts_are_shipped_in_the_package() -> None:
+    for name in prompts.NAMES:
+        assert Path(prompts.path(name)).is_file()
+    executor = prompts.text("executor")
+    phrases = [
+        "WAVE COMPLETE",
+        "WAVE FAILED",
+        "PLAN UNDOABLE",
+        "WAVES DONE",
+        "USER QUESTION:",
+        "WAITING FOR USER:",
+        "UNEXPECTED RESPAWN:",
+        "wave N (failed):",
+        "wave N (paused): user question",
+    ]
+    for phrase in phrases:  # fmt: skip
+        assert phrase in executor, phrase
+    verifier = prompts.text("verifier")
+    for phrase in ("PLAN OK", "PLAN PATCHED", "PLAN REWRITTEN", "USER QUESTION:", "wave verify:"):
+        assert phrase in verifier, phrase
