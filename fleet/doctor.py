@@ -112,6 +112,11 @@ def check_daemon(paths: Paths) -> Check:
     if url:
         token = os.environ.get("FLEET_TOKEN", "")
         try:
+            if "://" not in url:  # a joined daemon's name (`fleet remote join`)
+                from fleet.client import load_remote
+
+                remote = load_remote(paths, url)
+                url, token = remote.url, token or remote.token
             who = Client(url, token, retries=1, timeout=5).whoami()
         except errors.FleetError as exc:
             return Check(name="daemon", level="fail", detail=f"FLEET_DAEMON={url}: {exc}", fix=exc.message)

@@ -867,3 +867,54 @@ def test_the_console_shows_each_participants_usage_from_its_transcript(
         what="alice's usage beside her presence",
     )
     no_js_errors(page)
+
+
+def _live(page: Page) -> bool:
+    state = page.eval("!!document.body?.dataset.loaded && document.getElementById('conn')?.dataset.state")
+    return bool(state == "live")
+
+
+def _status(page: Page) -> int:
+    return int(page.eval("performance.getEntriesByType('navigation')[0].responseStatus"))
+
+
+def test_link_login_then_token_login_in_a_second_browser_then_logout(
+    browser: Browser, page: Page, d: Daemon, wave: Any, op: Client
+) -> None:
+    """Issue 15: after the one-time link is used, a second browser logs in with the token form (it
+    failed: `Referrer-Policy: no-referrer` made Chromium post `Origin: null`, refused 403)."""
+    # the first browser: the link the daemon printed at start
+    page.goto(d.console_link)
+    retry_until(lambda: _live(page), what="the first browser's console to go live")
+    # the second browser (its own context, no cookie): the link is spent, the token form is not
+    second = browser.new_page()
+    try:
+        second.goto(d.console_link)
+        assert "already used" in second.eval("document.body.innerText")
+        second.goto(ui(d).url + "/")
+        assert _status(second) == 401
+        second.click("input[name=token]")
+        second.type(d.operator_token)
+        second.press("Enter")
+        retry_until(lambda: _live(second), what="the token-form login to open the console")
+        op.post(wave.root_id, "seen in both browsers")
+        for p in (page, second):
+            retry_until(lambda p=p: "seen in both browsers" in texts(p), what="the blip in each browser")  # type: ignore[misc]
+        # log out of the second: its session ends, the first's does not
+        second.click("form.logout button")
+        retry_until(lambda: "log in" in second.eval("document.body.innerText").lower(), what="the login page")
+        second.goto(ui(d).url + "/api/v1/waves")
+        assert _status(second) == 401
+        op.post(wave.root_id, "only the first sees this")
+        retry_until(lambda: "only the first sees this" in texts(page), what="the first browser still live")
+        # a wrong token in the form is refused, and says so
+        second.goto(ui(d).url + "/")
+        second.click("input[name=token]")
+        second.type("not-the-token")
+        second.press("Enter")
+        retry_until(lambda: _status(second) in (401, 403), what="the refusal page")
+        assert second.eval("document.scripts.length") == 0
+        no_js_errors(page)
+        no_js_errors(second)
+    finally:
+        second.close()

@@ -116,6 +116,8 @@ def test_a_second_machine_joins_in_one_line_and_its_agents_converse_with_the_fir
     who = run(there, "whoami")
     assert who.returncode == 0 and "operator" in who.stdout, who.stderr
     assert run(there, "ls").stdout.count("other") == 0
+    status = run(there, "daemon", "status")
+    assert status.returncode == 0 and "running (FLEET_DAEMON)" in status.stdout, status.stdout + status.stderr
     assert run({**laptop}, "--remote", "hq", "ls").stdout.count("w") >= 1
 
     # machine A runs alice, machine B runs bob; they meet in w/main

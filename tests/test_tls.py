@@ -253,3 +253,13 @@ def test_tls_options_that_contradict_are_refused(fleet_env: Paths, tmp_path: Pat
     with pytest.raises(errors.UsageError, match="not a PEM certificate"):
         serve(fleet_env, tls_cert=tmp_path / "bad.crt", tls_key=tmp_path / "bad.key")
     assert not fleet_env.endpoint.exists() and not os.path.exists(fleet_env.tls_key)
+
+
+def test_the_channel_and_hook_find_a_local_https_daemon_pinned(remote: Daemon) -> None:
+    from fleet.delivery.config import resolve
+
+    config = resolve(
+        participant="operator", wave="w", daemon=None, token_file=None, state_dir=None, need_token_file=True
+    )
+    assert config.daemon == f"{remote.url}#sha256={remote.fingerprint}"
+    assert Client(config.daemon, remote.operator_token).whoami().principal == "operator"

@@ -36,7 +36,7 @@ def run(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Also serve the operator console here (e.g. 127.0.0.1:8087); the log prints a "
+            help="Also serve the operator console here (e.g. 127.0.0.1:8087); the terminal shows a "
             "one-time login link. Off unless given.",
         ),
     ] = None,
@@ -134,6 +134,8 @@ def status(as_json: JsonOpt = False) -> None:
     The daemon is the one FLEET_DAEMON names, else the local one.
     """
     remote = os.environ.get("FLEET_DAEMON", "").strip()
+    if remote and "://" not in remote:  # a joined daemon's name
+        remote = fleet_client.load_remote(get_paths(), remote).url
     st = fleet_client.remote_status(remote) if remote else fleet_client.local_status(get_paths())
     if as_json:
         render.dump(st)

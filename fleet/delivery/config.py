@@ -114,7 +114,7 @@ def resolve(
         raise errors.UsageError("no wave: pass --wave or set FLEET_WAVE")
     daemon = daemon or os.environ.get("FLEET_DAEMON", "")
     if not daemon:
-        from fleet.client import read_endpoint
+        from fleet.client import endpoint_url, read_endpoint
 
         endpoint = read_endpoint(paths)
         if endpoint is None:
@@ -122,7 +122,7 @@ def resolve(
                 "no daemon: pass --daemon URL, set FLEET_DAEMON, "
                 "or start the local one with `fleet daemon start`"
             )
-        daemon = endpoint.url
+        daemon = endpoint_url(endpoint)  # pinned when the local daemon serves HTTPS
     env_file = os.environ.get("FLEET_TOKEN_FILE", "").strip()
     if token_file is None and env_file:
         token_file = Path(env_file)
