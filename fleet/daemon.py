@@ -320,6 +320,7 @@ class Daemon:
         ui: str | None = None,
         allow_remote_ui: bool = False,
         idle_timeout: float = IDLE_TIMEOUT,
+        remember_port: bool = False,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -335,6 +336,9 @@ class Daemon:
         self.host, self.port = host, port
         self.max_blip_bytes = max_blip_bytes
         self.idle_timeout = idle_timeout
+        self.remember_port = remember_port and port == 0
+        """The local daemon (docs/design.md §2): bind the port remembered in ``state/daemon.port``
+        (a fresh one the first time, or when another process took it) and remember what was bound."""
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
@@ -376,23 +380,20 @@ class Daemon:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
             self.store = Store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
-            httpd = _ApiServer(
-                (self.host, self.port),
-                _ApiHandler,
-                name="fleet-daemon",
-                body_limit=self.max_blip_bytes + BODY_SLACK,
-                limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
-                idle_timeout=self.idle_timeout,
-                closing=lambda: self.notifier.closing,
-            )
+            httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd
             self.url = httpd.url
-            write_private(
-                self.paths.endpoint,
-                dumps(Endpoint(url=self.url, pid=os.getpid(), started_at=time.time(), version=__version__))
-                + "\n",
+            if self.remember_port:
+                write_private(self.paths.daemon_port, f"{httpd.server_address[1]}\n")
+            endpoint = Endpoint(
+                url=self.url,
+                pid=os.getpid(),
+                started_at=time.time(),
+                version=__version__,
+                store_id=self.store.store_id,
             )
+            write_private(self.paths.endpoint, dumps(endpoint) + "\n")
             if self.console is not None:
                 try:
                     self.console.start()
@@ -403,6 +404,36 @@ class Daemon:
             self._release()
             raise
         log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
+
+    def _server(self, port: int) -> _ApiServer:
+        return _ApiServer(
+            (self.host, port),
+            _ApiHandler,
+            name="fleet-daemon",
+            body_limit=self.max_blip_bytes + BODY_SLACK,
+            limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
+            idle_timeout=self.idle_timeout,
+            closing=lambda: self.notifier.closing,
+        )
+
+    def _listen(self) -> _ApiServer:
+        """Bind the listener: the remembered port when there is one and it is free, else ``self.port``."""
+        if self.remember_port:
+            try:
+                text = self.paths.daemon_port.read_text(encoding="utf-8").strip()
+            except OSError:
+                text = ""
+            if text.isdigit() and 0 < int(text) < 65536:
+                try:
+                    return self._server(int(text))
+                except OSError as exc:
+                    log.warning(
+                        "the remembered port %s is not available (%s): taking a new one; channels and "
+                        "hooks started against the old address need `fleet respawn --force`",
+                        text,
+                        exc.strerror or exc,
+                    )
+        return self._server(self.port)
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
@@ -531,7 +562,7 @@ class Daemon:
             self.notifier.wait(seen, remaining)
 
     def _health(self, r: Request) -> Answer:
-        return 200, Health(ok=True, version=__version__, pid=os.getpid())
+        return 200, Health(ok=True, version=__version__, pid=os.getpid(), store_id=self._s.store_id)
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None

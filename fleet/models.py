@@ -214,6 +214,8 @@ class Health:
     ok: bool
     version: str
     pid: int
+    store_id: str = ""
+    """The store's identity (minted once per database): what delivery state is keyed by."""
 
 
 @record
@@ -365,3 +367,4 @@ class Endpoint:
     pid: int
     started_at: float
     version: str
+    store_id: str = ""

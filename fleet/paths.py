@@ -35,6 +35,11 @@ class Paths:
         return self.state / "daemon.json"
 
     @property
+    def daemon_port(self) -> Path:
+        """The local daemon's remembered port: kept across restarts, so its address never changes."""
+        return self.state / "daemon.port"
+
+    @property
     def daemon_lock(self) -> Path:
         return self.state / "daemon.lock"
 
@@ -65,6 +70,7 @@ class Paths:
             "db": str(self.db),
             "operator_token": str(self.operator_token),
             "endpoint": str(self.endpoint),
+            "daemon_port": str(self.daemon_port),
             "daemon_log": str(self.daemon_log),
             "tokens": str(self.tokens),
             "channels": str(self.channels),

@@ -24,8 +24,9 @@ def run(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Address to serve on [default: 127.0.0.1:0, any free port]. A non-loopback "
-            "address serves other machines (tokens are always required).",
+            help="Address to serve on [default: 127.0.0.1 on the port remembered in the state dir, "
+            "a free one the first time]. A non-loopback address serves other machines (tokens are "
+            "always required).",
         ),
     ] = None,
     max_blip_bytes: Annotated[
@@ -54,6 +55,7 @@ def run(
         allow_remote=listen is not None,
         ui=ui,
         allow_remote_ui=ui is not None,
+        remember_port=listen is None,
     )
     daemon.serve_forever()
 

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import uuid6
+
 log = logging.getLogger(__name__)
 
 
@@ -148,10 +150,18 @@ def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
 
 
+def _m0005_store_identity(conn: sqlite3.Connection) -> None:
+    """The store's identity, minted once per database (docs/design.md §2): what delivery state
+    files are keyed by, so a daemon that moved or restarted is the same store to its clients."""
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (str(uuid6.uuid7()),))
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
+    ("0005_store_identity", _m0005_store_identity),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -178,6 +188,12 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
         applied.append(name)
         log.info("applied migration %s", name)
     return applied
+
+
+def store_id(conn: sqlite3.Connection) -> str:
+    """The identity minted for this database by migration 0005."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    return str(row[0])
 
 
 def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
