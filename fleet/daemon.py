@@ -855,6 +855,15 @@ class _ApiHandler(Handler):
         )
         self.respond_json(status, payload)
 
+    def finish(self) -> None:
+        """The client connection ends: its thread's read connection goes back to the store's pool."""
+        try:
+            super().finish()
+        finally:
+            store = self.server.daemon.store
+            if store is not None:
+                store.release_reader()
+
 
 def read_endpoint(paths: Paths) -> Endpoint | None:
     """The endpoint file, or None if absent or unreadable."""

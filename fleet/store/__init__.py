@@ -154,6 +154,10 @@ class Store:
         """Wait for the write in progress (if any) to commit, then close every connection."""
         self._db.close()
 
+    def release_reader(self) -> None:
+        """Give the calling thread's read connection back to the pool (when its client connection ends)."""
+        self._db.release_reader()
+
     # ---------------------------------------------------------------- internals
 
     def _largest_id(self) -> str | None:
