@@ -95,12 +95,21 @@ class Running:
     stop: Callable[[], None]
 
 
+def _raise_fd_limit() -> None:
+    """500 parked readers hold a socket and a read connection each: lift the soft fd limit."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def subprocess_daemon(home: Path) -> Running:
     env = {**os.environ, "FLEET_HOME": str(home)}
     log = open(home.parent / f"{home.name}.log", "wb")  # noqa: SIM115 - closed in stop()
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleet", "daemon", "run", "--listen", "127.0.0.1:0"],
         env=env,
+        preexec_fn=_raise_fd_limit,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -234,6 +243,20 @@ def wake_latencies(r: Running, wavelet: str, samples: int) -> list[float]:
     return out
 
 
+def with_parked(r: Running, k: int, clients: int, per_client: int) -> float:
+    """Posts/s to one wave while ``k`` long-polls are parked on another wave's wavelet."""
+    quiet = new_wavelet(r, f"quiet-{k}")
+    parked = [Conn(r.url, r.token) for _ in range(k)]
+    for c in parked:
+        c.send("GET", f"/v1/wavelets/{quiet}/blips?after=ffffffff&wait=60")
+    time.sleep(0.5 + k / 500)  # let them park (not measured)
+    try:
+        return daemon_posts(r, new_wavelet(r, f"loud-{k}"), clients, per_client)
+    finally:
+        for c in parked:
+            c.close()
+
+
 def row(label: str, value: str, note: str = "") -> None:
     print(f"{label:<64} {value:>18}  {note}".rstrip())
 
@@ -253,6 +276,10 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--wakes", type=int, default=500, help="long-poll wake samples")
     ap.add_argument("--raw", type=int, default=20000, help="raw SQLite commits")
+    ap.add_argument(
+        "--parked", type=int, nargs="*", default=[0, 8, 64, 500], help="readers parked on another wave"
+    )
+    ap.add_argument("--parked-posts", type=int, default=4000, help="posts per parked-readers run")
     args = ap.parse_args()
     per_client = max(1, args.posts // args.clients)
 
@@ -269,9 +296,12 @@ def main() -> None:
         row("Store.post in-process, one thread (no HTTP)", f"{layer:,.0f} posts/s")
 
         sub = subprocess_daemon(tmp / "sub")
+        rates: dict[int, float] = {}
         try:
             sub_rate = daemon_posts(sub, new_wavelet(sub, "posts"), args.clients, per_client)
             lat = wake_latencies(sub, new_wavelet(sub, "wakes"), args.wakes)
+            for k in args.parked:
+                rates[k] = with_parked(sub, k, args.clients, max(1, args.parked_posts // args.clients))
         finally:
             sub.stop()
         inp = inprocess_daemon(tmp / "inproc")
@@ -299,6 +329,13 @@ def main() -> None:
             f"target <= {TARGET_P99_MS:g} ms: {ok(p99 <= TARGET_P99_MS)}",
         )
         row("long-poll wake max / mean", f"{max(lat) * 1000:.2f} / {statistics.fmean(lat) * 1000:.2f} ms")
+        base = rates.get(0)
+        for k, rate in rates.items():
+            target = {64: 0.8, 500: 0.5}.get(k)
+            note = f"{rate / base:.2f} x K=0" if base else ""
+            if base and target:
+                note += f", target >= {target:g} x: {ok(rate / base >= target)}"
+            row(f"posts/s with K={k} readers parked on another wave", f"{rate:,.0f} posts/s", note)
 
 
 if __name__ == "__main__":

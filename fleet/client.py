@@ -833,7 +833,8 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
         if endpoint is not None:
             return endpoint, False
         ensure_private_dir(paths.logs)
-        cmd = [sys.executable, "-m", "fleet", "daemon", "run", "--listen", "127.0.0.1:0"]
+        # No --listen: the local daemon binds its remembered port, so its address outlives restarts.
+        cmd = [sys.executable, "-m", "fleet", "daemon", "run"]
         with open(paths.daemon_log, "ab") as logfile:
             proc = subprocess.Popen(
                 cmd,

@@ -120,9 +120,11 @@ class Wakes(Protocol):
     @property
     def closing(self) -> bool: ...
 
-    def bump(self) -> None: ...
+    def bump(self, *keys: str) -> None: ...
 
-    def wait(self, seen: int, timeout: float) -> None: ...
+    def seen(self, keys: Sequence[str] | None = None) -> int: ...
+
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> None: ...
 
 
 class PresenceSource(Protocol):
@@ -458,7 +460,7 @@ class Console:
         quiet_since = time.monotonic()
         ends = quiet_since + self.max_stream
         while not self.closing and time.monotonic() < ends:
-            seen = self.daemon.notifier.seq
+            seen = self.daemon.notifier.seen((w.id,))  # only this wave's commits wake the stream
             blips = store.read_wave_after(OPERATOR_PRINCIPAL, w.id, cursor, limit=STREAM_BATCH)
             for b in blips:
                 emit.event("blip", b, event_id=b.id)
@@ -485,7 +487,7 @@ class Console:
                 quiet_since = time.monotonic()
                 continue
             # Presence TTLs lapse without a commit: the keep-alive wake-up re-evaluates them too.
-            self.daemon.notifier.wait(seen, min(remaining, ends - time.monotonic()))
+            self.daemon.notifier.wait(seen, min(remaining, ends - time.monotonic()), (w.id,))
 
 
 class _Emitter:

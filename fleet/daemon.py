@@ -8,7 +8,7 @@ What a caller may rely on:
 - One daemon per data dir: an ``flock`` on ``state/daemon.lock`` is held for the daemon's life (the
   kernel drops it if the process dies, so a stale lock never wedges), and the endpoint file
   ``state/daemon.json`` names the url and pid while it runs.
-- Long-poll reads wake on commit through a condition variable, never by polling; each wake-up
+- Long-poll reads wake on commits that touch what they read (keyed waiters), never by polling; each wake-up
   re-checks that the reader may still see what it reads.
 - On SIGTERM it stops accepting, wakes every long-poll, lets in-flight requests finish, closes the
   database and removes the endpoint file.
@@ -69,6 +69,7 @@ from fleet.models import (
     RosterChange,
     SessionList,
     TokenList,
+    Wavelet,
     WaveList,
     Whoami,
 )
@@ -120,30 +121,93 @@ def ensure_operator_token(paths: Paths) -> str:
 
 
 class Notifier:
-    """Wakes long-polls when something commits. Waiters compare a sequence number; no polling."""
+    """Wakes long-polls when something they watch commits: waiters keyed by what they read.
+
+    A commit bumps the keys it touched (its wavelet's id, its wave's id, a member key for roster
+    changes); only waiters on one of those keys wake, each on an event of its own, so a post to a
+    wave nobody reads wakes nobody. A waiter compares the sum of its keys' counters (each only
+    grows, so the sum changes exactly when one of them did) with what it saw before its fetch, so a
+    commit between fetch and wait is never missed. No polling. ``bump()`` with no keys and
+    :meth:`close` wake everyone.
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._seq = 0
+        self._counts: dict[str, int] = {}
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._everything: set[threading.Event] = set()
+        """Waiters without keys: any commit wakes them."""
         self.closing = False
 
     @property
     def seq(self) -> int:
+        """Commits so far (every bump)."""
         return self._seq
 
-    def bump(self) -> None:
-        with self._cond:
+    def seen(self, keys: Sequence[str] | None = None) -> int:
+        """What a waiter on ``keys`` (None: on everything) compares against after its fetch."""
+        if keys is None:
+            return self._seq
+        with self._lock:
+            return sum(self._counts.get(k, 0) for k in keys)
+
+    @property
+    def parked(self) -> int:
+        """Waiters parked now (tests, benchmarks)."""
+        with self._lock:
+            return len(self._everything) + len({e for s in self._waiters.values() for e in s})
+
+    def bump(self, *keys: str) -> None:
+        with self._lock:
             self._seq += 1
-            self._cond.notify_all()
+            woken = set(self._everything)
+            if not keys:
+                for waiters in self._waiters.values():
+                    woken |= waiters
+            for k in keys:
+                self._counts[k] = self._counts.get(k, 0) + 1
+                woken |= self._waiters.get(k, set())
+        for event in woken:
+            event.set()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self.closing = True
-            self._cond.notify_all()
+            woken = set(self._everything).union(*self._waiters.values())
+        for event in woken:
+            event.set()
 
-    def wait(self, seen: int, timeout: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._seq != seen or self.closing, timeout)
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> None:
+        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, or at close."""
+        event = threading.Event()
+        with self._lock:
+            now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
+            if self.closing or now != seen:
+                return
+            if keys is None:
+                self._everything.add(event)
+            else:
+                for k in keys:
+                    self._waiters.setdefault(k, set()).add(event)
+        try:
+            event.wait(timeout)
+        finally:
+            with self._lock:
+                if keys is None:
+                    self._everything.discard(event)
+                else:
+                    for k in keys:
+                        waiters = self._waiters.get(k)
+                        if waiters is not None:
+                            waiters.discard(event)
+                            if not waiters:
+                                del self._waiters[k]
+
+
+def member_key(wave_id: str, participant: str) -> str:
+    """The key a roster change of ``participant`` in ``wave_id`` bumps (the feed waits on it)."""
+    return f"member:{wave_id}:{participant}"
 
 
 @dataclass
@@ -359,6 +423,7 @@ class Daemon:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         insecure_plain_http: bool = False,
+        remember_port: bool = False,
     ) -> None:
         host, port = parse_listen(listen)
         if not is_loopback(host) and not allow_remote:
@@ -392,6 +457,9 @@ class Daemon:
         self.certificate: ServerCert | None = None
         """The certificate served (made or loaded at start), when some listener serves HTTPS."""
         self._tls_ctx: ssl.SSLContext | None = None
+        self.remember_port = remember_port and port == 0
+        """The local daemon (docs/design.md §2): bind the port remembered in ``state/daemon.port``
+        (a fresh one the first time, or when another process took it) and remember what was bound."""
         self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._lock_fd: int | None = None
@@ -458,33 +526,21 @@ class Daemon:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
             self.store = Store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
-            httpd = _ApiServer(
-                (self.host, self.port),
-                _ApiHandler,
-                name="fleet-daemon",
-                body_limit=self.max_blip_bytes + BODY_SLACK,
-                limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
-                idle_timeout=self.idle_timeout,
-                closing=lambda: self.notifier.closing,
-                host_names=self.host_names,
-                tls=self.tls_context(self.host),
-            )
+            httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd
             self.url = httpd.url
-            write_private(
-                self.paths.endpoint,
-                dumps(
-                    Endpoint(
-                        url=self.url,
-                        pid=os.getpid(),
-                        started_at=time.time(),
-                        version=__version__,
-                        fingerprint=self.fingerprint,
-                    )
-                )
-                + "\n",
+            if self.remember_port:
+                write_private(self.paths.daemon_port, f"{httpd.server_address[1]}\n")
+            endpoint = Endpoint(
+                url=self.url,
+                pid=os.getpid(),
+                started_at=time.time(),
+                version=__version__,
+                fingerprint=self.fingerprint,
+                store_id=self.store.store_id,
             )
+            write_private(self.paths.endpoint, dumps(endpoint) + "\n")
             if self.console is not None:
                 try:
                     self.console_link = self.console.start()
@@ -513,6 +569,38 @@ class Daemon:
                 " can reach the daemon; give one address (--listen ADDR:PORT) to serve one network",
                 self.host,
             )
+
+    def _server(self, port: int) -> _ApiServer:
+        return _ApiServer(
+            (self.host, port),
+            _ApiHandler,
+            name="fleet-daemon",
+            body_limit=self.max_blip_bytes + BODY_SLACK,
+            limit_note=f"blips are limited to {self.max_blip_bytes} bytes",
+            idle_timeout=self.idle_timeout,
+            closing=lambda: self.notifier.closing,
+            host_names=self.host_names,
+            tls=self.tls_context(self.host),
+        )
+
+    def _listen(self) -> _ApiServer:
+        """Bind the listener: the remembered port when there is one and it is free, else ``self.port``."""
+        if self.remember_port:
+            try:
+                text = self.paths.daemon_port.read_text(encoding="utf-8").strip()
+            except OSError:
+                text = ""
+            if text.isdigit() and 0 < int(text) < 65536:
+                try:
+                    return self._server(int(text))
+                except OSError as exc:
+                    log.warning(
+                        "the remembered port %s is not available (%s): taking a new one; channels and "
+                        "hooks started against the old address need `fleet respawn --force`",
+                        text,
+                        exc.strerror or exc,
+                    )
+        return self._server(self.port)
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
@@ -633,24 +721,41 @@ class Daemon:
             raise errors.DaemonUnreachable("the daemon is not open")
         return self.store
 
-    def _wrote(self, wave_id: str, author: str) -> None:
+    def _wrote(self, wave_id: str, author: str, wavelet_id: str = "") -> None:
         if author != "system":
             self.presence.posted(wave_id, author)
-        self.notifier.bump()
+        self.notifier.bump(*(k for k in (wavelet_id, wave_id) if k))
 
-    def _long_poll(self, wait: float, fetch: Callable[[], M], empty: Callable[[M], bool]) -> M:
-        """``fetch()`` until it is not ``empty`` or ``wait`` (capped) lapses, waking on commits."""
+    def _roster_changed(self, wl: Wavelet, *names: str) -> None:
+        """Wake who reads ``wl``, its parent (provenance blips), its wave, and the feeds of ``names``."""
+        keys = [wl.id, wl.wave_id, *(member_key(wl.wave_id, n) for n in names)]
+        self.notifier.bump(*(keys + ([wl.parent_id] if wl.parent_id else [])))
+
+    def _long_poll(
+        self,
+        wait: float,
+        fetch: Callable[[], M],
+        empty: Callable[[M], bool],
+        keys: Callable[[M], Sequence[str]] | None = None,
+    ) -> M:
+        """``fetch()`` until it is not ``empty`` or ``wait`` (capped) lapses, waking on commits that
+        touch ``keys(result)`` (None: any commit)."""
         deadline = time.monotonic() + min(wait, MAX_WAIT)
+        watched: Sequence[str] | None = None
         while True:
-            seen = self.notifier.seq
+            seen = self.notifier.seen(watched)
             result = fetch()
             remaining = deadline - time.monotonic()
             if not empty(result) or remaining <= 0 or self.notifier.closing:
                 return result
-            self.notifier.wait(seen, remaining)
+            now = keys(result) if keys is not None else None
+            if now is not None and now != watched:
+                watched = now  # the keys are known from the first fetch: fetch again under them
+                continue
+            self.notifier.wait(seen, remaining, watched)
 
     def _health(self, r: Request) -> Answer:
-        return 200, Health(ok=True, version=__version__, pid=os.getpid())
+        return 200, Health(ok=True, version=__version__, pid=os.getpid(), store_id=self._s.store_id)
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
@@ -665,7 +770,7 @@ class Daemon:
     def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
         wave = self._s.create_wave(r.who, body.name, body.with_)
-        self.notifier.bump()
+        self.notifier.bump(wave.id)
         return 201, wave
 
     def _list_waves(self, r: Request) -> Answer:
@@ -686,43 +791,43 @@ class Daemon:
     def _fork(self, r: Request) -> Answer:
         body = r.model(NewFork)
         wl = self._s.fork(r.who, r.arg, body.name, body.with_, private=body.private, as_=body.as_)
-        self.notifier.bump()
+        self._roster_changed(wl, *(m.name for m in wl.roster))
         return 201, wl
 
     def _invite(self, r: Request) -> Answer:
         body = r.model(RosterChange)
         wl = self._s.invite(r.who, r.arg, body.name, as_=body.as_)
-        self.notifier.bump()
+        self._roster_changed(wl, body.name)
         return 200, wl
 
     def _leave_roster(self, r: Request) -> Answer:
         body = r.model(RosterChange)
         wl = self._s.leave(r.who, r.arg, body.name, as_=body.as_)
-        self.notifier.bump()
+        self._roster_changed(wl, body.name)
         return 200, wl
 
     def _post(self, r: Request) -> Answer:
         body = r.model(NewBlip)
         blip = self._s.post(r.who, r.arg, body.text, as_=body.as_)
-        self._wrote(blip.wave_id, blip.author)
+        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
         return 201, blip
 
     def _post_system(self, r: Request) -> Answer:
         body = r.model(NewSystemBlip)
         blip = self._s.post_system(r.who, r.arg, body.text)
-        self._wrote(blip.wave_id, blip.author)
+        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
         return 201, blip
 
     def _surface(self, r: Request) -> Answer:
         body = r.model(NewSurface)
         blip = self._s.surface(r.who, r.arg, body.text, source_blip_id=body.source_blip_id, as_=body.as_)
-        self._wrote(blip.wave_id, blip.author)
+        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
         return 201, blip
 
     def _replace(self, r: Request) -> Answer:
         body = r.model(NewBlip)
         blip = self._s.replace(r.who, r.arg, body.text, as_=body.as_)
-        self._wrote(blip.wave_id, blip.author)
+        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
         return 201, blip
 
     def _read(self, r: Request) -> Answer:
@@ -735,6 +840,7 @@ class Daemon:
             wait,
             lambda: self._s.read_resolved(r.who, wl.id, after=after, limit=limit, history=history),
             lambda got: not got,
+            lambda _got: (wl.id,),
         )
         return 200, BlipPage(blips=blips, cursor=blips[-1].id if blips else after)
 
@@ -743,10 +849,12 @@ class Daemon:
         after = r.query.get("after") or ""
         limit = r.q_int("limit", 500)
         wait = r.q_float("wait", 0.0)
+        wave_id = str(self._s.access.wave(r.who, r.arg)["id"]) if wait > 0 else ""
         blips = self._long_poll(
             wait,
             lambda: self._s.read_wave_after(r.who, r.arg, after, limit=limit),
             lambda got: not got,
+            lambda _got: (wave_id,),
         )
         return 200, BlipPage(blips=blips, cursor=blips[-1].id if blips else after)
 
@@ -766,10 +874,12 @@ class Daemon:
         body = r.model(FeedRequest)
         if not body.wait >= 0:  # also NaN, which would otherwise wait forever
             raise errors.UsageError("wait must be a non-negative number of seconds")
+        wave_id = str(self._s.access.wave(r.who, r.arg)["id"]) if body.wait > 0 else ""
         feed = self._long_poll(
             body.wait,
             lambda: self._s.feed(r.who, r.arg, body.participant, body.cursors, limit=body.limit),
             lambda f: not f.blips,
+            lambda f: [*(w.id for w in f.wavelets), member_key(wave_id, body.participant)],
         )
         return 200, feed
 
@@ -781,7 +891,7 @@ class Daemon:
         before = self.presence.rows(wave.id, [body.participant])[0].state
         self.presence.report(wave.id, body)
         if self.presence.rows(wave.id, [body.participant])[0].state != before:
-            self.notifier.bump()  # a state change wakes the console's streams (pings alone do not)
+            self.notifier.bump(wave.id)  # a state change wakes the wave's console streams (not pings)
         return 200, Ok()
 
     def _presence(self, r: Request) -> Answer:
@@ -872,6 +982,15 @@ class _ApiHandler(Handler):
             self.command, self.path, self.headers.get("Authorization"), body
         )
         self.respond_json(status, payload)
+
+    def finish(self) -> None:
+        """The client connection ends: its thread's read connection goes back to the store's pool."""
+        try:
+            super().finish()
+        finally:
+            store = self.server.daemon.store
+            if store is not None:
+                store.release_reader()
 
 
 def read_endpoint(paths: Paths) -> Endpoint | None:

@@ -226,6 +226,8 @@ class Health:
     ok: bool
     version: str
     pid: int
+    store_id: str = ""
+    """The store's identity (minted once per database): what delivery state is keyed by."""
 
 
 @record
@@ -423,3 +425,4 @@ class Endpoint:
     version: str
     fingerprint: str | None = None
     """The SHA-256 fingerprint of its TLS certificate when it serves HTTPS (clients pin it)."""
+    store_id: str = ""

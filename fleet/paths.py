@@ -50,6 +50,11 @@ class Paths:
         return self.state / "daemon.json"
 
     @property
+    def daemon_port(self) -> Path:
+        """The local daemon's remembered port: kept across restarts, so its address never changes."""
+        return self.state / "daemon.port"
+
+    @property
     def daemon_lock(self) -> Path:
         return self.state / "daemon.lock"
 
@@ -82,6 +87,7 @@ class Paths:
             "tls_cert": str(self.tls_cert),
             "remotes": str(self.remotes),
             "endpoint": str(self.endpoint),
+            "daemon_port": str(self.daemon_port),
             "daemon_log": str(self.daemon_log),
             "tokens": str(self.tokens),
             "channels": str(self.channels),

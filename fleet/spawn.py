@@ -65,6 +65,9 @@ ROUTE_CHANNEL = "channel registered"
 ROUTE_HOOK = "channels unavailable here — woken by the hook"
 ROUTE_UNKNOWN = "unconfirmed so far"
 VERDICT_WAIT = 3.0
+RUNNING_WAIT = 3.0
+"""Seconds an already running pane's channel has to show presence to this daemon (a channel pings
+at once when it reaches a restarted daemon) before spawn says it cannot reach it."""
 """Seconds spawn keeps reading a ready Claude Code pane for its development-channels warning: Claude
 Code shows it at every launch when channels are available to the account, and never otherwise."""
 ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
@@ -412,6 +415,7 @@ class Spawner:
         if window_id:
             self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
         self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
+        self._check_running(wave, wl, [r for r in reports if r.action == "running"])
         return SpawnReport(
             wave=wave.name,
             wavelet=wl.path,
@@ -587,6 +591,24 @@ class Spawner:
         return path
 
     # ---------------------------------------------------------------- readiness
+
+    def _check_running(self, wave: Wave, wl: Wavelet, reports: list[PaneReport]) -> None:
+        """An already running pane is ready only if its channel is heard by this daemon (presence
+        not ``gone`` within :data:`RUNNING_WAIT`): a pane whose channel talks to an address nobody
+        answers any more is not "ready (already running)"."""
+        deadline = time.monotonic() + RUNNING_WAIT
+        while reports:
+            states = {p.participant: p.state for p in self.client.presence(wave.id)}
+            reports = [r for r in reports if states.get(r.participant, "gone") == "gone"]
+            if not reports or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        for r in reports:
+            r.ready = False
+            r.why = (
+                f"{r.why}, but its channel has not reached the daemon at {self.client.base_url} "
+                f"within {RUNNING_WAIT:g}s: restart it with `fleet respawn {wl.path} {r.participant} --force`"
+            )
 
     def _await_ready(self, wave: Wave, reports: list[PaneReport], before: dict[str, float | None]) -> None:
         """Watch launched panes until each is ready, dead, or stuck at a prompt (bounded).

@@ -165,7 +165,8 @@ def panes_by_participant(panes: Iterable[PaneInfo]) -> dict[str, PaneInfo]:
 
 def delivery_state(paths: Paths, daemon_url: str, wave: str, participant: str) -> DeliveryState | None:
     """The channel's delivery state file for (daemon, wave name, participant), if it is on this machine."""
-    path = StateFile(paths.channels, daemon_url, wave, participant).path
+    sf = StateFile(paths.channels, daemon_url, wave, participant)
+    path = sf.path if sf.path.exists() else sf.legacy_path
     try:
         return loads(DeliveryState, path.read_bytes())
     except FileNotFoundError:

@@ -82,6 +82,8 @@ EXIT_WAKE = 2
 """The exit status that makes Claude Code wake the session (an ``asyncRewake`` hook's signal)."""
 AFTER_PREFIX = "v1."
 BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
+BACKOFF_OUTAGE = 1.0
+"""The longest wait between attempts while the daemon is unreachable (a restart is seen within ~1 s)."""
 ORPHAN_CHECK = 0.5
 """Seconds between checks that the hook's parent (the Claude Code session) is still alive."""
 REWAKE_SUMMARY = "fleet: new blips"
@@ -230,7 +232,7 @@ class Watcher:
         c = self.config
         deadline = time.monotonic() + c.wait if c.wait > 0 else None
         outage: float | None = None
-        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_OUTAGE)
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:

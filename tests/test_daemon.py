@@ -534,14 +534,13 @@ def _in_thread(fn: Callable[[], Resp]) -> tuple[threading.Thread, list[Resp | Ba
 
 
 def _waiting(daemon: Daemon, n: int = 1) -> None:
-    """Block until ``n`` long-polls are parked on the daemon's condition variable.
+    """Block until ``n`` long-polls are parked on the daemon's notifier.
 
     (Counting in-flight requests is not enough: the previous request's handler may still be
     between writing its answer and leaving.)
     """
-    cond = daemon.notifier._cond
     retry_until(
-        lambda: len(cond._waiters) >= n,  # type: ignore[attr-defined]
+        lambda: daemon.notifier.parked >= n,
         timeout=5,
         interval=0.002,
         what="the long-poll to park",

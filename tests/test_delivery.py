@@ -215,7 +215,7 @@ def test_every_blip_of_others_is_pushed_exactly_once_despite_failures(
 
 def test_state_file_roundtrip_atomic_private(tmp_path: Path) -> None:
     s = Stream()
-    sf = StateFile(tmp_path / "channels", DAEMON, "w", "alice")
+    sf = StateFile(tmp_path / "channels", DAEMON, "w", "alice", store="")
     assert sf.acquire()
     core = Delivery("alice", sf.load(), cap=2)
     run(core, [s.blip("a", "bob"), s.blip("a", "bob"), s.blip("a", "bob")])
@@ -232,23 +232,23 @@ def test_state_file_roundtrip_atomic_private(tmp_path: Path) -> None:
 def test_restart_resumes_with_no_replay_and_no_gap(tmp_path: Path) -> None:
     s = Stream()
     blips = [s.blip("a", "bob", f"m{i}") for i in range(6)]
-    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    sf = StateFile(tmp_path, DAEMON, "w", "alice", store="")
     assert sf.acquire()
     core = Delivery("alice", sf.load())
     assert [d.blip.text for d in run(core, blips[:4], fail_at=3)] == ["m0", "m1", "m2"]
     sf.save(core.state)
     sf.release()
 
-    again = StateFile(tmp_path, DAEMON, "w", "alice")
+    again = StateFile(tmp_path, DAEMON, "w", "alice", store="")
     assert again.acquire()
     core = Delivery("alice", again.load())
     assert [d.blip.text for d in run(core, blips)] == ["m3", "m4", "m5"]
 
 
 def test_lock_has_one_holder_at_a_time(tmp_path: Path) -> None:
-    first = StateFile(tmp_path, DAEMON, "w", "alice")
-    second = StateFile(tmp_path, DAEMON, "w", "alice")
-    other = StateFile(tmp_path, DAEMON, "w", "bob")
+    first = StateFile(tmp_path, DAEMON, "w", "alice", store="")
+    second = StateFile(tmp_path, DAEMON, "w", "alice", store="")
+    other = StateFile(tmp_path, DAEMON, "w", "bob", store="")
     assert first.acquire()
     assert not second.acquire()
     assert other.acquire()
@@ -275,7 +275,7 @@ def test_lock_has_one_holder_at_a_time(tmp_path: Path) -> None:
     ids=["garbage", "empty", "bad-cursors", "future-version", "someone-else"],
 )
 def test_corrupt_state_is_reported_and_never_overwritten(tmp_path: Path, content: bytes) -> None:
-    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    sf = StateFile(tmp_path, DAEMON, "w", "alice", store="")
     sf.path.parent.mkdir(parents=True, exist_ok=True)
     sf.path.write_bytes(content)
     with pytest.raises(CorruptState) as err:
@@ -286,7 +286,7 @@ def test_corrupt_state_is_reported_and_never_overwritten(tmp_path: Path, content
 
 
 def test_unreadable_state_is_corrupt_not_fresh(tmp_path: Path) -> None:
-    sf = StateFile(tmp_path, DAEMON, "w", "alice")
+    sf = StateFile(tmp_path, DAEMON, "w", "alice", store="")
     sf.path.parent.mkdir(parents=True, exist_ok=True)
     sf.path.mkdir()  # a directory where the file should be: reading fails with an OSError
     with pytest.raises(CorruptState):

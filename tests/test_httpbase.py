@@ -243,9 +243,8 @@ def test_a_long_poll_that_wakes_rechecks_that_the_reader_may_still_see(d: Daemon
     out: list[Resp] = []
     t = threading.Thread(target=lambda: out.append(bob.read(secret, f"after={cursor}&wait=10")))
     t.start()
-    cond = d.notifier._cond
     deadline = time.monotonic() + 5
-    while not cond._waiters and time.monotonic() < deadline:  # type: ignore[attr-defined]
+    while not d.notifier.parked and time.monotonic() < deadline:
         time.sleep(0.005)
     op.leave(secret, "bob").ok(200)
     op.post_blip(secret, "after bob left").ok(201)

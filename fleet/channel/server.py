@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 NOTIFICATION = "notifications/claude/channel"
 STANDBY_RETRY = 2.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
+BACKOFF_OUTAGE = 1.0
+"""The longest wait between attempts while the daemon is unreachable: a restarted daemon (same
+address, docs/design.md §2) is reached again within about a second of answering."""
 BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
@@ -337,7 +340,7 @@ class Channel:
             return
         self.engine = engine
         self._presence_loop.wake()  # the first ping says this channel delivers now
-        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_OUTAGE)
         while not self._stop.is_set() and not self.server.closed.is_set():
             try:
                 engine.source = self.client(feed=True)
@@ -349,6 +352,7 @@ class Channel:
                 log.info(
                     "daemon reachable again after %.1fs; resuming delivery", time.time() - self._outage.since
                 )
+                self._presence_loop.wake(ping=True)  # a restarted daemon knows no presence
             self._outage = None
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")

@@ -25,8 +25,9 @@ def run(
         str | None,
         typer.Option(
             metavar="HOST:PORT",
-            help="Address to serve on [default: 127.0.0.1:0, any free port]. A non-loopback "
-            "address serves other machines, over HTTPS (tokens are always required).",
+            help="Address to serve on [default: 127.0.0.1 on the port remembered in the state dir, "
+            "a free one the first time]. A non-loopback address serves other machines, over HTTPS "
+            "(tokens are always required).",
         ),
     ] = None,
     max_blip_bytes: Annotated[
@@ -93,6 +94,7 @@ def run(
         tls_cert=tls_cert,
         tls_key=tls_key,
         insecure_plain_http=insecure_plain_http,
+        remember_port=listen is None,
     )
     daemon.serve_forever()
 

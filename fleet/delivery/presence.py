@@ -85,11 +85,14 @@ class PresenceLoop:
         self.stop = stop
         self._cond = threading.Condition()
         self._pending = 0
+        self._ping_now = False
 
-    def wake(self, delivered: int = 0) -> None:
-        """Count ``delivered`` pushes toward the next report, and re-check ``active`` and ``stop``."""
+    def wake(self, delivered: int = 0, *, ping: bool = False) -> None:
+        """Count ``delivered`` pushes toward the next report, and re-check ``active`` and ``stop``;
+        with ``ping``, report now (a restarted daemon knows no presence)."""
         with self._cond:
             self._pending += delivered
+            self._ping_now = self._ping_now or ping
             self._cond.notify_all()
 
     def run(self) -> None:
@@ -97,7 +100,7 @@ class PresenceLoop:
 
         def due() -> bool:
             return self.stop.is_set() or (
-                self.active() and (self._pending > 0 or time.monotonic() >= next_ping)
+                self.active() and (self._pending > 0 or self._ping_now or time.monotonic() >= next_ping)
             )
 
         while True:
@@ -108,7 +111,7 @@ class PresenceLoop:
                     return
                 if not due():
                     continue
-                count, self._pending = self._pending, 0
+                count, self._pending, self._ping_now = self._pending, 0, False
             self.presence.report("delivered" if count else "ping", count=count)
             next_ping = time.monotonic() + self.interval
             if count and self.stop.wait(COALESCE):

@@ -1,11 +1,12 @@
 """The delivery state file: where a participant stands in each wavelet, kept across restarts.
 
-One JSON file per (daemon, wave, participant) under the state dir, replaced atomically (rename
-over), with ``<file>.lock`` beside it. Whoever delivers holds that lock (``fcntl.flock``), so two
-transports never deliver the same blips twice; the kernel drops a dead holder's lock, so it never
-wedges. A restarted holder resumes from the file: no replay, no gap. A file that cannot be read
-raises :class:`~fleet.errors.CorruptState` and is never overwritten, so a corrupt file stops
-delivery instead of skipping blips.
+One JSON file per (store, wave, participant) under the state dir (the store by its identity,
+minted once per database: a restarted daemon, or one on another port, is the same store), replaced
+atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
+(``fcntl.flock``), so two transports never deliver the same blips twice; the kernel drops a dead
+holder's lock, so it never wedges. A restarted holder resumes from the file: no replay, no gap.
+A file that cannot be read raises :class:`~fleet.errors.CorruptState` and is never overwritten,
+so a corrupt file stops delivery instead of skipping blips.
 """
 
 from __future__ import annotations
@@ -92,12 +93,59 @@ def daemon_key(url: str) -> str:
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def state_path(directory: Path, daemon: str, wave: str, participant: str) -> Path:
-    """Where the state of (daemon, wave, participant) lives: one file, deterministic, readable name."""
-    ident = f"{daemon_key(daemon)}|{wave}|{participant}"
+def state_path(directory: Path, daemon: str, wave: str, participant: str, *, store: str = "") -> Path:
+    """Where the state of (store, wave, participant) lives: one file, deterministic, readable name.
+
+    ``store`` is the store's identity (``/v1/health``'s ``store_id``); without it the file is keyed
+    by the daemon's host and port, as files written before store identities were.
+    """
+    key = f"store-{_UNSAFE.sub('_', store)}" if store else daemon_key(daemon)
+    ident = f"{key}|{wave}|{participant}"
     digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{daemon_key(daemon)}-{digest}.json"
+    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{key[:20]}-{digest}.json"
     return directory / name
+
+
+_KNOWN: dict[tuple[str, str], str] = {}
+"""(state dir, daemon key) -> store id, learnt by this process."""
+
+
+def store_identity(directory: Path, daemon: str, *, wait: float = 2.0) -> str:
+    """The identity of the store the daemon at ``daemon`` serves ('' when it cannot be learnt).
+
+    Asked of ``/v1/health`` and remembered in ``<directory>/stores/<host_port>``, so a channel or
+    hook that starts while its daemon restarts still finds its state: with a remembered identity the
+    daemon is asked once, without one it is asked again for up to about ``wait`` seconds. '' (the
+    host:port key) only when neither answers.
+    """
+    key = daemon_key(daemon)
+    memo = (str(directory), key)
+    if memo in _KNOWN:
+        return _KNOWN[memo]
+    from fleet import errors
+    from fleet.client import Client
+    from fleet.paths import write_private
+
+    cache = directory / "stores" / key
+    try:
+        known = cache.read_text(encoding="utf-8").strip()
+    except OSError:
+        known = ""
+    if _UNSAFE.search(known):
+        known = ""
+    try:
+        with Client(daemon, "", timeout=2.0, retries=0 if known else max(0, int(wait / 0.4))) as probe:
+            store = probe.health().store_id
+    except errors.FleetError:
+        store = ""
+    if store and _UNSAFE.search(store) is None:
+        if store != known:
+            write_private(cache, store + "\n")
+    else:
+        store = known
+    if store:
+        _KNOWN[memo] = store
+    return store
 
 
 class StateFile:
@@ -107,11 +155,18 @@ class StateFile:
     and :meth:`save` may be called by the holder only.
     """
 
-    def __init__(self, directory: Path, daemon: str, wave: str, participant: str) -> None:
+    def __init__(
+        self, directory: Path, daemon: str, wave: str, participant: str, *, store: str | None = None
+    ) -> None:
         self.daemon = daemon
         self.wave = wave
         self.participant = participant
-        self.path = state_path(directory, daemon, wave, participant)
+        self.store = store_identity(directory, daemon) if store is None else store
+        """The store's identity this file is keyed by ('' when it could not be learnt)."""
+        self.path = state_path(directory, daemon, wave, participant, store=self.store)
+        self.legacy_path = state_path(directory, daemon, wave, participant)
+        """Where a file keyed by host and port (written before store identities) lives: read when
+        :attr:`path` does not exist yet, so an upgrade neither replays nor skips."""
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self._lock_file: IO[bytes] | None = None
 
@@ -150,7 +205,12 @@ class StateFile:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            return self.fresh()
+            if self.legacy_path == self.path or not self.legacy_path.exists():
+                return self.fresh()
+            try:
+                raw = self.legacy_path.read_bytes()
+            except OSError as exc:
+                raise self._corrupt(f"cannot read it: {exc}") from exc
         except OSError as exc:
             raise self._corrupt(f"cannot read it: {exc}") from exc
         try:

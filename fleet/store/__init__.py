@@ -96,6 +96,7 @@ from fleet.store.events import (
     replay,
 )
 from fleet.store.schema import MATERIALISED, MIGRATIONS, Connections, connect, dump_tables, migrate, now
+from fleet.store.schema import store_id as read_store_id
 
 __all__ = [
     "EVENT_TYPES",
@@ -147,10 +148,16 @@ class Store:
         self.access = Access(self._db.reader)
         self.ids = IdMinter()
         self.ids.observe(self._largest_id())
+        self.store_id = read_store_id(self._db.writer)
+        """Minted once per database (migration 0005): the store's identity across restarts and moves."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
         self._db.close()
+
+    def release_reader(self) -> None:
+        """Give the calling thread's read connection back to the pool (when its client connection ends)."""
+        self._db.release_reader()
 
     # ---------------------------------------------------------------- internals
 

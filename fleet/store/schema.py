@@ -7,8 +7,9 @@ What a caller may rely on:
 - :data:`MIGRATIONS` is a list of named, forward-only functions. :func:`migrate` applies those not yet
   recorded in the ``migrations`` table, each in the same transaction as its record. A shipped
   migration is never edited, renamed or reordered: append a new one.
-- :class:`Connections` is one writer connection behind a lock (only the daemon writes) and one read
-  connection per thread (WAL lets readers proceed while the writer commits).
+- :class:`Connections` is one writer connection behind a lock (only the daemon writes) and read
+  connections from a bounded pool, one per serving thread until it releases it (WAL lets readers
+  proceed while the writer commits).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import uuid6
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +167,19 @@ def _m0004_token_grants(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0005_store_identity(conn: sqlite3.Connection) -> None:
+    """The store's identity, minted once per database (docs/design.md §2): what delivery state
+    files are keyed by, so a daemon that moved or restarted is the same store to its clients."""
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (str(uuid6.uuid7()),))
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
     ("0004_token_grants", _m0004_token_grants),
+    ("0005_store_identity", _m0005_store_identity),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -206,6 +217,12 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
+def store_id(conn: sqlite3.Connection) -> str:
+    """The identity minted for this database by migration 0005."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    return str(row[0])
+
+
 def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every materialised row, table by table, in a stable order: equal dumps mean equal states."""
     return {
@@ -217,32 +234,68 @@ def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
 # ---------------------------------------------------------------- connections
 
 
-class Connections:
-    """One writer behind a lock, one reader per thread, for one database file (migrated on open)."""
+IDLE_READERS = 8
+"""Read connections kept open for reuse once their thread released them; more are closed."""
 
-    def __init__(self, path: Path) -> None:
+
+class Connections:
+    """One writer behind a lock, and read connections from a bounded pool, for one database file
+    (migrated on open).
+
+    A thread takes a reader on first use and keeps it until it calls :meth:`release_reader` (the
+    daemon does so when a client connection ends), which returns it to a pool of at most
+    :data:`IDLE_READERS` idle readers (any more are closed). So open readers are bounded by the
+    threads serving right now plus the pool, not by how many connections were ever served.
+    """
+
+    def __init__(self, path: Path, *, idle_readers: int = IDLE_READERS) -> None:
         self.path = path
         self._wlock = threading.Lock()
         self._w = connect(path)
         migrate(self._w)
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: set[sqlite3.Connection] = set()
+        """Every open reader (held by a thread or idle), closed by :meth:`close`."""
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_max = idle_readers
         self._readers_lock = threading.Lock()
+        self._closed = False
 
     @property
     def writer(self) -> sqlite3.Connection:
         """The writer connection, for reads that must see the open write transaction's own state."""
         return self._w
 
+    @property
+    def open_readers(self) -> int:
+        with self._readers_lock:
+            return len(self._readers)
+
     def reader(self) -> sqlite3.Connection:
-        """This thread's read connection (opened on first use, closed by :meth:`close`)."""
+        """This thread's read connection (from the pool, or opened, on first use)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path, readonly=True)
-            self._local.conn = conn
             with self._readers_lock:
-                self._readers.append(conn)
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = connect(self.path, readonly=True)
+                with self._readers_lock:
+                    self._readers.add(conn)
+            self._local.conn = conn
         return conn
+
+    def release_reader(self) -> None:
+        """Give this thread's reader back (to the pool, or closed when the pool is full)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._readers_lock:
+            if not self._closed and len(self._idle) < self._idle_max:
+                self._idle.append(conn)
+                return
+            self._readers.discard(conn)
+        conn.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -275,6 +328,8 @@ class Connections:
         with self._wlock:
             self._w.close()
             with self._readers_lock:
+                self._closed = True
                 for c in self._readers:
                     c.close()
                 self._readers.clear()
+                self._idle.clear()

@@ -1,0 +1,73 @@
+"""Wake only who cares (docs/design.md §2): a commit wakes the long-polls whose wavelets (or wave,
+for wave-wide streams, or roster, for feeds) it touched, and nobody else."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from conftest import retry_until
+
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.models import BlipPage, Feed
+
+
+def counting(daemon: Daemon, name: str) -> list[int]:
+    """Count calls of the store method ``name`` (each long-poll wake-up re-queries once)."""
+    store: Any = daemon.store
+    calls = [0]
+    real = getattr(store, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    setattr(store, name, wrapped)
+    return calls
+
+
+def test_posts_to_another_wave_wake_no_parked_reader(daemon: Daemon, operator: Client) -> None:
+    operator.create_wave("quiet", ["alice"])
+    operator.create_wave("busy", ["bob"])
+    quiet = operator.resolve("quiet/main").id
+    busy = operator.resolve("busy/main").id
+    head = operator.read(quiet).cursor
+    reads = counting(daemon, "read_resolved")
+    feeds = counting(daemon, "feed")
+    streams = counting(daemon, "read_wave_after")
+    got: list[BlipPage | Feed] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(operator.read(quiet, after=head, wait=20))),
+        threading.Thread(target=lambda: got.append(operator.feed("quiet", "alice", {quiet: head}, wait=20))),
+        threading.Thread(target=lambda: got.append(operator.read_wave("quiet", after=head, wait=20))),
+    ]
+    for t in threads:
+        t.start()
+    retry_until(lambda: daemon.notifier.parked == 3, 5, 0.005, "three parked long-polls")
+    before = (reads[0], feeds[0], streams[0])
+    for n in range(20):
+        operator.post(busy, f"bob: noise {n}", as_="bob")
+    operator.fork(busy, "side", ["bob"])
+    assert (reads[0], feeds[0], streams[0]) == before, "a commit in another wave woke a parked reader"
+    assert daemon.notifier.parked == 3
+    operator.post(quiet, "alice: hello", as_="operator")
+    for t in threads:
+        t.join(10)
+    assert len(got) == 3
+    assert all(len(page.blips) == 1 for page in got)
+
+
+def test_a_new_membership_wakes_the_participants_feed(daemon: Daemon, operator: Client) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    main = operator.resolve("w/main").id
+    head = operator.read(main).cursor
+    got: list[Feed] = []
+    t = threading.Thread(target=lambda: got.append(operator.feed("w", "carol", {}, wait=20)))
+    t.start()
+    retry_until(lambda: daemon.notifier.parked == 1, 5, 0.005, "the feed to park")
+    side = operator.fork(main, "side", ["carol", "bob"])
+    operator.post(side.id, "carol: welcome", as_="bob")
+    t.join(10)
+    assert got and {b.wavelet_id for b in got[0].blips} == {side.id}
+    assert head  # the main wavelet's cursor was not needed by carol
