@@ -80,6 +80,8 @@ COMMANDS: dict[str, str] = {
     "kill": "supervise",
     "watch": "watch",
     "hook-config": "watch",
+    "resident": "resident",
+    "memory": "resident",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

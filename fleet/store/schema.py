@@ -148,14 +148,36 @@ def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
 
 
+def _m0004_seats(conn: sqlite3.Connection) -> None:
+    """The resident's seat per wave (one mind per wave, docs/resident.md)."""
+    _script(
+        conn,
+        """
+        CREATE TABLE seats (
+            wave_id     TEXT PRIMARY KEY REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            host        TEXT NOT NULL,
+            pid         INTEGER NOT NULL,
+            pane_id     TEXT NOT NULL,
+            cwd         TEXT NOT NULL,
+            claimed_at  TEXT NOT NULL,
+            closed_at   TEXT,
+            closed_why  TEXT NOT NULL DEFAULT ''
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
+    ("0004_seats", _m0004_seats),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
-MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens", "sessions")
+MATERIALISED = ("waves", "participants", "wavelets", "members", "blips", "tokens", "sessions", "seats")
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 
 
