@@ -12,16 +12,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from realclaude import STARTUP, RealFleet
-from scripted_model import Script, on_message, post, rule, say
+from scripted_model import Script, call, on_channel, on_message, on_prompt, post, rule, say, steps, surface
 
 from fleet.client import Client
 
 RealFleetFactory = Callable[..., RealFleet]
+BEAT = 6
+"""Seconds of quiet before a heartbeat in these tests (GOAL.md ``heartbeat_every``)."""
 
 
 def git_repo(real: RealFleet) -> Path:
@@ -141,3 +144,91 @@ def test_a_dead_seat_is_closed_at_the_next_start_which_resumes_the_same_session(
     assert again["closed"].startswith("closed the dead seat") and str(report["pid"]) in again["closed"]
     assert again["session_id"] == report["session_id"] and again["resumed"], again
     assert status(real, repo)["state"] == "idle"
+
+
+class Supervise:
+    """``fleet supervise w`` as a user runs it (a subprocess in the repository), stopped at the end."""
+
+    def __init__(self, real: RealFleet, repo: Path, *args: str) -> None:
+        self.out = real.tmp / "supervise.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet", "supervise", "w", "--json", *args],
+            env=real.env, cwd=repo, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def events(self) -> list[dict[str, Any]]:
+        lines = self.out.read_text().splitlines() if self.out.exists() else []
+        return [json.loads(ln) for ln in lines if ln.startswith("{")]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def system_blips(real: RealFleet, prefix: str) -> list[str]:
+    return [b.text for b in real.blips("w/main") if b.kind == "system" and b.text.startswith(prefix)]
+
+
+def test_the_resident_dispatches_a_worker_is_nudged_while_it_runs_and_reports_back(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """The operator asks for a job → the resident forks and spawns a worker → a heartbeat while it
+    runs (one) → the worker surfaces → the resident is woken and reports; then, nothing in flight,
+    no heartbeat and zero model requests over a quiet period."""
+    real = real_fleet(channels=True)
+    layout = real.layout(["resident", "worker"])
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="build"),
+            steps(
+                call(
+                    "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": layout}
+                ),
+                post("w/job", "worker: build the widget"),
+            ),
+        ),
+        rule(on_prompt(contains="heartbeat"), post("w/job", "worker: wrap up and surface")),
+        rule(on_channel(blip_kind="surface"), post("w/main", "operator: the widget is built")),
+    )
+    real.script.add(
+        "worker",
+        rule(on_message(author="resident", contains="build the widget"), say("working on it")),
+        rule(on_message(author="resident", contains="wrap up"), surface("w/job", "widget built")),
+    )
+    repo = git_repo(real)
+    goal_dir = repo / "wave" / "w"
+    goal_dir.mkdir(parents=True)
+    (goal_dir / "GOAL.md").write_text(f"---\nheartbeat_every: {BEAT}s\n---\nBuild what the operator asks.\n")
+    start(real, repo, layout)
+    sup = Supervise(real, repo)
+    try:
+        operator.post(operator.resolve("w/main").id, "resident: build the widget, please")
+        real.wait(
+            lambda: any(b.text == "operator: the widget is built" for b in real.blips("w/main")),
+            "the resident's report to the operator",
+            timeout=180,
+        )
+        job = real.blips("w/job")
+        assert [(b.author, b.text) for b in job if b.kind != "system"] == [
+            ("resident", "worker: build the widget"), ("resident", "worker: wrap up and surface"),
+        ]  # fmt: skip
+        (surfaced,) = [b for b in real.blips("w/main") if b.kind == "surface"]
+        assert (surfaced.author, surfaced.text) == ("worker", "widget built")
+        beats = system_blips(real, "resident: heartbeat:")
+        assert len(beats) == 1 and "w/job: running" in beats[0], beats
+        (nudge,) = [r for r in real.requests("resident") if any(e.kind == "prompt" for e in r.events)]
+        assert any("heartbeat" in e.text and "w/job: running" in e.text for e in nudge.events)
+        worker_t = real.transcript("worker")
+        assert [c.text for c in worker_t.delivered() if c.author == "resident"] == [
+            "worker: build the widget", "worker: wrap up and surface",
+        ]  # fmt: skip
+        st = status(real, repo)
+        assert st["in_flight"] == 0 and st["workers"][0]["status"] == "done", st
+        real.wait(lambda: real.transcript("resident").settled(), "the resident's report turn ended")
+        before = len(real.model.log)
+        time.sleep(3 * BEAT)  # a quiet period of three heartbeat intervals: absence can only be waited out
+        assert real.model.log[before:] == [], "a model request while nothing was in flight"
+        assert len(system_blips(real, "resident: heartbeat:")) == 1
+    finally:
+        sup.stop()
