@@ -14,13 +14,30 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from realclaude import STARTUP, RealFleet
-from scripted_model import Script, call, on_channel, on_message, on_prompt, post, rule, say, steps, surface
+from scripted_model import (
+    Fail,
+    Request,
+    Script,
+    Slow,
+    call,
+    on_channel,
+    on_message,
+    on_prompt,
+    post,
+    rule,
+    say,
+    steps,
+    surface,
+)
 
 from fleet.client import Client
+from fleet.paths import Paths
+from fleet.resident.keeper import write_state
 
 RealFleetFactory = Callable[..., RealFleet]
 BEAT = 6
@@ -230,5 +247,137 @@ def test_the_resident_dispatches_a_worker_is_nudged_while_it_runs_and_reports_ba
         time.sleep(3 * BEAT)  # a quiet period of three heartbeat intervals: absence can only be waited out
         assert real.model.log[before:] == [], "a model request while nothing was in flight"
         assert len(system_blips(real, "resident: heartbeat:")) == 1
+    finally:
+        sup.stop()
+
+
+def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_the_mind(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Two blips that arrive while the mind is turning reach it in one wake at the turn's end (what
+    Claude Code does with queued input); a fork with an unknown layout returns the error to the mind
+    and forks nothing."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="think"), Slow(6, say("thought it through"))),
+        rule(
+            on_message(author="operator", contains="spawn"),
+            call(
+                "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": "no-such"}
+            ),
+        ),
+    )
+    repo = git_repo(real)
+    start(real, repo, real.layout(["resident"]))
+    main = operator.resolve("w/main").id
+    operator.post(main, "resident: think about it")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the resident turning")
+    one, two = operator.post(main, "resident: one more thing"), operator.post(main, "resident: and another")
+
+    def carried(r: Request) -> set[str]:
+        return {e.blip_id for e in r.channel_events()}
+
+    real.wait(
+        lambda: any({one.id, two.id} <= carried(r) for r in real.requests("resident")), "one wake for both"
+    )
+    assert [r for r in real.requests("resident") if carried(r) & {one.id, two.id}] == [
+        r for r in real.requests("resident") if {one.id, two.id} <= carried(r)
+    ], "the two blips came in separate wakes"
+    operator.post(main, "resident: spawn a worker")
+    t = real.transcript("resident")
+    refused = real.wait(lambda: [x for x in t.tool_results() if x.is_error], "the refused fork's result")
+    assert "cannot spawn with layout 'no-such'" in refused[0].text and "nothing was forked" in refused[0].text
+    assert [wl.name for wl in operator.get_wave("w").wavelets] == ["main"]
+
+
+def test_a_cron_due_while_idle_opens_one_turn_and_one_25_hours_overdue_opens_none(
+    real_fleet: RealFleetFactory, operator: Client, fleet_env: Paths
+) -> None:
+    real = real_fleet(channels=True)
+    real.script.add("resident", rule(on_prompt(contains="cron due"), say("dispatching")))
+    repo = git_repo(real)
+    now = datetime.now(UTC)
+    fresh, stale = now - timedelta(minutes=1), now - timedelta(hours=25)
+
+    def at(t: datetime) -> str:
+        return f"{t.minute} {t.hour} {t.day} {t.month} *"
+
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text(
+        f"---\nheartbeat: off\ncrons:\n  - flow: fresh\n    schedule: {at(fresh)}\n"
+        f"  - flow: stale\n    schedule: {at(stale)}\n---\nKeep the crons.\n"
+    )
+    start(real, repo, real.layout(["resident"]))
+    write_state(fleet_env, operator.get_wave("w").id, (now - timedelta(hours=26)).timestamp())
+    sup = Supervise(real, repo)
+    try:
+        t = real.transcript("resident")
+        real.wait(lambda: t.prompts(), "the cron's turn in the transcript")
+        real.wait(lambda: system_blips(real, "resident: cron missed"), "the missed cron's system blip")
+        real.wait(lambda: t.settled() and status(real, repo)["turns"] == 1, "the cron's turn ended")
+        assert t.prompts() == ["[fleet] cron due: fresh — dispatch it"]
+        (due,) = system_blips(real, "resident: cron due")
+        assert due.startswith("resident: cron due: fresh — dispatch it")
+        (missed,) = system_blips(real, "resident: cron missed")
+        assert "stale" in missed and "more than 24 h ago; not replayed" in missed
+        assert not [r for r in real.requests("resident") if r.contains("stale")]
+        assert len(real.requests("resident")) == 1
+    finally:
+        sup.stop()
+
+
+def test_failed_turns_and_a_killed_mind_are_revived_resuming_the_same_session(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Three scripted API failures → failed (its process ended), shown in status → revived on a
+    short ladder, the same session; kill -9 → an operator blip revives it at once (the ladder's next
+    rung is an hour) → the same session, which answers."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="fail"),
+            Fail(400, "invalid_request_error", "scripted failure"),
+        ),
+        rule(on_message(author="operator", contains="there?"), post("w/main", "operator: here, same mind.")),
+    )
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("---\nheartbeat: off\n---\n")
+    first = start(real, repo, real.layout(["resident"]))
+    sid = first["session_id"]
+    sup = Supervise(real, repo, "--ladder", "3s,1h")
+    try:
+        main = operator.resolve("w/main").id
+        for n in (1, 2, 3):
+            operator.post(main, f"resident: fail, please ({n})")
+            real.wait(lambda n=n: status(real, repo)["failed_turns"] >= n, f"failed turn {n}")  # type: ignore[misc]
+        real.wait(lambda: system_blips(real, "resident: failed:"), "the keeper's failure blip")
+        real.wait(lambda: status(real, repo)["state"] == "failed", "status: failed")
+        real.wait(lambda: system_blips(real, "supervise: respawned resident"), "revived on the ladder")
+        revived = real.wait(
+            lambda: (s := status(real, repo))["state"] == "idle" and s, "the revived mind idle"
+        )
+        assert revived["session_id"] == sid and revived["pid"] != first["pid"]
+        assert revived["pid"] == real.pane_pid("resident")
+        os.kill(revived["pid"], signal.SIGKILL)
+        real.wait(
+            lambda: any(e["event"] == "died" for e in sup.events()[1:]) and real.pane_dead("resident"), "died"
+        )
+        operator.post(main, "resident: are you there?")
+        real.wait(
+            lambda: any(b.text == "operator: here, same mind." for b in real.blips("w/main")), "its answer"
+        )
+        again = status(real, repo)
+        assert again["session_id"] == sid and again["pid"] not in (first["pid"], revived["pid"]), again
+        respawns = [e for e in sup.events() if e["event"] == "respawned"]
+        assert len(respawns) == 2 and "the operator mentioned it" in respawns[1]["text"], respawns
+        (asked,) = [
+            r
+            for r in real.requests("resident")
+            if r.contains("are you there?") and r.reply and r.reply.tool_uses
+        ]
+        assert asked.contains("fail, please (1)"), "the revived mind lacks its history: not the same session"
     finally:
         sup.stop()

@@ -44,7 +44,7 @@ from fleet.models import Blip, Wave
 from fleet.paths import Paths, write_private
 from fleet.resident import RESIDENT, goal, state_dir
 from fleet.resident.mind import MindReader
-from fleet.resident.seat import FAILED_TURNS, Worker, _session_env, reseat, resident_pane, workers
+from fleet.resident.seat import FAILED_TURNS, Worker, _session_env, _ts, reseat, resident_pane, workers
 from fleet.spawn import PaneReport
 from fleet.tmux import Tmux
 
@@ -187,7 +187,8 @@ class Keeper:
         pane = resident_pane(self.tmux, self.wave.id)
         if pane is None or pane.dead:
             return events  # the supervisor's ladder has it
-        if fold.failed_streak >= FAILED_TURNS:
+        failed = fold.failed_since(_ts(seat.claimed_at))  # a revived mind starts afresh
+        if failed >= FAILED_TURNS:
             if self.failed_at_turn != fold.failed_total:
                 self.failed_at_turn = fold.failed_total
                 if pane.pid:
@@ -198,7 +199,7 @@ class Keeper:
                 events.append(
                     self._say(
                         "failed",
-                        f"failed: its last {fold.failed_streak} turns failed ({fold.last_error}); its"
+                        f"failed: its last {failed} turns failed ({fold.last_error}); its"
                         " process was ended and `fleet supervise` revives it on the ladder (an operator"
                         " blip does at once)",
                     )

@@ -5,7 +5,9 @@ over the scripted model; docs/resident.md):
 
 - A turn **opens** with a user line that is not a tool result: a channel push that woke the session
   (``origin.kind == "channel"``), hook feedback (``task-notification``) or a prompt typed into the
-  pane (``human``, or no origin).
+  pane (``human``, or no origin). A push is first a ``queue-operation`` ``enqueue`` then ``dequeue``
+  line, written at once, while its user line may be written only with the model's answer: those
+  count as the turn's opening too.
 - A turn that **completed** ends with ``{"type": "system", "subtype": "turn_duration"}``.
 - A turn that **failed** ends with an assistant line carrying ``"isApiErrorMessage": true`` (after
   Claude Code's own retries), and no ``turn_duration``.
@@ -22,7 +24,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from fleet.delivery.receipts import transcript_of
@@ -39,6 +42,12 @@ class MindFold:
     last_end: float | None = None
     """Unix time the last turn ended (the file's mtime when it was read), None: never."""
     last_error: str = ""
+    failed_at: list[float] = field(default_factory=list)
+    """When each failed turn of the current run ended (Unix time, from the line's timestamp)."""
+
+    def failed_since(self, t: float) -> int:
+        """Consecutive failed turns that ended at or after ``t`` (a revived mind starts afresh)."""
+        return sum(1 for at in self.failed_at if at >= t)
 
 
 def _is_wake(obj: Mapping[str, object]) -> bool:
@@ -99,10 +108,13 @@ class MindReader:
 
     def _take(self, obj: Mapping[str, object], mtime: float) -> None:
         f = self.fold
-        if _is_wake(obj):
-            f.turning = True
+        if _is_wake(obj) or (
+            obj.get("type") == "queue-operation" and obj.get("operation") in ("enqueue", "dequeue")
+        ):
+            f.turning = True  # (the wake's own user line may be written only with the answer)
         elif obj.get("type") == "system" and obj.get("subtype") == "turn_duration":
             f.turning, f.turns, f.failed_streak, f.last_end = False, f.turns + 1, 0, mtime
+            f.failed_at = []
         elif obj.get("type") == "assistant" and obj.get("isApiErrorMessage"):
             message = obj.get("message")
             content = message.get("content") if isinstance(message, dict) else None
@@ -112,4 +124,16 @@ class MindReader:
             f.turning, f.last_end = False, mtime
             f.failed_streak += 1
             f.failed_total += 1
+            f.failed_at.append(_stamp(obj, mtime))
             f.last_error = text[:200]
+
+
+def _stamp(obj: Mapping[str, object], default: float) -> float:
+    """A transcript line's ``timestamp`` (ISO 8601) as Unix time, else ``default``."""
+    raw = obj.get("timestamp")
+    if isinstance(raw, str):
+        try:
+            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return default

@@ -381,7 +381,8 @@ def status(
         )
     fold = MindReader(seat.session_id, _session_env(paths, wave.id, env)).read()
     alive = seat_alive(client, tmux, seat)
-    if not alive or fold.failed_streak >= FAILED_TURNS:
+    failed = fold.failed_since(_ts(seat.claimed_at))
+    if not alive or failed >= FAILED_TURNS:
         state: MindState = "failed"
     else:
         state = "turning" if fold.turning else "idle"
@@ -389,13 +390,13 @@ def status(
     note = ""
     if not alive:
         note = "its process is gone: `fleet supervise` revives it (an operator blip does at once)"
-    elif fold.failed_streak >= FAILED_TURNS:
-        note = f"its last {fold.failed_streak} turns failed: {fold.last_error}"
+    elif failed >= FAILED_TURNS:
+        note = f"its last {failed} turns failed: {fold.last_error}"
     return ResidentStatus(
         wave=wave.name, state=state, session_id=seat.session_id, host=seat.host, pid=seat.pid,
         pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
-        turns=fold.turns, failed_turns=fold.failed_streak, last_error=fold.last_error, workers=ws,
+        turns=fold.turns, failed_turns=failed, last_error=fold.last_error, workers=ws,
         in_flight=sum(w.status == "running" for w in ws), note=note,
     )  # fmt: skip
 
