@@ -711,7 +711,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/activity", Daemon._activity),
     Route("POST", "/v1/waves/{wave}/sessions", Daemon._record_session),
     Route("GET", "/v1/waves/{wave}/sessions", Daemon._sessions),
-    Route("GET", "/v1/waves/{wave}/seat", Daemon._seat, console=True),
+    Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
     Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
     Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),

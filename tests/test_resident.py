@@ -222,3 +222,28 @@ def test_status_of_a_wave_without_a_resident(operator: Client, tmp_path: Path) -
     assert json.loads(done.stdout)["state"] == "none"
     missing = run_fleet(operator, tmp_path / "x", "resident", "status", "nope")
     assert missing.returncode == 4 and "no wave 'nope'" in missing.stderr
+
+
+def test_memory_show_update_add_edit_the_waves_memory_and_say_so(operator: Client, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    operator.create_wave("w", ["resident"])
+    assert run_fleet(operator, repo, "memory", "show", "w").stdout == "\n"
+    done = run_fleet(operator, repo, "memory", "update", "w", "The parser is in src/parse.py.")
+    assert done.returncode == 0, done.stderr
+    done = run_fleet(
+        operator, repo, "memory", "add", "w", "Tests run with make test.", "--summary", "how to test"
+    )
+    assert done.returncode == 0, done.stderr
+    memory = repo / "wave" / "w" / "MEMORY.md"
+    assert memory.read_text() == "The parser is in src/parse.py.\n\nTests run with make test.\n"
+    shown = json.loads(run_fleet(operator, repo, "memory", "show", "w", "--json").stdout)
+    assert shown["content"] == memory.read_text() and shown["path"] == str(memory)
+    said = [b.text for b in operator.read(operator.resolve("w/main").id).blips if b.kind == "system"][-2:]
+    assert said == [
+        "resident: memory updated: The parser is in src/parse.py. (wave/w/MEMORY.md)",
+        "resident: memory added: how to test (wave/w/MEMORY.md)",
+    ]
+    empty = run_fleet(operator, repo, "memory", "add", "w", "  ")
+    assert empty.returncode == 2 and "empty" in empty.stderr
+    assert memory.read_text().endswith("make test.\n")

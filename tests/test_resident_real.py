@@ -381,3 +381,28 @@ def test_failed_turns_and_a_killed_mind_are_revived_resuming_the_same_session(
         assert asked.contains("fail, please (1)"), "the revived mind lacks its history: not the same session"
     finally:
         sup.stop()
+
+
+def test_interrupt_ends_a_long_turn_and_its_text_becomes_the_next(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="ponder"), Slow(120, say("pondered")), times=1),
+        rule(on_prompt(contains="summarise instead"), say("summary: nothing yet")),
+    )
+    repo = git_repo(real)
+    start(real, repo, real.layout(["resident"]))
+    operator.post(operator.resolve("w/main").id, "resident: ponder the universe")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the long turn running")
+    done = fleet_in(real, repo, "resident", "interrupt", "w", "summarise instead", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["interrupted"] is True
+    t = real.transcript("resident")
+    real.wait(lambda: t.prompts() == ["summarise instead"], "the text as the next turn")
+    real.wait(
+        lambda: any(r.reply and r.reply.text == "summary: nothing yet" for r in real.requests("resident")),
+        "it",
+    )
+    assert not [m for m in t.assistant_messages() if "pondered" in json.dumps(m)], "the long turn was not cut"

@@ -94,5 +94,72 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     render.pairs(rows)
 
 
+@resident_app.command("interrupt")
+def interrupt_(
+    wave: WaveArg,
+    text: Annotated[
+        str, typer.Argument(metavar="[TEXT]", help="The next turn, typed in once the turn ends.")
+    ] = "",
+    socket: SocketOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel the mind's turn (Escape in its pane; failed if it has not ended within 10s); TEXT, if
+    given, becomes its next turn."""
+    from fleet.resident.interrupt import interrupt
+
+    spawner = make_spawner(socket, None, "auto", False, 0)
+    report = interrupt(client(), spawner.tmux, get_paths(), wave, text)
+    if as_json:
+        render.dump(report)
+    else:
+        render.out(f"{report.wave}: " + ("turn interrupted" if report.interrupted else "it was idle"))
+
+
+memory_app = typer.Typer(
+    name="memory", help="The wave's MEMORY.md (wave/WAVE/MEMORY.md).", no_args_is_help=True
+)
+TextArg = Annotated[str, typer.Argument(metavar="TEXT|-", help="The text (- reads stdin).")]
+SummaryOpt = Annotated[
+    str | None, typer.Option("--summary", help="What the system blip says [default: its first line].")
+]
+
+
+def _text(text: str) -> str:
+    import sys
+
+    return sys.stdin.read() if text == "-" else text
+
+
+@memory_app.command("show")
+def memory_show(wave: WaveArg, as_json: JsonOpt = False) -> None:
+    """Print the wave's MEMORY.md."""
+    from fleet.resident import memory
+
+    report = memory.show(client(), get_paths(), wave)
+    if as_json:
+        render.dump(report)
+    else:
+        render.out(report.content.rstrip("\n"))
+
+
+@memory_app.command("update")
+def memory_update(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
+    """Replace the wave's MEMORY.md with TEXT."""
+    from fleet.resident import memory
+
+    report = memory.write(client(), get_paths(), wave, "update", _text(text), summary)
+    render.dump(report) if as_json else render.out(f"updated {report.path}: {report.summary}")
+
+
+@memory_app.command("add")
+def memory_add(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
+    """Append TEXT to the wave's MEMORY.md as a new paragraph."""
+    from fleet.resident import memory
+
+    report = memory.write(client(), get_paths(), wave, "add", _text(text), summary)
+    render.dump(report) if as_json else render.out(f"added to {report.path}: {report.summary}")
+
+
 def register(root: typer.Typer) -> None:
     root.add_typer(resident_app)
+    root.add_typer(memory_app)

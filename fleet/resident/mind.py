@@ -42,6 +42,8 @@ class MindFold:
     last_end: float | None = None
     """Unix time the last turn ended (the file's mtime when it was read), None: never."""
     last_error: str = ""
+    interrupted: int = 0
+    """Turns cancelled by an interrupt."""
     failed_at: list[float] = field(default_factory=list)
     """When each failed turn of the current run ended (Unix time, from the line's timestamp)."""
 
@@ -108,7 +110,10 @@ class MindReader:
 
     def _take(self, obj: Mapping[str, object], mtime: float) -> None:
         f = self.fold
-        if _is_wake(obj) or (
+        if obj.get("type") == "user" and "[Request interrupted by user" in json.dumps(obj.get("message")):
+            f.turning, f.last_end = False, mtime  # Escape in the pane (fleet resident interrupt)
+            f.interrupted += 1
+        elif _is_wake(obj) or (
             obj.get("type") == "queue-operation" and obj.get("operation") in ("enqueue", "dequeue")
         ):
             f.turning = True  # (the wake's own user line may be written only with the answer)
