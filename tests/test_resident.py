@@ -14,6 +14,7 @@ import pytest
 from fleet import errors
 from fleet.client import Client
 from fleet.models import NewSeat
+from fleet.paths import Paths
 from fleet.resident import goal
 from fleet.resident.goal import Cron, GoalError
 from fleet.resident.mind import MindReader
@@ -35,7 +36,7 @@ def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None
         "my-layout", "always", 90.0, 3, "Ship it.",
     )  # fmt: skip
     assert [(c.flow, c.schedule.expr, c.line) for c in g.crons] == [
-        ("nightly", "0 3 * * *", 7), ("hourly", "15 * * * *", 9),
+        ("nightly", "0 3 * * *", 8), ("hourly", "15 * * * *", 10),
     ]  # fmt: skip
     inline = goal.parse('---\ncrons: [{"flow": "x", "schedule": "*/5 * * * *"}]\n---\n')
     assert [c.flow for c in inline.crons] == ["x"]
@@ -57,10 +58,10 @@ def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None
         ("---\nheartbeat_every: soon\n---\n", "2", "not a duration"),
         (
             "---\ncrons:\n  - flow: x\n    schedule: 61 * * * *\n---\n",
-            "3",
+            "4",
             "minute field '61' is outside 0-59",
         ),
-        ("---\ncrons:\n  - flow: x\n    schedule: '* * *'\n---\n", "3", "5 fields"),
+        ("---\ncrons:\n  - flow: x\n    schedule: '* * *'\n---\n", "4", "5 fields"),
         ("---\ncrons:\n  - flow: x\n---\n", "3", "needs exactly flow: and schedule:"),
         ("---\nheartbeat_budget: -1\n---\n", "2", "whole number"),
     ],
@@ -211,7 +212,7 @@ def test_start_with_a_bad_goal_names_the_line_and_changes_nothing(operator: Clie
     (repo / "wave" / "w" / "GOAL.md").write_text("---\ncrons:\n  - flow: x\n    schedule: 0 25 * * *\n---\n")
     done = run_fleet(operator, repo, "resident", "start", "w")
     assert done.returncode == 2, done
-    assert "GOAL.md:3: invalid cron schedule '0 25 * * *'" in done.stderr and "Traceback" not in done.stderr
+    assert "GOAL.md:4: invalid cron schedule '0 25 * * *'" in done.stderr and "Traceback" not in done.stderr
     assert operator.list_waves() == [] and not (tmp_path / "repo.w").exists()
 
 
@@ -247,3 +248,31 @@ def test_memory_show_update_add_edit_the_waves_memory_and_say_so(operator: Clien
     empty = run_fleet(operator, repo, "memory", "add", "w", "  ")
     assert empty.returncode == 2 and "empty" in empty.stderr
     assert memory.read_text().endswith("make test.\n")
+
+
+def test_the_keeper_rereads_goal_live_and_keeps_the_last_good_schedule(
+    operator: Client, tmp_path: Path, fleet_env: Paths
+) -> None:
+    from fleet.resident import state_dir
+    from fleet.resident.keeper import Keeper, KeeperEvent
+    from fleet.tmux import Tmux
+
+    operator.create_wave("w", ["resident"])
+    wave = operator.get_wave("w")
+    (tmp_path / "repo" / "wave" / "w").mkdir(parents=True)
+    goal_md = tmp_path / "repo" / "wave" / "w" / "GOAL.md"
+    goal_md.write_text("---\ncrons:\n  - flow: nightly\n    schedule: 0 3 * * *\n---\n")
+    here = state_dir(fleet_env, wave.id)
+    here.mkdir(parents=True)
+    (here / "origin").write_text(str(tmp_path / "repo") + "\n")
+    keeper = Keeper(operator, Tmux.__new__(Tmux), fleet_env, wave)  # (no tmux is touched here)
+    events: list[KeeperEvent] = []
+    keeper._read_goal(events)
+    assert [c.flow for c in keeper.goal.crons] == ["nightly"] and events == []
+    goal_md.write_text("---\ncrons:\n  - flow: nightly\n    schedule: 0 3 * *\n---\n")
+    keeper._read_goal(events)
+    keeper._read_goal(events)
+    assert [c.flow for c in keeper.goal.crons] == ["nightly"], "the last good schedule was dropped"
+    assert [e.kind for e in events] == ["goal"] and "GOAL.md:4: invalid cron schedule" in events[0].text
+    said = [b.text for b in operator.read(wave.root_id).blips if b.kind == "system"]
+    assert sum("keeping the last good schedule" in t for t in said) == 1

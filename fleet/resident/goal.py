@@ -186,6 +186,8 @@ def parse(text: str, where: str = "GOAL.md") -> Goal:
                 if not sep or key.strip() not in ("flow", "schedule"):
                     raise ValueError(f"a cron entry has flow: and schedule:, not {item!r}")
                 crons[-1][1][key.strip()] = _scalar(val)
+                if key.strip() == "schedule":  # an invalid schedule is reported at its own line
+                    crons[-1] = (n, crons[-1][1])
                 continue
             key, sep, val = ln.partition(":")
             key = key.strip()
