@@ -46,6 +46,7 @@ from fleet.models import (
     Blip,
     BlipList,
     BlipPage,
+    CloseSeat,
     Context,
     Endpoint,
     ErrorEnvelope,
@@ -57,6 +58,7 @@ from fleet.models import (
     NewBlip,
     NewFork,
     NewMachine,
+    NewSeat,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -69,6 +71,8 @@ from fleet.models import (
     Revoked,
     RevokeRequest,
     RosterChange,
+    Seat,
+    SeatAnswer,
     SessionList,
     SessionRecord,
     TokenInfo,
@@ -648,6 +652,21 @@ class Client:
     def sessions(self, wave: str, participant: str | None = None) -> list[SessionRecord]:
         query = f"?{urlencode({'participant': participant})}" if participant else ""
         return self._call("GET", f"/v1/waves/{_q(wave)}/sessions{query}", SessionList).sessions
+
+    def seat(self, wave: str) -> Seat | None:
+        """The wave's newest resident seat, open or closed (None: never had one)."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/seat", SeatAnswer).seat
+
+    def claim_seat(self, wave: str, seat: NewSeat) -> Seat:
+        """Seat a resident (operator only); Conflict names a live seat of another session."""
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/seat", SeatAnswer, seat, idempotent=False).seat
+        assert got is not None
+        return got
+
+    def close_seat(self, wave: str, why: str, session_id: str | None = None) -> Seat | None:
+        """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
+        req = CloseSeat(why=why, session_id=session_id)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/seat/close", SeatAnswer, req, idempotent=True).seat
 
 
 def _reason(exc: BaseException) -> str:

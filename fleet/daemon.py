@@ -48,6 +48,7 @@ from fleet.models import (
     OPERATOR,
     BlipList,
     BlipPage,
+    CloseSeat,
     Endpoint,
     FeedRequest,
     Health,
@@ -55,6 +56,7 @@ from fleet.models import (
     NewBlip,
     NewFork,
     NewMachine,
+    NewSeat,
     NewSession,
     NewSurface,
     NewSystemBlip,
@@ -67,6 +69,7 @@ from fleet.models import (
     Revoked,
     RevokeRequest,
     RosterChange,
+    SeatAnswer,
     SessionList,
     TokenList,
     Wavelet,
@@ -906,6 +909,15 @@ class Daemon:
         participant = r.query.get("participant") or None
         return 200, SessionList(sessions=self._s.sessions(r.who, r.arg, participant))
 
+    def _seat(self, r: Request) -> Answer:
+        return 200, SeatAnswer(seat=self._s.seat(r.who, r.arg))
+
+    def _claim_seat(self, r: Request) -> Answer:
+        return 200, SeatAnswer(seat=self._s.claim_seat(r.who, r.arg, r.model(NewSeat)))
+
+    def _close_seat(self, r: Request) -> Answer:
+        return 200, SeatAnswer(seat=self._s.close_seat(r.who, r.arg, r.model(CloseSeat)))
+
     def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
         secret = secrets.token_urlsafe(32)
@@ -943,6 +955,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/activity", Daemon._activity),
     Route("POST", "/v1/waves/{wave}/sessions", Daemon._record_session),
     Route("GET", "/v1/waves/{wave}/sessions", Daemon._sessions),
+    Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
+    Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
+    Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
     Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),

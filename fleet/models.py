@@ -355,6 +355,57 @@ class NewSession:
     host: str = ""
 
 
+@record
+class Seat:
+    """The seat of a wave's resident (docs/resident.md): one mind per wave, recorded in the store.
+
+    Open while ``closed_at`` is None; the newest seat per wave is kept, closed ones included."""
+
+    wave_id: str
+    participant: str
+    session_id: str
+    """The resident's Claude Code session (``--resume`` brings the same mind back)."""
+    host: str
+    pid: int
+    """The resident's process on ``host`` (its pane's process: Claude Code itself)."""
+    pane_id: str = ""
+    cwd: str = ""
+    """The wave's worktree, ``<repo>.<wave>``."""
+    claimed_at: str = ""
+    closed_at: str | None = None
+    closed_why: str = ""
+
+
+@record(extra="forbid")
+class NewSeat:
+    """``POST /v1/waves/{wave}/seat``: claim the wave's seat (operator only).
+
+    An open seat of another session is refused unless ``force``; one of the same session is
+    refreshed (a revived mind: new pid, same session)."""
+
+    participant: str
+    session_id: str
+    host: str
+    pid: int
+    pane_id: str = ""
+    cwd: str = ""
+    force: bool = False
+
+
+@record(extra="forbid")
+class CloseSeat:
+    """``POST /v1/waves/{wave}/seat/close``: close the open seat (operator only); ``session_id``
+    set: only if the open seat is that session's."""
+
+    why: str
+    session_id: str | None = None
+
+
+@record
+class SeatAnswer:
+    seat: Seat | None = None
+
+
 @record(extra="forbid")
 class MintRequest:
     wave: str

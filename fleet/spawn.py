@@ -327,6 +327,8 @@ class Spawner:
                 gate=transport == "auto",
             )
         prompt = instructions(participant, wave.name, profile.attention) if claude else None
+        if prompt is not None:
+            prompt += _resident_prompt(self.paths, wave, participant)
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
             resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
@@ -582,6 +584,19 @@ class Spawner:
             report.why = f"{report.why}; previous screen saved to {saved}"
         return report
 
+    def launch(
+        self, pane_id: str, wave: Wave, wl: Wavelet, layout: Layout, participant: str, *, resume: bool
+    ) -> PaneReport:
+        """Launch one participant into ``pane_id`` (a placeholder or dead pane) and wait until it is
+        ready, as :meth:`spawn` does for each member (``resume``: its recorded session)."""
+        record = next((r for r in self.client.sessions(wave.id, participant)), None)
+        before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
+        report = self._launch(
+            pane_id, wave, wl, layout, participant, record, resume=resume and record is not None
+        )
+        self._await_ready(wave, [report], before)
+        return report
+
     def save_screen(self, wave: Wave, participant: str, pane_id: str) -> Path:
         """Write a pane's whole screen and history to a file in the state dir; returns its path."""
         lines = self.tmux.capture(pane_id, history=True)
@@ -712,6 +727,18 @@ class Spawner:
         return f"the agent exited with status {status or 'unknown'}" + (
             ": " + " | ".join(tail) if tail else ""
         )
+
+
+def _resident_prompt(paths: Paths, wave: Wave, participant: str) -> str:
+    """The wave's resident's operating prompt (docs/resident.md), '' for anyone else."""
+    from fleet.resident import RESIDENT, prompt_path
+
+    if participant != RESIDENT:
+        return ""
+    try:
+        return "\n" + prompt_path(paths, wave.id).read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def _has_conversation(session_id: str, env: dict[str, str]) -> bool:

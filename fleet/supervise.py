@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -43,11 +43,15 @@ from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths
 from fleet.procs import group_running, zombie_status
+from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
 from fleet.usage import Figures, ParticipantUsage
 from fleet.wire import RecordError, loads
 from fleet.worktrees import Kept, WorktreeState
+
+if TYPE_CHECKING:
+    from fleet.resident.keeper import Keeper
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +453,7 @@ class SupervisorEvent(BaseModel):
 
     at: str
     participant: str
-    event: Literal["died", "respawned", "failed"]
+    event: Literal["died", "respawned", "failed", "heartbeat", "cron", "missed", "goal"]
     text: str
     pane_id: str | None = None
     session_id: str | None = None
@@ -471,6 +475,7 @@ class Supervisor:
         *,
         ladder: Ladder | None = None,
         tick: float = TICK,
+        keeper: Keeper | None = None,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -479,6 +484,8 @@ class Supervisor:
         self.ladder = ladder or Ladder()
         self.tick = tick
         self.cursor = client.activity(self.wave.id).head
+        self.keeper = keeper
+        """The wave's resident keeper (heartbeats, crons, its failure rule; docs/resident.md)."""
 
     def step(self, wait: float = 0.0) -> list[SupervisorEvent]:
         """Read new blips (waiting up to ``wait`` s for one), look at the panes, act. Never raises for
@@ -493,6 +500,8 @@ class Supervisor:
                 continue
             if blip.author == OPERATOR:
                 mentioned |= {n for n in agents if mentions(blip.text, n)}
+                if self.keeper is not None and RESIDENT in agents:
+                    mentioned.add(RESIDENT)  # talking to the wave brings its mind back
             else:
                 self.ladder.posted(blip.author)
         records = {r.participant: r for r in self.client.sessions(self.wave.id)}
@@ -524,6 +533,19 @@ class Supervisor:
                 continue
             if got is not None:
                 events.append(got)
+        if self.keeper is not None:
+            for kev in self.keeper.step(page.blips):
+                if RESIDENT in records:
+                    events.append(
+                        SupervisorEvent(
+                            at=datetime.now(UTC).isoformat(),
+                            participant=RESIDENT,
+                            event=kev.kind,
+                            text=kev.text,
+                        )
+                    )
+            if self.keeper.completed_turn:
+                self.ladder.posted(RESIDENT)  # a completed turn resets the resident's ladder
         return events
 
     def _respawn(self, rec: SessionRecord, why: str) -> SupervisorEvent | None:
@@ -543,6 +565,8 @@ class Supervisor:
                 " after it is seen dead again",
             )  # fmt: skip
         self.ladder.respawned(name)
+        if report.ready and self.keeper is not None and name == RESIDENT:
+            self.keeper.revived(report)
         if report.ready:
             return self._event(
                 rec, "respawned", report.pane_id,
@@ -592,6 +616,8 @@ class Supervisor:
         backoff = 1.0
         while not stop.is_set():
             due = self.ladder.next_due_in()
+            if self.keeper is not None and (beat := self.keeper.next_due_in()) is not None:
+                due = beat if due is None else min(due, beat)
             wait = self.tick if due is None else min(self.tick, due)
             try:
                 events = self.step(wait=wait)

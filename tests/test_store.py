@@ -48,6 +48,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0003_blip_actor",
         "0004_token_grants",
         "0005_store_identity",
+        "0006_seats",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -386,7 +387,7 @@ DATA = Path(__file__).parent / "data"
 
 def _every_event_type(store: Store) -> None:
     """A history that writes each event type at least once."""
-    from fleet.models import NewSession
+    from fleet.models import CloseSeat, NewSeat, NewSession
 
     _exercise(store)
     store.fork(OP, "demo/main", "public", ["bob"])
@@ -394,6 +395,8 @@ def _every_event_type(store: Store) -> None:
     wave = store.get_wave(OP, "demo")
     sid = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
     store.record_session(OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id))
+    store.claim_seat(OP, "demo", NewSeat(participant="resident", session_id=sid, host="h", pid=42))
+    store.close_seat(OP, "demo", CloseSeat(why="stopped"))
 
 
 def test_replay_covers_every_event_type(store: Store, tmp_path: Path) -> None:
@@ -415,7 +418,7 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     from fleet.store.events import parse, payload_of
 
     old = json.loads((DATA / "log-0003.json").read_text(encoding="utf-8"))
-    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES)
+    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {"seat.claimed", "seat.closed"}
     src = connect(tmp_path / "old.sqlite3")
     migrate(src)
     src.executemany("INSERT INTO events(type, created_at, payload) VALUES (?,?,?)", old["events"])
@@ -423,7 +426,7 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     replay(tmp_path / "old.sqlite3", tmp_path / "new.sqlite3")
     new = connect(tmp_path / "new.sqlite3")
     expected = {k: [tuple(r) for r in rows] for k, rows in old["tables"].items()}
-    assert dump_tables(new) == expected | {"token_grants": []}  # machines came after this log
+    assert dump_tables(new) == expected | {"token_grants": [], "seats": []}  # these came after this log
     new.close()
     # and today's code writes the very same payload text for the same events
     for etype, _at, payload in old["events"]:

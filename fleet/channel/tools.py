@@ -122,6 +122,11 @@ class ForkArgs:
         doc="Participants to put on the new wavelet's roster (you are added too).",
     )
     private: bool = field(default=False, doc="Only the roster can see a private wavelet.")
+    spawn: str = field(
+        default="",
+        doc="The wave's resident only: a layout (name or .toml file) to start the new wavelet's agents"
+        " with, as workers that report back with wavelet_surface. Empty: no agents are started.",
+    )
 
 
 @record(extra="forbid")
@@ -534,9 +539,17 @@ class Tools:
         me = self.host.participant
         parent = self._resolve(args.wavelet)
         members = list(dict.fromkeys([me, *args.with_]))
+        dispatch = None
+        if args.spawn:  # checked before anything is forked: a refusal leaves nothing half made
+            from fleet.resident.dispatch import Dispatch
+
+            dispatch = Dispatch.check(self.host, args.spawn, [m for m in members if m != me])
         w = self.host.client().fork(parent.id, args.name, with_=members, private=args.private, as_=me)
         out = WaveletResult(wavelet=_wavelet_out(w, me))
-        return ToolResult.ok(f"forked {w.path} from {parent.path}\n{_wavelet_line(out.wavelet)}", out)
+        text = f"forked {w.path} from {parent.path}\n{_wavelet_line(out.wavelet)}"
+        if dispatch is not None:
+            text += "\n" + dispatch.spawn(w)
+        return ToolResult.ok(text, out)
 
     def _surface(self, args: SurfaceArgs) -> ToolResult:
         w = self._resolve(args.wavelet)

@@ -93,6 +93,8 @@ COMMANDS: dict[str, str] = {
     "remote": "remote",
     "campaign": "campaign",
     "usage": "usage",
+    "resident": "resident",
+    "memory": "resident",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

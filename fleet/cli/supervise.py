@@ -112,15 +112,28 @@ def supervise_(
     ] = None,
     socket: SocketOpt = None,
     wait: WaitOpt = 30.0,
+    ladder: Annotated[
+        str | None,
+        typer.Option(
+            "--ladder",
+            metavar="WAITS",
+            help="The respawn ladder, e.g. 5m,15m,45m (s, m, h; the last repeats).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Watch WAVE and bring dead agents back: on a ladder (5m, 15m, 45m, ...), or at once when the
-    operator mentions them. Every act is posted as a system blip. Runs until Ctrl-C."""
+    operator mentions them. Keeps the wave's resident too: its heartbeats, crons and failure rule,
+    and any operator blip revives it at once. Every act is posted as a system blip. Runs until Ctrl-C."""
     from fleet import supervise
+    from fleet.resident.keeper import Keeper
 
     name = _wave_name(wave, "supervise")
-    spawner = make_spawner(socket, None, "auto", False, wait)
-    sup = supervise.Supervisor(client(), spawner.tmux, spawner, name)
+    spawner = make_spawner(socket, None, "auto", True, wait)
+    rungs_given = supervise.Ladder(_waits(ladder)) if ladder else None
+    c = client()
+    keeper = Keeper(c, spawner.tmux, get_paths(), c.get_wave(name))
+    sup = supervise.Supervisor(c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper)
     rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
     render.note(f"supervising wave {sup.wave.name} (respawn ladder {rungs}, ...); Ctrl-C stops")
 
@@ -134,6 +147,22 @@ def supervise_(
         sup.run(on_event=show, on_outage=lambda why: render.note(f"{why}; retrying"))
     except KeyboardInterrupt:
         return
+
+
+def _waits(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        unit = {"s": 1, "m": 60, "h": 3600}.get(part[-1:], 0)
+        number = part[:-1] if unit else part
+        try:
+            value = float(number) * (unit or 1)
+        except ValueError:
+            raise errors.UsageError(f"--ladder: {part!r} is not a wait (e.g. 90s, 5m, 1h)") from None
+        if not value > 0:
+            raise errors.UsageError(f"--ladder: {part!r} must be more than 0")
+        out.append(value)
+    return out
 
 
 def kill(

@@ -61,12 +61,15 @@ from fleet.models import (
     Activity,
     Blip,
     BlipKind,
+    CloseSeat,
     Context,
     Feed,
     FeedWavelet,
     MintedToken,
+    NewSeat,
     NewSession,
     ParticipantKind,
+    Seat,
     SessionRecord,
     TokenInfo,
     Wave,
@@ -86,6 +89,8 @@ from fleet.store.events import (
     NewMember,
     RosterInvited,
     RosterLeft,
+    SeatClaimed,
+    SeatClosed,
     SessionRecorded,
     TokenMinted,
     TokenRevoked,
@@ -959,6 +964,68 @@ class Store:
             sql += " AND participant = ?"
             args.append(participant)
         return [rows.session(s) for s in self._r().execute(sql + " ORDER BY participant", args)]
+
+    # ---------------------------------------------------------------- the resident's seat
+
+    def seat(self, who: Principal, wave: str) -> Seat | None:
+        """The wave's newest seat, open or closed (None: it never had a resident); any participant
+        of the wave may read it."""
+        w = self.access.wave(who, wave)
+        row = self._r().execute("SELECT * FROM seats WHERE wave_id = ?", (w["id"],)).fetchone()
+        return rows.seat(row) if row is not None else None
+
+    def claim_seat(self, who: Principal, wave: str, rec: NewSeat) -> Seat:
+        """Seat ``rec`` as the wave's resident (operator only). One brain per wave: an open seat of
+        another session is a Conflict naming it, unless ``rec.force`` (then it is closed as taken
+        over, in the same transaction); an open seat of the same session is refreshed."""
+        self.access.require_operator(who, "seats a wave's resident")
+        w = self.access.wave(who, wave)
+        checks.participant_name(rec.participant)
+        try:
+            uuid.UUID(rec.session_id)
+        except ValueError:
+            raise errors.UsageError(f"session id {rec.session_id!r} is not a UUID") from None
+        if rec.pid <= 0:
+            raise errors.UsageError(f"pid {rec.pid} is not a process id")
+        with self._db.write() as conn:
+            row = conn.execute(
+                "SELECT * FROM seats WHERE wave_id = ? AND closed_at IS NULL", (w["id"],)
+            ).fetchone()
+            at = now()
+            if row is not None and row["session_id"] != rec.session_id:
+                if not rec.force:
+                    raise errors.Conflict(
+                        f"wave {w['name']!r} already has a resident: {row['participant']} (session"
+                        f" {row['session_id']}, pid {row['pid']} on {row['host']}, since"
+                        f" {row['claimed_at']}): `fleet resident stop {w['name']}` first, or take"
+                        " over with --force"
+                    )
+                record(conn, SeatClosed(wave_id=w["id"], closed_at=at, why=f"taken over by {rec.session_id}"))
+            record(
+                conn,
+                SeatClaimed(
+                    wave_id=w["id"], participant=rec.participant, session_id=rec.session_id,
+                    host=rec.host, pid=rec.pid, pane_id=rec.pane_id, cwd=rec.cwd, claimed_at=at,
+                ),
+            )  # fmt: skip
+        seat = self.seat(who, wave)
+        assert seat is not None
+        return seat
+
+    def close_seat(self, who: Principal, wave: str, rec: CloseSeat) -> Seat | None:
+        """Close the wave's open seat (operator only), if it is ``rec.session_id``'s when that is
+        given; returns the seat as it now is (None: the wave never had one). Idempotent."""
+        self.access.require_operator(who, "closes a wave's resident seat")
+        w = self.access.wave(who, wave)
+        if not rec.why.strip():
+            raise errors.UsageError("closing a seat needs a reason (why)")
+        with self._db.write() as conn:
+            row = conn.execute(
+                "SELECT * FROM seats WHERE wave_id = ? AND closed_at IS NULL", (w["id"],)
+            ).fetchone()
+            if row is not None and rec.session_id in (None, row["session_id"]):
+                record(conn, SeatClosed(wave_id=w["id"], closed_at=now(), why=rec.why))
+        return self.seat(who, wave)
 
     # ---------------------------------------------------------------- the log
 

@@ -175,6 +175,29 @@ class SessionRecorded(_Shape):
     updated_at: str
 
 
+class SeatClaimed(_Shape):
+    """A wave's resident took its seat (or refreshed it: same session, new process)."""
+
+    type: Literal["seat.claimed"] = Field(default="seat.claimed", exclude=True)
+    wave_id: str
+    participant: str
+    session_id: str
+    host: str
+    pid: int
+    pane_id: str
+    cwd: str
+    claimed_at: str
+
+
+class SeatClosed(_Shape):
+    """A wave's open seat closed: stopped, found dead, or taken over."""
+
+    type: Literal["seat.closed"] = Field(default="seat.closed", exclude=True)
+    wave_id: str
+    closed_at: str
+    why: str
+
+
 Event = Annotated[
     WaveCreated
     | WaveletForked
@@ -185,7 +208,9 @@ Event = Annotated[
     | BlipReplaced
     | TokenMinted
     | TokenRevoked
-    | SessionRecorded,
+    | SessionRecorded
+    | SeatClaimed
+    | SeatClosed,
     Field(discriminator="type"),
 ]
 """Any event. ``type`` tells them apart; it is stored in its own column, not in the payload."""
@@ -201,6 +226,8 @@ MODELS: tuple[type[_Shape], ...] = (
     TokenMinted,
     TokenRevoked,
     SessionRecorded,
+    SeatClaimed,
+    SeatClosed,
 )
 EVENT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in MODELS)
 """Every event type this fleet writes and replays."""
@@ -400,6 +427,23 @@ def _session_recorded(conn: sqlite3.Connection, e: SessionRecorded) -> None:
             e.host,
             e.updated_at,
         ),
+    )
+
+
+@_on(SeatClaimed)
+def _seat_claimed(conn: sqlite3.Connection, e: SeatClaimed) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO seats(wave_id, participant, session_id, host, pid, pane_id, cwd,"
+        " claimed_at, closed_at, closed_why) VALUES (?,?,?,?,?,?,?,?,NULL,'')",
+        (e.wave_id, e.participant, e.session_id, e.host, e.pid, e.pane_id, e.cwd, e.claimed_at),
+    )
+
+
+@_on(SeatClosed)
+def _seat_closed(conn: sqlite3.Connection, e: SeatClosed) -> None:
+    conn.execute(
+        "UPDATE seats SET closed_at = ?, closed_why = ? WHERE wave_id = ? AND closed_at IS NULL",
+        (e.closed_at, e.why, e.wave_id),
     )
 
 

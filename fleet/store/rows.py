@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from fleet.models import Blip, Member, SessionRecord, TokenInfo, Wave, Wavelet
+from fleet.models import Blip, Member, Seat, SessionRecord, TokenInfo, Wave, Wavelet
 from fleet.store.events import BlipData
 
 Row = sqlite3.Row
@@ -105,4 +105,19 @@ def session(s: Row) -> SessionRecord:
         cwd=s["cwd"],
         host=s["host"],
         updated_at=s["updated_at"],
+    )
+
+
+def seat(s: Row) -> Seat:
+    return Seat(
+        wave_id=s["wave_id"],
+        participant=s["participant"],
+        session_id=s["session_id"],
+        host=s["host"],
+        pid=s["pid"],
+        pane_id=s["pane_id"],
+        cwd=s["cwd"],
+        claimed_at=s["claimed_at"],
+        closed_at=s["closed_at"],
+        closed_why=s["closed_why"],
     )

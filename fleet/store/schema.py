@@ -174,12 +174,34 @@ def _m0005_store_identity(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (str(uuid6.uuid7()),))
 
 
+def _m0006_seats(conn: sqlite3.Connection) -> None:
+    """The resident's seat per wave (one mind per wave, docs/resident.md)."""
+    _script(
+        conn,
+        """
+        CREATE TABLE seats (
+            wave_id     TEXT PRIMARY KEY REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            host        TEXT NOT NULL,
+            pid         INTEGER NOT NULL,
+            pane_id     TEXT NOT NULL,
+            cwd         TEXT NOT NULL,
+            claimed_at  TEXT NOT NULL,
+            closed_at   TEXT,
+            closed_why  TEXT NOT NULL DEFAULT ''
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
     ("0004_token_grants", _m0004_token_grants),
     ("0005_store_identity", _m0005_store_identity),
+    ("0006_seats", _m0006_seats),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -192,6 +214,7 @@ MATERIALISED = (
     "tokens",
     "sessions",
     "token_grants",
+    "seats",
 )
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 

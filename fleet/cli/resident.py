@@ -1,0 +1,165 @@
+"""``fleet resident start|stop|status|interrupt`` and ``fleet memory show|update|add``: a wave's mind."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fleet.cli import render
+from fleet.cli.common import JsonOpt, client
+from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
+from fleet.paths import get_paths
+
+WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.")]
+
+resident_app = typer.Typer(
+    name="resident",
+    help="The wave's one long-lived mind: a Claude Code session in <repo>.<wave> (docs/resident.md).",
+    no_args_is_help=True,
+)
+
+
+@resident_app.command("start")
+def start(
+    wave: WaveArg,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            metavar="PROFILE",
+            help="A layout (name or .toml) whose `resident` profile runs the mind"
+            " [default: GOAL.md's mind:, else the default layout].",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Take the seat over from a live resident.")] = False,
+    socket: SocketOpt = None,
+    wait: WaitOpt = 90.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Seat WAVE's resident: its own tmux window, in the sibling worktree <repo>.<wave>, seeded from
+    wave/WAVE/GOAL.md and MEMORY.md; one per wave (a second start is refused unless --force)."""
+    from fleet.resident import seat
+
+    spawner = make_spawner(socket, None, "auto", True, wait)
+    report = seat.start(client(), spawner, get_paths(), wave, agent=agent, force=force)
+    if as_json:
+        render.dump(report)
+        return
+    render.out(
+        f"resident of {report.wave}: session {report.session_id} ({'resumed' if report.resumed else 'new'}),"
+        f" pid {report.pid}, pane {report.pane_id}, in {report.worktree}"
+    )
+    if report.closed:
+        render.note(report.closed)
+
+
+@resident_app.command("stop")
+def stop(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> None:
+    """Close WAVE's seat and end its resident (its session is kept: start resumes it)."""
+    from fleet.resident import seat
+
+    spawner = make_spawner(socket, None, "auto", False, 0)
+    report = seat.stop(client(), spawner.tmux, wave)
+    if as_json:
+        render.dump(report)
+    elif report.stopped:
+        render.out(f"stopped the resident of {report.wave} (session {report.session_id})")
+    else:
+        render.out(f"{report.wave}: {report.note}")
+
+
+@resident_app.command("status")
+def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> None:
+    """idle / turning / failed / none, turns, workers in flight, uptime."""
+    from fleet.resident import seat
+
+    spawner = make_spawner(socket, None, "auto", False, 0)
+    st = seat.status(client(), spawner.tmux, get_paths(), wave)
+    if as_json:
+        render.dump(st)
+        return
+    rows = [("wave", st.wave), ("state", st.state)]
+    if st.state != "none":
+        rows += [
+            ("session", st.session_id or ""),
+            ("pid", f"{st.pid} on {st.host}"),
+            ("uptime", render.span(st.uptime_seconds) if st.uptime_seconds is not None else "-"),
+            ("turns", str(st.turns) + (f" ({st.failed_turns} failed in a row)" if st.failed_turns else "")),
+            ("in flight", str(st.in_flight)),
+        ]
+        rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]
+    if st.note:
+        rows.append(("note", st.note))
+    render.pairs(rows)
+
+
+@resident_app.command("interrupt")
+def interrupt_(
+    wave: WaveArg,
+    text: Annotated[
+        str, typer.Argument(metavar="[TEXT]", help="The next turn, typed in once the turn ends.")
+    ] = "",
+    socket: SocketOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel the mind's turn (Escape in its pane; failed if it has not ended within 10s); TEXT, if
+    given, becomes its next turn."""
+    from fleet.resident.interrupt import interrupt
+
+    spawner = make_spawner(socket, None, "auto", False, 0)
+    report = interrupt(client(), spawner.tmux, get_paths(), wave, text)
+    if as_json:
+        render.dump(report)
+    else:
+        render.out(f"{report.wave}: " + ("turn interrupted" if report.interrupted else "it was idle"))
+
+
+memory_app = typer.Typer(
+    name="memory", help="The wave's MEMORY.md (wave/WAVE/MEMORY.md).", no_args_is_help=True
+)
+TextArg = Annotated[str, typer.Argument(metavar="TEXT|-", help="The text (- reads stdin).")]
+SummaryOpt = Annotated[
+    str | None, typer.Option("--summary", help="What the system blip says [default: its first line].")
+]
+
+
+def _text(text: str) -> str:
+    import sys
+
+    return sys.stdin.read() if text == "-" else text
+
+
+@memory_app.command("show")
+def memory_show(wave: WaveArg, as_json: JsonOpt = False) -> None:
+    """Print the wave's MEMORY.md."""
+    from fleet.resident import memory
+
+    report = memory.show(client(), get_paths(), wave)
+    if as_json:
+        render.dump(report)
+    else:
+        render.out(report.content.rstrip("\n"))
+
+
+@memory_app.command("update")
+def memory_update(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
+    """Replace the wave's MEMORY.md with TEXT."""
+    from fleet.resident import memory
+
+    report = memory.write(client(), get_paths(), wave, "update", _text(text), summary)
+    render.dump(report) if as_json else render.out(f"updated {report.path}: {report.summary}")
+
+
+@memory_app.command("add")
+def memory_add(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
+    """Append TEXT to the wave's MEMORY.md as a new paragraph."""
+    from fleet.resident import memory
+
+    report = memory.write(client(), get_paths(), wave, "add", _text(text), summary)
+    render.dump(report) if as_json else render.out(f"added to {report.path}: {report.summary}")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(resident_app)
+    root.add_typer(memory_app)

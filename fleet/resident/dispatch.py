@@ -1,0 +1,88 @@
+"""Dispatch: the resident forks a wavelet and spawns its workers (``wavelet_fork`` with ``spawn``).
+
+Only the wave's seated resident may: the channel's participant must be ``resident`` and its session
+the one holding the wave's seat in the store. Everything that can be refused is checked before the
+fork is made (who asks, the layout, the workers' agents), so a refusal leaves nothing half made; the
+tool returns the refusal to the mind as an error that says what to do.
+
+Spawning needs the operator's powers (minting the workers' tokens, recording their sessions): the
+channel runs as the operator's user on the operator's machine and uses the operator token in the
+data dir (``fleet paths``), as the CLI would. A channel whose daemon is elsewhere has no such
+token and is refused. The workers go into the tmux server the resident runs in.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from fleet import errors
+from fleet.client import Client
+from fleet.layouts import Layout, available
+from fleet.layouts import load as load_layout
+from fleet.models import Wavelet
+from fleet.paths import Paths, get_paths
+from fleet.resident import RESIDENT
+from fleet.spawn import Spawner, agent_words, require_agent
+from fleet.tmux import Tmux, server
+
+READY = 90.0
+"""Seconds the fork waits for each spawned worker to connect."""
+
+
+class _Host(Protocol):
+    participant: str
+    wave: str
+    daemon: str
+    session_id: str
+
+    def client(self) -> Client: ...
+
+
+class Dispatch:
+    """A checked spawn request: :meth:`check` refuses, :meth:`spawn` starts the workers."""
+
+    def __init__(self, operator: Client, layout: Layout, paths: Paths) -> None:
+        self.operator, self.layout, self.paths = operator, layout, paths
+
+    @classmethod
+    def check(cls, host: _Host, layout_ref: str, workers: list[str]) -> Dispatch:
+        if host.participant != RESIDENT:
+            raise errors.Forbidden(
+                "only the wave's resident may spawn workers: fork without `spawn` and ask the operator"
+                " to `fleet spawn` the new wavelet"
+            )
+        seat = host.client().seat(host.wave)
+        if seat is None or seat.closed_at is not None or seat.session_id != host.session_id:
+            raise errors.Forbidden(
+                f"spawning workers is the seated resident's power, and this session does not hold wave"
+                f" {host.wave}'s seat (`fleet resident status {host.wave}` shows who does)"
+            )
+        if not workers:
+            raise errors.UsageError("name the workers to spawn in `with` (participants other than you)")
+        paths = get_paths()
+        try:
+            layout = load_layout(layout_ref, paths)
+        except (errors.NotFound, errors.UsageError) as exc:
+            known = ", ".join(available(paths)) or "none"
+            raise errors.UsageError(
+                f"cannot spawn with layout {layout_ref!r} ({exc.message}); nothing was forked."
+                f" Known layouts: {known}; or pass the path of a .toml layout"
+            ) from None
+        for name in workers:
+            require_agent(agent_words(layout.profile(name).agent))
+        try:
+            token = paths.operator_token.read_text(encoding="utf-8").strip()
+        except OSError:
+            raise errors.Forbidden(
+                f"spawning needs the operator's token on this machine ({paths.operator_token} is not"
+                " readable); nothing was forked"
+            ) from None
+        return cls(Client(host.daemon, token), layout, paths)
+
+    def spawn(self, wl: Wavelet) -> str:
+        """Start ``wl``'s agents (the resident itself, already running, is skipped); a line for the mind."""
+        spawner = Spawner(self.operator, Tmux(server()), self.paths, ready_timeout=READY)
+        report = spawner.spawn(wl.id, self.layout)
+        started = [p for p in report.panes if p.action != "running"]
+        parts = [f"{p.participant} ({'ready' if p.ready else 'not ready: ' + p.why})" for p in started]
+        return f"spawned in {wl.path}: " + (", ".join(parts) or "nobody new")

@@ -1,0 +1,279 @@
+"""The keeper: the resident's deadlines and its failure rule, one :meth:`Keeper.step` at a time.
+
+``fleet supervise WAVE`` runs it beside its respawn ladder (the listener's supervisor half, in the
+seed's words). Nothing here polls a model: each step reads the store, tmux and the appended tail of
+the mind's transcript, and only a due deadline opens a turn. What a caller may rely on:
+
+- **Failure is a dead process.** Three consecutive failed turns (API errors in the transcript) end
+  the mind's process; its pane stays (dead) and the supervisor's ladder revives it with
+  ``--resume``. A system blip says so.
+- **Heartbeat, only with work in flight** (GOAL.md ``heartbeat: in-flight``, the default): after
+  ``heartbeat_every`` (5 min) with the mind idle, nothing new for it, and at least one of its
+  workers running, one turn carrying the in-flight fold (each worker: wavelet, status, last blip,
+  age). ``always``: every quiet interval; ``off``: never. At most ``heartbeat_budget`` a UTC day.
+- **Crons are deadlines**: GOAL.md is re-read at every step (a bad one keeps the last good schedule
+  and is reported once); an occurrence since the last look opens a turn "cron due: <flow> —
+  dispatch it" when the mind is idle, or at its turn's end; one older than 24 h is missed, not
+  replayed.
+- Every heartbeat, cron and miss is a ``system`` blip in the wave's root wavelet (provenance); the
+  turn itself is opened by typing the line, prefixed ``[fleet]``, into the mind's pane (what a
+  Claude Code pane accepts; system blips alone never wake a session).
+
+The keeper's own state (when it last looked at the crons, the day's heartbeat count) is a small
+JSON file in the wave's resident state dir, so a restarted supervisor neither replays nor skips.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from fleet import errors
+from fleet.client import Client
+from fleet.models import Blip, Wave
+from fleet.paths import Paths, write_private
+from fleet.resident import RESIDENT, goal, state_dir
+from fleet.resident.mind import MindReader
+from fleet.resident.seat import FAILED_TURNS, Worker, _session_env, _ts, reseat, resident_pane, workers
+from fleet.spawn import PaneReport
+from fleet.tmux import Tmux
+
+log = logging.getLogger(__name__)
+
+MISSED_AFTER = 24 * 3600.0
+"""An occurrence older than this when first seen is missed, not replayed."""
+PREFIX = "[fleet] "
+
+KeeperKind = Literal["heartbeat", "cron", "missed", "failed", "goal"]
+
+
+class KeeperEvent(BaseModel):
+    kind: KeeperKind
+    text: str
+
+
+class KeeperState(BaseModel):
+    cron_seen: float
+    """Unix time of the last look at the crons: occurrences after it are new."""
+    day: str = ""
+    heartbeats: int = 0
+    """Heartbeats on ``day`` (UTC)."""
+
+
+def fold_text(ws: list[Worker]) -> str:
+    running = [w for w in ws if w.status == "running"]
+    if not running:
+        return "no workers in flight"
+    lines = [f"{w.wavelet}: {w.status}, last: {w.last_blip or '(nothing yet)'}, {w.age_seconds:.0f}s ago"
+             for w in running]  # fmt: skip
+    return f"{len(running)} in flight — " + "; ".join(lines)
+
+
+def _clean(text: str) -> str:
+    """One line, no control characters (typed into a pane literally)."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+
+
+class Keeper:
+    """One wave's resident scheduler (see the module docstring). ``clock``: Unix time, injectable."""
+
+    def __init__(
+        self,
+        client: Client,
+        tmux: Tmux,
+        paths: Paths,
+        wave: Wave,
+        *,
+        clock: Callable[[], float] = time.time,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client, self.tmux, self.paths, self.wave = client, tmux, paths, wave
+        self.clock = clock
+        self.env = env
+        self.reader: MindReader | None = None
+        self.goal = goal.Goal()
+        self.goal_problem = ""
+        self.quiet_since = clock()
+        self.failed_at_turn: int | None = None
+        self.turns_seen = 0
+        self.completed_turn = False
+        """Set by :meth:`step` when the mind completed a turn since the last step (resets the ladder)."""
+        self.state_file = state_dir(paths, wave.id) / "keeper.json"
+        self.state = self._load_state()
+
+    # ------------------------------------------------------------ state
+
+    def _load_state(self) -> KeeperState:
+        try:
+            return KeeperState.model_validate_json(self.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return KeeperState(cron_seen=self.clock())
+
+    def _save(self) -> None:
+        write_private(self.state_file, self.state.model_dump_json() + "\n")
+
+    def _origin(self) -> Path | None:
+        try:
+            return Path((state_dir(self.paths, self.wave.id) / "origin").read_text(encoding="utf-8").strip())
+        except OSError:
+            return None
+
+    def _read_goal(self, events: list[KeeperEvent]) -> None:
+        origin = self._origin()
+        if origin is None:
+            return
+        try:
+            self.goal = goal.load(origin / "wave" / self.wave.name / "GOAL.md")
+            self.goal_problem = ""
+        except goal.GoalError as exc:
+            if exc.message != self.goal_problem:
+                self.goal_problem = exc.message
+                events.append(
+                    self._say("goal", f"GOAL.md is not valid, keeping the last good schedule: {exc.message}")
+                )
+
+    # ------------------------------------------------------------ acts
+
+    def _say(self, kind: KeeperKind, text: str) -> KeeperEvent:
+        try:
+            self.client.post_system(self.wave.root_id, f"resident: {text}")
+        except errors.DaemonUnreachable:
+            raise
+        except errors.FleetError as exc:
+            log.warning("could not post %r: %s", text, exc)
+        return KeeperEvent(kind=kind, text=text)
+
+    def _type(self, pane_id: str, text: str) -> None:
+        line = _clean(PREFIX + text)
+        if line.endswith(";"):
+            line += " "
+        self.tmux.srv.cmd("send-keys", "-t", pane_id, "-l", line)
+        self.tmux.srv.cmd("send-keys", "-t", pane_id, "Enter")
+
+    # ------------------------------------------------------------ the step
+
+    def step(self, blips: list[Blip]) -> list[KeeperEvent]:
+        """One look: failure, crons, heartbeat. ``blips``: what the supervisor read since its last
+        step (anything for the mind resets its quiet time)."""
+        events: list[KeeperEvent] = []
+        self.completed_turn = False
+        now = self.clock()
+        seat = self.client.seat(self.wave.id)
+        if seat is None or seat.closed_at is not None:
+            self.reader = None
+            return events
+        if self.reader is None or self.reader.session_id != seat.session_id:
+            self.reader = MindReader(seat.session_id, _session_env(self.paths, self.wave.id, self.env))
+            self.turns_seen = self.reader.read().turns
+            self.quiet_since = now
+        fold = self.reader.read()
+        if fold.turns > self.turns_seen:
+            self.completed_turn = True
+            self.turns_seen = fold.turns
+        if fold.turning or any(b.author != RESIDENT and b.kind != "system" for b in blips):
+            self.quiet_since = now
+        elif fold.last_end is not None:
+            self.quiet_since = max(self.quiet_since, fold.last_end)
+        pane = resident_pane(self.tmux, self.wave.id)
+        if pane is None or pane.dead:
+            return events  # the supervisor's ladder has it
+        failed = fold.failed_since(_ts(seat.claimed_at))  # a revived mind starts afresh
+        if failed >= FAILED_TURNS:
+            if self.failed_at_turn != fold.failed_total:
+                self.failed_at_turn = fold.failed_total
+                if pane.pid:
+                    try:
+                        os.kill(pane.pid, signal.SIGTERM)
+                    except OSError as exc:
+                        log.warning("could not end the failed resident (pid %s): %s", pane.pid, exc)
+                events.append(
+                    self._say(
+                        "failed",
+                        f"failed: its last {failed} turns failed ({fold.last_error}); its"
+                        " process was ended and `fleet supervise` revives it on the ladder (an operator"
+                        " blip does at once)",
+                    )
+                )
+            return events
+        self._read_goal(events)
+        idle = not fold.turning
+        events += self._crons(now, idle, pane.pane_id)
+        if idle:
+            events += self._heartbeat(now, pane.pane_id)
+        return events
+
+    def _crons(self, now: float, idle: bool, pane_id: str) -> list[KeeperEvent]:
+        if not idle:
+            return []  # due dates wait for the turn's end: the next look sees them
+        events: list[KeeperEvent] = []
+        seen = datetime.fromtimestamp(self.state.cron_seen, UTC) + timedelta(microseconds=1)
+        at = datetime.fromtimestamp(now, UTC)
+        due: list[str] = []
+        for entry in self.goal.crons:
+            occurrence = entry.schedule.last_at_or_before(at, seen)
+            if occurrence is None:
+                continue
+            when = occurrence.strftime("%Y-%m-%d %H:%M UTC")
+            if now - occurrence.timestamp() > MISSED_AFTER:
+                events.append(
+                    self._say(
+                        "missed",
+                        f"cron missed: {entry.flow} was due at {when}, more than 24 h ago; not replayed",
+                    )
+                )
+            else:
+                events.append(self._say("cron", f"cron due: {entry.flow} — dispatch it (due at {when})"))
+                due.append(entry.flow)
+        self.state.cron_seen = now
+        self._save()
+        if due:
+            self._type(pane_id, "; ".join(f"cron due: {flow} — dispatch it" for flow in due))
+            self.quiet_since = now
+        return events
+
+    def _heartbeat(self, now: float, pane_id: str) -> list[KeeperEvent]:
+        g = self.goal
+        if g.heartbeat == "off" or now - self.quiet_since < g.heartbeat_every:
+            return []
+        ws = workers(self.client, self.client.get_wave(self.wave.id))
+        running = [w for w in ws if w.status == "running"]
+        if g.heartbeat == "in-flight" and not running:
+            return []
+        day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+        if self.state.day != day:
+            self.state.day, self.state.heartbeats = day, 0
+        if self.state.heartbeats >= g.heartbeat_budget:
+            return []
+        self.state.heartbeats += 1
+        self._save()
+        self.quiet_since = now
+        text = f"heartbeat: {fold_text(ws)}; check on them and dispatch the next step"
+        event = self._say("heartbeat", text)
+        self._type(pane_id, text)
+        return [event]
+
+    def revived(self, report: PaneReport) -> None:
+        """The supervisor brought the mind back: the seat follows the new process."""
+        reseat(self.client, self.tmux, self.client.get_wave(self.wave.id), report)
+        self.failed_at_turn = None
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the heartbeat could fall due (None: it is off)."""
+        if self.goal.heartbeat == "off":
+            return None
+        return max(0.0, self.quiet_since + self.goal.heartbeat_every - self.clock())
+
+
+def write_state(paths: Paths, wave_id: str, cron_seen: float) -> None:
+    """Set when the keeper last looked at the crons (``fleet resident`` tools and tests)."""
+    write_private(state_dir(paths, wave_id) / "keeper.json", json.dumps({"cron_seen": cron_seen}) + "\n")

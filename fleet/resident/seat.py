@@ -1,0 +1,412 @@
+"""``fleet resident start|stop|status``: the wave's one mind, seated, stopped and looked at.
+
+What a caller may rely on (docs/resident.md):
+
+- :func:`start` checks everything it can before it changes anything: the git repository, GOAL.md
+  (a bad frontmatter or cron is a :class:`~fleet.resident.goal.GoalError` naming the line), the
+  agent profile, the seat. **One brain per wave**: an open seat whose process is alive (pid probe on
+  this host, presence elsewhere) is a Conflict naming it unless ``force`` takes over (the old pane
+  is killed, the store closes its seat as taken over); an open seat whose process is gone is closed
+  (``dead: …``) and the start goes on.
+- The resident is the participant ``resident`` on the wave's root wavelet, a Claude Code session in
+  the wave's tmux session, in its own window, run in ``<repo>.<wave>``; its profile is the
+  ``resident`` profile of a layout (``--agent``, else GOAL.md's ``mind:``, else fleet's default),
+  written with the worktree as its cwd to the wave's resident state dir (0600: it holds the env);
+  its operating prompt (GOAL.md, MEMORY.md and the discipline) is rendered there too and appended
+  to its system prompt. A recorded session is resumed (``--resume``): the same mind comes back.
+- :func:`status` reads the seat from the store, the pane from tmux, and the mind's state from its
+  session's own transcript: ``none`` (no open seat), ``failed`` (its process is gone, or its last
+  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from fleet import errors
+from fleet.client import Client
+from fleet.layouts import DEFAULT_LAYOUT, ResolvedProfile
+from fleet.layouts import load as load_layout
+from fleet.models import Blip, NewSeat, PresenceReport, Seat, Wave
+from fleet.paths import Paths, write_private
+from fleet.procs import zombie_status
+from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
+from fleet.resident.mind import MindReader
+from fleet.spawn import PaneReport, Spawner
+from fleet.tmux import PaneInfo, Tmux
+
+MindState = Literal["idle", "turning", "failed", "none"]
+FAILED_TURNS = 3
+"""Consecutive failed turns after which the mind is failed (and its process is ended)."""
+
+DISCIPLINE = """\
+You are this wave's resident: its one long-lived mind. You orchestrate; you do not grind.
+- Heavy work is dispatched to workers: fork a wavelet for it with wavelet_fork, passing `spawn` (a
+  layout name) to start its workers, and a task they can finish. They report back with
+  wavelet_surface or a blip naming you; that wakes you.
+- Lines typed into your terminal that start with "[fleet]" come from fleet's scheduler (a heartbeat
+  while workers run, a cron falling due): act on them as the wave's mind, dispatching what is due.
+- Report to the operator in the wave's main wavelet when a job is done.
+- MEMORY.md below is the wave's memory; `fleet memory add|update` edits it.
+"""
+
+
+class Worker(BaseModel):
+    """One wavelet the resident forked for work, as its fold shows it."""
+
+    wavelet: str
+    status: Literal["running", "done"]
+    last_blip: str = ""
+    age_seconds: float = 0.0
+    """Since its last blip (or since it was forked)."""
+
+
+class ResidentStatus(BaseModel):
+    """``fleet resident status WAVE --json``."""
+
+    wave: str
+    state: MindState
+    participant: str = RESIDENT
+    session_id: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    pane_id: str | None = None
+    cwd: str | None = None
+    since: str | None = None
+    uptime_seconds: float | None = None
+    turns: int = 0
+    """Turns completed by the session (its whole transcript)."""
+    failed_turns: int = 0
+    """Consecutive failed turns at the end of the transcript."""
+    last_error: str = ""
+    workers: list[Worker] = Field(default_factory=list)
+    in_flight: int = 0
+    closed_why: str = ""
+    note: str = ""
+
+
+class StartReport(BaseModel):
+    wave: str
+    session_id: str
+    pane_id: str
+    pid: int
+    worktree: str
+    layout: str
+    resumed: bool
+    closed: str = ""
+    """What happened to a previous seat ('' when there was none)."""
+    pane: PaneReport
+
+
+# ---------------------------------------------------------------- probes
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this machine (a zombie does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return zombie_status(pid) is None
+
+
+def resident_pane(tmux: Tmux, wave_id: str) -> PaneInfo | None:
+    """The resident's pane in the wave's tmux session (a live one first)."""
+    mine = [p for p in tmux.fleet_panes(wave_id) if p.participant == RESIDENT]
+    return next((p for p in mine if p.alive), None) or (mine[0] if mine else None)
+
+
+def seat_alive(client: Client, tmux: Tmux, seat: Seat) -> bool:
+    """An open seat's process is alive: by pid (and its pane) on this host, by presence elsewhere."""
+    if seat.host == socket.gethostname():
+        if not pid_alive(seat.pid):
+            return False
+        pane = resident_pane(tmux, seat.wave_id)
+        return pane is None or pane.alive  # a pane on another tmux server: the pid speaks
+    rows = [p for p in client.presence(seat.wave_id) if p.participant == seat.participant]
+    return bool(rows) and rows[0].state != "gone"
+
+
+# ---------------------------------------------------------------- start
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    return "[" + ", ".join(_toml(v) for v in value) + "]"
+
+
+def write_layout(path: Path, profile: ResolvedProfile, cwd: Path) -> None:
+    """The resident's own layout: ``profile`` with the worktree as its cwd (0600: it holds env)."""
+    data = profile.model_dump(exclude_none=True)
+    data["cwd"] = str(cwd)
+    lines = ['description = "the wave\'s resident (written by fleet resident start)"', "[defaults]"]
+    lines += [f"{k} = {_toml(v)}" for k, v in data.items() if v not in ([], {})]
+    write_private(path, "\n".join(lines) + "\n")
+
+
+def render_prompt(g: goal.Goal, memory: str, wave: str) -> str:
+    parts = [
+        f"# The resident of wave {wave}\n",
+        DISCIPLINE,
+        "## GOAL.md\n",
+        g.body or "(no goal written yet)",
+    ]
+    parts += ["\n## MEMORY.md\n", memory.strip() or "(empty)"]
+    return "\n".join(parts) + "\n"
+
+
+def _wave(client: Client, ref: str) -> Wave:
+    try:
+        return client.get_wave(ref)
+    except errors.NotFound:
+        client.create_wave(ref, [RESIDENT])
+        return client.get_wave(ref)
+
+
+def _pane_for(tmux: Tmux, wave: Wave) -> str:
+    """A pane for the resident: its old one (dead) if any, else a new window of its own."""
+    old = resident_pane(tmux, wave.id)
+    if old is not None:
+        return old.pane_id
+    session = tmux.find_session(wave.id)
+    if session is None:
+        _s, _w, pane = tmux.new_session(wave.id, wave.name, RESIDENT, WINDOW_TAG)
+        return pane
+    _w, pane = tmux.new_window(session, wave.id, RESIDENT, WINDOW_TAG)
+    return pane
+
+
+def start(
+    client: Client,
+    spawner: Spawner,
+    paths: Paths,
+    wave_ref: str,
+    *,
+    agent: str | None = None,
+    force: bool = False,
+    cwd: Path | None = None,
+) -> StartReport:
+    """Seat the wave's resident (see the module docstring). ``spawner`` launches it (its tmux is
+    where the window goes); ``cwd``: where to look for the repository (default: this process's)."""
+    tmux = spawner.tmux
+    origin = repo.origin(cwd or Path.cwd())
+    folder = repo.wave_dir(origin, wave_ref)
+    g = goal.load(folder / "GOAL.md")
+    layout_ref = agent or g.mind or DEFAULT_LAYOUT
+    profile = load_layout(layout_ref, paths).profile(RESIDENT)
+    wave = _wave(client, wave_ref)
+    closed = ""
+    seat = client.seat(wave.id)
+    if seat is not None and seat.closed_at is None:
+        if seat_alive(client, tmux, seat):
+            if not force:
+                raise errors.Conflict(
+                    f"wave {wave.name!r} already has a live resident: session {seat.session_id}, pid"
+                    f" {seat.pid} on {seat.host}, pane {seat.pane_id or '?'}, since {seat.claimed_at}:"
+                    f" `fleet resident stop {wave.name}` first, or take over with --force"
+                )
+            pane = resident_pane(tmux, wave.id)
+            if pane is not None and pane.alive:
+                tmux.kill_pane(pane.pane_id)
+            closed = f"took over from session {seat.session_id} (pid {seat.pid} on {seat.host})"
+        else:
+            why = f"dead: pid {seat.pid} on {seat.host} is gone (closed at the next start)"
+            client.close_seat(wave.id, why, session_id=seat.session_id)
+            closed = f"closed the dead seat of session {seat.session_id} ({why})"
+    root = next(wl for wl in wave.wavelets if wl.id == wave.root_id)
+    if not any(m.name == RESIDENT for m in root.roster):
+        client.invite(root.id, RESIDENT)
+        root = client.get_wavelet(root.id)
+    worktree = repo.worktree(origin, wave.name)
+    memory_path = folder / "MEMORY.md"
+    memory = memory_path.read_text(encoding="utf-8") if memory_path.is_file() else ""
+    here = state_dir(paths, wave.id)
+    layout_file = here / "layout.toml"
+    write_layout(layout_file, profile, worktree)
+    write_private(prompt_path(paths, wave.id), render_prompt(g, memory, wave.name))
+    write_private(here / "origin", str(origin) + "\n")
+    layout = load_layout(str(layout_file), paths)
+    recorded = client.sessions(wave.id, RESIDENT)
+    pane_id = _pane_for(tmux, wave)
+    report = spawner.launch(pane_id, wave, root, layout, RESIDENT, resume=bool(recorded))
+    if not report.ready:
+        raise errors.FleetError(
+            f"the resident did not start: {report.why} (its pane is {pane_id}: `fleet attach {wave.name}`)"
+        )
+    pane = next((p for p in tmux.panes() if p.pane_id == pane_id), None)
+    pid = pane.pid if pane and pane.pid else 0
+    try:
+        client.claim_seat(
+            wave.id,
+            NewSeat(
+                participant=RESIDENT, session_id=report.session_id, host=socket.gethostname(),
+                pid=pid, pane_id=pane_id, cwd=str(worktree), force=force,
+            ),
+        )  # fmt: skip
+    except errors.Conflict:
+        tmux.kill_pane(pane_id)  # somebody seated another mind meanwhile: this one goes
+        raise
+    client.post_system(
+        root.id,
+        f"resident: seated session {report.session_id} (pid {pid} on {socket.gethostname()}) in {worktree}"
+        + (f"; {closed}" if closed else ""),
+    )
+    return StartReport(
+        wave=wave.name, session_id=report.session_id, pane_id=pane_id, pid=pid, worktree=str(worktree),
+        layout=layout_ref, resumed=report.action == "respawned", closed=closed, pane=report,
+    )  # fmt: skip
+
+
+def reseat(client: Client, tmux: Tmux, wave: Wave, report: PaneReport) -> None:
+    """After a revival (``fleet supervise``): the seat follows the new process of the same session;
+    a new session is recorded as an explicit break."""
+    seat = client.seat(wave.id)
+    if seat is None or seat.closed_at is not None:
+        return
+    pane = next((p for p in tmux.panes() if p.pane_id == report.pane_id), None)
+    pid = pane.pid if pane and pane.pid else seat.pid
+    new = report.session_id != seat.session_id
+    client.claim_seat(
+        wave.id,
+        NewSeat(
+            participant=RESIDENT, session_id=report.session_id, host=socket.gethostname(), pid=pid,
+            pane_id=report.pane_id, cwd=seat.cwd, force=new,
+        ),
+    )  # fmt: skip
+    if new:
+        client.post_system(
+            wave.root_id,
+            f"resident: a new session {report.session_id} replaces {seat.session_id}: the mind's"
+            " conversation starts again (an explicit break)",
+        )
+
+
+# ---------------------------------------------------------------- stop
+
+
+class StopReport(BaseModel):
+    wave: str
+    stopped: bool
+    session_id: str | None = None
+    pane_id: str | None = None
+    note: str = ""
+
+
+def stop(client: Client, tmux: Tmux, wave_ref: str) -> StopReport:
+    """Close the seat and end the resident's process (its session stays recorded: a later start
+    resumes it). Idempotent: with no open seat, nothing is done and the report says so."""
+    wave = client.get_wave(wave_ref)
+    seat = client.seat(wave.id)
+    pane = resident_pane(tmux, wave.id)
+    if seat is None or seat.closed_at is not None:
+        if pane is not None:
+            tmux.kill_pane(pane.pane_id)
+        return StopReport(wave=wave.name, stopped=False, note="no resident is seated")
+    client.close_seat(wave.id, "stopped by the operator", session_id=seat.session_id)
+    if pane is not None:
+        tmux.kill_pane(pane.pane_id)
+    elif seat.host == socket.gethostname() and pid_alive(seat.pid):
+        with contextlib.suppress(OSError):
+            os.kill(seat.pid, 15)
+    client.report_presence(wave.id, PresenceReport(participant=RESIDENT, event="gone"))
+    client.post_system(wave.root_id, f"resident: stopped by the operator (session {seat.session_id})")
+    return StopReport(wave=wave.name, stopped=True, session_id=seat.session_id, pane_id=seat.pane_id)
+
+
+# ---------------------------------------------------------------- status
+
+
+def workers(
+    client: Client, wave: Wave, blips: list[Blip] | None = None, now: float | None = None
+) -> list[Worker]:
+    """The wavelets the resident forked, each ``running`` until it surfaces or posts ``DONE:``."""
+    now = time.time() if now is None else now
+    mine = [wl for wl in wave.wavelets if wl.created_by == RESIDENT and wl.id != wave.root_id]
+    if not mine:
+        return []
+    blips = blips if blips is not None else client.read_wave(wave.id, limit=5000).blips
+    out = []
+    for wl in mine:
+        own = [b for b in blips if b.wavelet_id == wl.id and b.kind != "system"]
+        surfaced = any(b.kind == "surface" and b.source_wavelet_id == wl.id for b in blips)
+        done = surfaced or any(b.text.startswith("DONE:") and b.author != RESIDENT for b in own)
+        last = own[-1] if own else None
+        at = _ts(last.created_at if last else wl.created_at)
+        out.append(
+            Worker(
+                wavelet=wl.path,
+                status="done" if done else "running",
+                last_blip=f"{last.author}: {last.text[:120]}" if last else "",
+                age_seconds=max(0.0, now - at),
+            )
+        )
+    return out
+
+
+def _ts(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+
+
+def status(
+    client: Client, tmux: Tmux, paths: Paths, wave_ref: str, env: Mapping[str, str] | None = None
+) -> ResidentStatus:
+    wave = client.get_wave(wave_ref)
+    seat = client.seat(wave.id)
+    if seat is None or seat.closed_at is not None:
+        return ResidentStatus(
+            wave=wave.name,
+            state="none",
+            session_id=seat.session_id if seat else None,
+            closed_why=seat.closed_why if seat else "",
+            note=f"no resident: `fleet resident start {wave.name}`",
+        )
+    fold = MindReader(seat.session_id, _session_env(paths, wave.id, env)).read()
+    alive = seat_alive(client, tmux, seat)
+    failed = fold.failed_since(_ts(seat.claimed_at))
+    if not alive or failed >= FAILED_TURNS:
+        state: MindState = "failed"
+    else:
+        state = "turning" if fold.turning else "idle"
+    ws = workers(client, wave)
+    note = ""
+    if not alive:
+        note = "its process is gone: `fleet supervise` revives it (an operator blip does at once)"
+    elif failed >= FAILED_TURNS:
+        note = f"its last {failed} turns failed: {fold.last_error}"
+    return ResidentStatus(
+        wave=wave.name, state=state, session_id=seat.session_id, host=seat.host, pid=seat.pid,
+        pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
+        uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
+        turns=fold.turns, failed_turns=failed, last_error=fold.last_error, workers=ws,
+        in_flight=sum(w.status == "running" for w in ws), note=note,
+    )  # fmt: skip
+
+
+def _session_env(paths: Paths, wave_id: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment the resident's Claude Code sees (where its transcript is): its layout's env
+    over this process's."""
+    base = dict(env if env is not None else os.environ)
+    try:
+        layout = load_layout(str(state_dir(paths, wave_id) / "layout.toml"), paths)
+    except errors.FleetError:
+        return base
+    return {**base, **layout.profile(RESIDENT).env}

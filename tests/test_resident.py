@@ -1,0 +1,278 @@
+"""The resident's parts without a model: GOAL.md and crons, the seat in the store, the CLI's refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from fleet import errors
+from fleet.client import Client
+from fleet.models import NewSeat
+from fleet.paths import Paths
+from fleet.resident import goal
+from fleet.resident.goal import Cron, GoalError
+from fleet.resident.mind import MindReader
+from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
+
+OP = OPERATOR_PRINCIPAL
+
+
+# ---------------------------------------------------------------- GOAL.md
+
+
+def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None:
+    g = goal.parse(
+        "---\nmind: my-layout   # the profile\nheartbeat: always\nheartbeat_every: 90s\nheartbeat_budget: 3\n"
+        'crons:\n  - flow: nightly\n    schedule: "0 3 * * *"\n  - flow: hourly\n    schedule: 15 * * * *\n'
+        "---\nShip it.\n"
+    )
+    assert (g.mind, g.heartbeat, g.heartbeat_every, g.heartbeat_budget, g.body) == (
+        "my-layout", "always", 90.0, 3, "Ship it.",
+    )  # fmt: skip
+    assert [(c.flow, c.schedule.expr, c.line) for c in g.crons] == [
+        ("nightly", "0 3 * * *", 8), ("hourly", "15 * * * *", 10),
+    ]  # fmt: skip
+    inline = goal.parse('---\ncrons: [{"flow": "x", "schedule": "*/5 * * * *"}]\n---\n')
+    assert [c.flow for c in inline.crons] == ["x"]
+    plain = goal.parse("Just a goal.\n")
+    assert (plain.body, plain.heartbeat, plain.heartbeat_every, plain.crons) == (
+        "Just a goal.",
+        "in-flight",
+        300.0,
+        (),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("---\nmind: x\n", "1", "never closed"),
+        ("---\nmood: happy\n---\n", "2", "unknown key 'mood'"),
+        ("---\nheartbeat: sometimes\n---\n", "2", "in-flight, always or off"),
+        ("---\nheartbeat_every: soon\n---\n", "2", "not a duration"),
+        (
+            "---\ncrons:\n  - flow: x\n    schedule: 61 * * * *\n---\n",
+            "4",
+            "minute field '61' is outside 0-59",
+        ),
+        ("---\ncrons:\n  - flow: x\n    schedule: '* * *'\n---\n", "4", "5 fields"),
+        ("---\ncrons:\n  - flow: x\n---\n", "3", "needs exactly flow: and schedule:"),
+        ("---\nheartbeat_budget: -1\n---\n", "2", "whole number"),
+    ],
+)
+def test_a_bad_goal_is_an_error_naming_the_line(text: str, line: str, words: str) -> None:
+    with pytest.raises(GoalError) as caught:
+        goal.parse(text, "wave/w/GOAL.md")
+    assert caught.value.message.startswith(f"wave/w/GOAL.md:{line}: ") and words in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_cron_occurrences() -> None:
+    at = datetime(2026, 12, 1, 13, 30, tzinfo=UTC)  # a Tuesday
+    nightly = Cron.parse("0 3 * * *")
+    assert nightly.last_at_or_before(at, datetime(2026, 11, 30, tzinfo=UTC)) == datetime(
+        2026, 12, 1, 3, 0, tzinfo=UTC
+    )
+    assert nightly.last_at_or_before(at, datetime(2026, 12, 1, 3, 1, tzinfo=UTC)) is None
+    every5 = Cron.parse("*/5 * * * *")
+    assert every5.last_at_or_before(at, at) == at
+    weekdays = Cron.parse("0 9 * * 1-5")
+    assert weekdays.last_at_or_before(at, datetime(2026, 11, 28, tzinfo=UTC)) == datetime(
+        2026, 12, 1, 9, 0, tzinfo=UTC
+    )
+    sundays = Cron.parse("0 0 * * 7")
+    assert sundays.last_at_or_before(at, datetime(2026, 11, 1, tzinfo=UTC)) == datetime(
+        2026, 11, 29, tzinfo=UTC
+    )
+
+
+# ---------------------------------------------------------------- the seat in the store
+
+
+def test_one_seat_per_wave_force_takes_over_and_the_same_session_refreshes(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db")
+    store.create_wave(OP, "w", ["resident", "bob"])
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    first = store.claim_seat(OP, "w", NewSeat(participant="resident", session_id=a, host="h", pid=10))
+    with pytest.raises(errors.Conflict) as caught:
+        store.claim_seat(OP, "w", NewSeat(participant="resident", session_id=b, host="h", pid=11))
+    assert (
+        a in caught.value.message
+        and "pid 10 on h" in caught.value.message
+        and "--force" in caught.value.message
+    )
+    assert store.seat(OP, "w") == first
+    revived = store.claim_seat(OP, "w", NewSeat(participant="resident", session_id=a, host="h", pid=12))
+    assert revived.pid == 12 and revived.closed_at is None
+    taken = store.claim_seat(
+        OP, "w", NewSeat(participant="resident", session_id=b, host="h", pid=13, force=True)
+    )
+    assert (taken.session_id, taken.pid) == (b, 13)
+    kinds = [e.type for e in store.events(OP)][-4:]
+    assert kinds == ["seat.claimed", "seat.claimed", "seat.closed", "seat.claimed"]
+    bob = Principal("bob", store.get_wave(OP, "w").id)
+    assert store.seat(bob, "w") == taken  # a participant of the wave may read the seat
+    with pytest.raises(errors.Forbidden):
+        store.claim_seat(bob, "w", NewSeat(participant="resident", session_id=b, host="h", pid=1, force=True))
+    with pytest.raises(errors.UsageError):
+        store.claim_seat(OP, "w", NewSeat(participant="resident", session_id="nope", host="h", pid=1))
+    store.close()
+
+
+def test_the_seat_routes(operator: Client) -> None:
+    operator.create_wave("w", ["resident"])
+    assert operator.seat("w") is None
+    sid = str(uuid.uuid4())
+    seat = operator.claim_seat("w", NewSeat(participant="resident", session_id=sid, host="h", pid=7))
+    assert operator.seat("w") == seat
+    with pytest.raises(errors.Conflict):
+        operator.claim_seat(
+            "w", NewSeat(participant="resident", session_id=str(uuid.uuid4()), host="h", pid=8)
+        )
+    assert operator.close_seat("w", "done", session_id=str(uuid.uuid4())) == seat  # not that session's: kept
+    closed = operator.close_seat("w", "stopped")
+    assert closed is not None and closed.closed_why == "stopped" and closed.closed_at
+
+
+# ---------------------------------------------------------------- the mind's transcript
+
+
+def test_the_mind_fold_reads_turns_and_failures_incrementally(tmp_path: Path) -> None:
+    sid = str(uuid.uuid4())
+    path = tmp_path / ".claude" / "projects" / "-x" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    wake = {
+        "type": "user",
+        "origin": {"kind": "channel"},
+        "message": {"role": "user", "content": "<channel>"},
+    }
+    done = {"type": "system", "subtype": "turn_duration", "durationMs": 5}
+    fail = {
+        "type": "assistant",
+        "isApiErrorMessage": True,
+        "message": {"content": [{"type": "text", "text": "API Error: 529"}]},
+    }
+    reader = MindReader(sid, {"HOME": str(tmp_path)})
+    assert reader.read().turns == 0
+    path.write_text(json.dumps(wake) + "\n")
+    assert reader.read().turning
+    with path.open("a") as f:
+        f.write(
+            json.dumps(done)
+            + "\n"
+            + json.dumps(wake)
+            + "\n"
+            + json.dumps(fail)
+            + "\n"
+            + json.dumps(wake)
+            + "\n"
+        )
+        f.write(json.dumps(fail)[:20])  # a line being written
+    fold = reader.read()
+    assert (fold.turns, fold.failed_streak, fold.turning, fold.last_error) == (1, 1, True, "API Error: 529")
+    with path.open("a") as f:
+        f.write(json.dumps(fail)[20:] + "\n")
+    assert reader.read().failed_streak == 2 and not reader.fold.turning
+
+
+# ---------------------------------------------------------------- the CLI's refusals
+
+
+def run_fleet(operator: Client, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "FLEET_DAEMON": operator.base_url, "FLEET_TOKEN": operator.token}
+    cwd.mkdir(exist_ok=True)  # (not tmp_path itself: its fleet/ folder would shadow the package)
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def test_start_outside_a_git_repository_is_a_clear_error_and_changes_nothing(
+    operator: Client, tmp_path: Path
+) -> None:
+    operator.create_wave("w", ["bob"])
+    before = operator.get_wave("w")
+    done = run_fleet(operator, tmp_path / "elsewhere", "resident", "start", "w")
+    assert done.returncode == 2, done
+    assert "is not in a git repository" in done.stderr and "Traceback" not in done.stderr
+    assert operator.get_wave("w") == before and operator.seat("w") is None
+
+
+def test_start_with_a_bad_goal_names_the_line_and_changes_nothing(operator: Client, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("---\ncrons:\n  - flow: x\n    schedule: 0 25 * * *\n---\n")
+    done = run_fleet(operator, repo, "resident", "start", "w")
+    assert done.returncode == 2, done
+    assert "GOAL.md:4: invalid cron schedule '0 25 * * *'" in done.stderr and "Traceback" not in done.stderr
+    assert operator.list_waves() == [] and not (tmp_path / "repo.w").exists()
+
+
+def test_status_of_a_wave_without_a_resident(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["bob"])
+    done = run_fleet(operator, tmp_path / "x", "resident", "status", "w", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "none"
+    missing = run_fleet(operator, tmp_path / "x", "resident", "status", "nope")
+    assert missing.returncode == 4 and "no wave 'nope'" in missing.stderr
+
+
+def test_memory_show_update_add_edit_the_waves_memory_and_say_so(operator: Client, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    operator.create_wave("w", ["resident"])
+    assert run_fleet(operator, repo, "memory", "show", "w").stdout == "\n"
+    done = run_fleet(operator, repo, "memory", "update", "w", "The parser is in src/parse.py.")
+    assert done.returncode == 0, done.stderr
+    done = run_fleet(
+        operator, repo, "memory", "add", "w", "Tests run with make test.", "--summary", "how to test"
+    )
+    assert done.returncode == 0, done.stderr
+    memory = repo / "wave" / "w" / "MEMORY.md"
+    assert memory.read_text() == "The parser is in src/parse.py.\n\nTests run with make test.\n"
+    shown = json.loads(run_fleet(operator, repo, "memory", "show", "w", "--json").stdout)
+    assert shown["content"] == memory.read_text() and shown["path"] == str(memory)
+    said = [b.text for b in operator.read(operator.resolve("w/main").id).blips if b.kind == "system"][-2:]
+    assert said == [
+        "resident: memory updated: The parser is in src/parse.py. (wave/w/MEMORY.md)",
+        "resident: memory added: how to test (wave/w/MEMORY.md)",
+    ]
+    empty = run_fleet(operator, repo, "memory", "add", "w", "  ")
+    assert empty.returncode == 2 and "empty" in empty.stderr
+    assert memory.read_text().endswith("make test.\n")
+
+
+def test_the_keeper_rereads_goal_live_and_keeps_the_last_good_schedule(
+    operator: Client, tmp_path: Path, fleet_env: Paths
+) -> None:
+    from fleet.resident import state_dir
+    from fleet.resident.keeper import Keeper, KeeperEvent
+    from fleet.tmux import Tmux
+
+    operator.create_wave("w", ["resident"])
+    wave = operator.get_wave("w")
+    (tmp_path / "repo" / "wave" / "w").mkdir(parents=True)
+    goal_md = tmp_path / "repo" / "wave" / "w" / "GOAL.md"
+    goal_md.write_text("---\ncrons:\n  - flow: nightly\n    schedule: 0 3 * * *\n---\n")
+    here = state_dir(fleet_env, wave.id)
+    here.mkdir(parents=True)
+    (here / "origin").write_text(str(tmp_path / "repo") + "\n")
+    keeper = Keeper(operator, Tmux.__new__(Tmux), fleet_env, wave)  # (no tmux is touched here)
+    events: list[KeeperEvent] = []
+    keeper._read_goal(events)
+    assert [c.flow for c in keeper.goal.crons] == ["nightly"] and events == []
+    goal_md.write_text("---\ncrons:\n  - flow: nightly\n    schedule: 0 3 * *\n---\n")
+    keeper._read_goal(events)
+    keeper._read_goal(events)
+    assert [c.flow for c in keeper.goal.crons] == ["nightly"], "the last good schedule was dropped"
+    assert [e.kind for e in events] == ["goal"] and "GOAL.md:4: invalid cron schedule" in events[0].text
+    said = [b.text for b in operator.read(wave.root_id).blips if b.kind == "system"]
+    assert sum("keeping the last good schedule" in t for t in said) == 1

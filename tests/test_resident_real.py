@@ -1,0 +1,408 @@
+"""The resident with the real Claude Code over the scripted model: seat, one mind, failure, revival.
+
+Each test makes a git repository (the wave's origin), runs ``fleet resident …`` as a user would
+(a subprocess, in the repository), and asserts from the store, tmux, the session's own transcript
+and the scripted model's request log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from realclaude import STARTUP, RealFleet
+from scripted_model import (
+    Fail,
+    Request,
+    Script,
+    Slow,
+    call,
+    on_channel,
+    on_message,
+    on_prompt,
+    post,
+    rule,
+    say,
+    steps,
+    surface,
+)
+
+from fleet.client import Client
+from fleet.paths import Paths
+from fleet.resident.keeper import write_state
+
+RealFleetFactory = Callable[..., RealFleet]
+BEAT = 6
+"""Seconds of quiet before a heartbeat in these tests (GOAL.md ``heartbeat_every``)."""
+
+
+def git_repo(real: RealFleet) -> Path:
+    """The project folder as a git repository with one commit; its worktree trusted in Claude's home."""
+    repo = real.project
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], commit):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    config = json.loads((real.home / ".claude.json").read_text())
+    config["projects"][str(repo.parent / f"{repo.name}.w")] = {"hasTrustDialogAccepted": True}
+    (real.home / ".claude.json").write_text(json.dumps(config))
+    return repo
+
+
+def fleet_in(
+    real: RealFleet, cwd: Path, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args], env=real.env, cwd=cwd, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def start(real: RealFleet, repo: Path, layout: str, *extra: str) -> dict[str, Any]:
+    done = fleet_in(
+        real, repo, "resident", "start", "w", "--agent", layout, "--wait", str(STARTUP), "--json", *extra
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def status(real: RealFleet, repo: Path) -> dict[str, Any]:
+    done = fleet_in(real, repo, "resident", "status", "w", "--json")
+    assert done.returncode == 0, done.stderr
+    got: dict[str, Any] = json.loads(done.stdout)
+    return got
+
+
+def test_start_seats_one_mind_refuses_a_second_and_force_takes_over(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """start: a Claude Code session in <repo>.w, seated in the store; it hears the operator; a
+    second start is refused naming it; --force takes over; stop leaves no seat."""
+    script = Script(
+        {"resident": [rule(on_message(author="operator"), post("{wavelet}", "operator: on it."))]}
+    )
+    real = real_fleet(channels=True, script=script)
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("---\nheartbeat: off\n---\nShip the parser.\n")
+    (repo / "wave" / "w" / "MEMORY.md").write_text("The parser lives in src/parse.py.\n")
+    layout = real.layout(["resident"])
+    report = start(real, repo, layout)
+    worktree = repo.parent / "project.w"
+    assert report["worktree"] == str(worktree) and (worktree / ".git").is_file()
+    seat = operator.seat("w")
+    assert seat is not None and seat.closed_at is None
+    assert (seat.session_id, seat.pid, seat.cwd) == (report["session_id"], report["pid"], str(worktree))
+    assert report["pid"] == real.pane_pid("resident")
+    st = status(real, repo)
+    assert st["state"] == "idle" and st["session_id"] == report["session_id"] and st["turns"] == 0, st
+
+    operator.post(operator.resolve("w/main").id, "resident: what is the plan?")
+    real.wait(lambda: any(b.author == "resident" for b in real.blips("w/main")), "the resident's answer")
+    (req,) = [r for r in real.requests("resident") if r.reply and r.reply.tool_uses]
+    system = json.dumps((req.body or {}).get("system"))
+    assert "Ship the parser." in system and "src/parse.py" in system, "GOAL.md and MEMORY.md seed the mind"
+    real.wait(lambda: status(real, repo)["turns"] >= 1, "a completed turn in status")
+
+    again = fleet_in(real, repo, "resident", "start", "w", "--agent", layout)
+    assert again.returncode == 1, again  # Conflict
+    assert report["session_id"] in again.stderr and str(report["pid"]) in again.stderr, again.stderr
+    assert "--force" in again.stderr and "Traceback" not in again.stderr
+    assert operator.seat("w") == seat, "a refused start changed the seat"
+
+    old_pid = report["pid"]
+    taken = start(real, repo, layout, "--force")
+    assert taken["closed"].startswith("took over") and taken["pid"] != old_pid
+    real.wait(lambda: not _alive(old_pid), "the old resident's process gone")
+    seat2 = operator.seat("w")
+    assert seat2 is not None and seat2.pid == taken["pid"] and seat2.closed_at is None
+
+    done = fleet_in(real, repo, "resident", "stop", "w", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["stopped"], done
+    assert status(real, repo)["state"] == "none"
+    closed = operator.seat("w")
+    assert closed is not None and closed.closed_why == "stopped by the operator"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    from fleet.procs import zombie_status
+
+    return zombie_status(pid) is None
+
+
+def test_a_dead_seat_is_closed_at_the_next_start_which_resumes_the_same_session(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    real = real_fleet(
+        channels=True, script=Script({"resident": [rule(on_message(author="operator"), say("ok"))]})
+    )
+    repo = git_repo(real)
+    layout = real.layout(["resident"])
+    report = start(real, repo, layout)
+    operator.post(operator.resolve("w/main").id, "resident: hello")
+    real.wait(lambda: status(real, repo)["turns"] >= 1, "a first turn (so the session is saved)")
+    os.kill(report["pid"], signal.SIGKILL)
+    real.wait(lambda: real.pane_dead("resident"), "the resident's pane dead")
+    st = status(real, repo)
+    assert st["state"] == "failed" and "supervise" in st["note"], st
+    again = start(real, repo, layout)
+    assert again["closed"].startswith("closed the dead seat") and str(report["pid"]) in again["closed"]
+    assert again["session_id"] == report["session_id"] and again["resumed"], again
+    assert status(real, repo)["state"] == "idle"
+
+
+class Supervise:
+    """``fleet supervise w`` as a user runs it (a subprocess in the repository), stopped at the end."""
+
+    def __init__(self, real: RealFleet, repo: Path, *args: str) -> None:
+        self.out = real.tmp / "supervise.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet", "supervise", "w", "--json", *args],
+            env=real.env, cwd=repo, stdout=self.out.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def events(self) -> list[dict[str, Any]]:
+        lines = self.out.read_text().splitlines() if self.out.exists() else []
+        return [json.loads(ln) for ln in lines if ln.startswith("{")]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def system_blips(real: RealFleet, prefix: str) -> list[str]:
+    return [b.text for b in real.blips("w/main") if b.kind == "system" and b.text.startswith(prefix)]
+
+
+def test_the_resident_dispatches_a_worker_is_nudged_while_it_runs_and_reports_back(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """The operator asks for a job → the resident forks and spawns a worker → a heartbeat while it
+    runs (one) → the worker surfaces → the resident is woken and reports; then, nothing in flight,
+    no heartbeat and zero model requests over a quiet period."""
+    real = real_fleet(channels=True)
+    layout = real.layout(["resident", "worker"])
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="build"),
+            steps(
+                call(
+                    "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": layout}
+                ),
+                post("w/job", "worker: build the widget"),
+            ),
+        ),
+        rule(on_prompt(contains="heartbeat"), post("w/job", "worker: wrap up and surface")),
+        rule(on_channel(blip_kind="surface"), post("w/main", "operator: the widget is built")),
+    )
+    real.script.add(
+        "worker",
+        rule(on_message(author="resident", contains="build the widget"), say("working on it")),
+        rule(on_message(author="resident", contains="wrap up"), surface("w/job", "widget built")),
+    )
+    repo = git_repo(real)
+    goal_dir = repo / "wave" / "w"
+    goal_dir.mkdir(parents=True)
+    (goal_dir / "GOAL.md").write_text(f"---\nheartbeat_every: {BEAT}s\n---\nBuild what the operator asks.\n")
+    start(real, repo, layout)
+    sup = Supervise(real, repo)
+    try:
+        operator.post(operator.resolve("w/main").id, "resident: build the widget, please")
+        real.wait(
+            lambda: any(b.text == "operator: the widget is built" for b in real.blips("w/main")),
+            "the resident's report to the operator",
+            timeout=180,
+        )
+        job = real.blips("w/job")
+        assert [(b.author, b.text) for b in job if b.kind != "system"] == [
+            ("resident", "worker: build the widget"), ("resident", "worker: wrap up and surface"),
+        ]  # fmt: skip
+        (surfaced,) = [b for b in real.blips("w/main") if b.kind == "surface"]
+        assert (surfaced.author, surfaced.text) == ("worker", "widget built")
+        beats = system_blips(real, "resident: heartbeat:")
+        assert len(beats) == 1 and "w/job: running" in beats[0], beats
+        (nudge,) = [r for r in real.requests("resident") if any(e.kind == "prompt" for e in r.events)]
+        assert any("heartbeat" in e.text and "w/job: running" in e.text for e in nudge.events)
+        worker_t = real.transcript("worker")
+        assert [c.text for c in worker_t.delivered() if c.author == "resident"] == [
+            "worker: build the widget", "worker: wrap up and surface",
+        ]  # fmt: skip
+        st = status(real, repo)
+        assert st["in_flight"] == 0 and st["workers"][0]["status"] == "done", st
+        real.wait(lambda: real.transcript("resident").settled(), "the resident's report turn ended")
+        before = len(real.model.log)
+        time.sleep(3 * BEAT)  # a quiet period of three heartbeat intervals: absence can only be waited out
+        assert real.model.log[before:] == [], "a model request while nothing was in flight"
+        assert len(system_blips(real, "resident: heartbeat:")) == 1
+    finally:
+        sup.stop()
+
+
+def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_the_mind(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Two blips that arrive while the mind is turning reach it in one wake at the turn's end (what
+    Claude Code does with queued input); a fork with an unknown layout returns the error to the mind
+    and forks nothing."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="think"), Slow(6, say("thought it through"))),
+        rule(
+            on_message(author="operator", contains="spawn"),
+            call(
+                "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": "no-such"}
+            ),
+        ),
+    )
+    repo = git_repo(real)
+    start(real, repo, real.layout(["resident"]))
+    main = operator.resolve("w/main").id
+    operator.post(main, "resident: think about it")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the resident turning")
+    one, two = operator.post(main, "resident: one more thing"), operator.post(main, "resident: and another")
+
+    def carried(r: Request) -> set[str]:
+        return {e.blip_id for e in r.channel_events()}
+
+    real.wait(
+        lambda: any({one.id, two.id} <= carried(r) for r in real.requests("resident")), "one wake for both"
+    )
+    assert [r for r in real.requests("resident") if carried(r) & {one.id, two.id}] == [
+        r for r in real.requests("resident") if {one.id, two.id} <= carried(r)
+    ], "the two blips came in separate wakes"
+    operator.post(main, "resident: spawn a worker")
+    t = real.transcript("resident")
+    refused = real.wait(lambda: [x for x in t.tool_results() if x.is_error], "the refused fork's result")
+    assert "cannot spawn with layout 'no-such'" in refused[0].text and "nothing was forked" in refused[0].text
+    assert [wl.name for wl in operator.get_wave("w").wavelets] == ["main"]
+
+
+def test_a_cron_due_while_idle_opens_one_turn_and_one_25_hours_overdue_opens_none(
+    real_fleet: RealFleetFactory, operator: Client, fleet_env: Paths
+) -> None:
+    real = real_fleet(channels=True)
+    real.script.add("resident", rule(on_prompt(contains="cron due"), say("dispatching")))
+    repo = git_repo(real)
+    now = datetime.now(UTC)
+    fresh, stale = now - timedelta(minutes=1), now - timedelta(hours=25)
+
+    def at(t: datetime) -> str:
+        return f"{t.minute} {t.hour} {t.day} {t.month} *"
+
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text(
+        f"---\nheartbeat: off\ncrons:\n  - flow: fresh\n    schedule: {at(fresh)}\n"
+        f"  - flow: stale\n    schedule: {at(stale)}\n---\nKeep the crons.\n"
+    )
+    start(real, repo, real.layout(["resident"]))
+    write_state(fleet_env, operator.get_wave("w").id, (now - timedelta(hours=26)).timestamp())
+    sup = Supervise(real, repo)
+    try:
+        t = real.transcript("resident")
+        real.wait(lambda: t.prompts(), "the cron's turn in the transcript")
+        real.wait(lambda: system_blips(real, "resident: cron missed"), "the missed cron's system blip")
+        real.wait(lambda: t.settled() and status(real, repo)["turns"] == 1, "the cron's turn ended")
+        assert t.prompts() == ["[fleet] cron due: fresh — dispatch it"]
+        (due,) = system_blips(real, "resident: cron due")
+        assert due.startswith("resident: cron due: fresh — dispatch it")
+        (missed,) = system_blips(real, "resident: cron missed")
+        assert "stale" in missed and "more than 24 h ago; not replayed" in missed
+        assert not [r for r in real.requests("resident") if r.contains("stale")]
+        assert len(real.requests("resident")) == 1
+    finally:
+        sup.stop()
+
+
+def test_failed_turns_and_a_killed_mind_are_revived_resuming_the_same_session(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Three scripted API failures → failed (its process ended), shown in status → revived on a
+    short ladder, the same session; kill -9 → an operator blip revives it at once (the ladder's next
+    rung is an hour) → the same session, which answers."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="fail"),
+            Fail(400, "invalid_request_error", "scripted failure"),
+        ),
+        rule(on_message(author="operator", contains="there?"), post("w/main", "operator: here, same mind.")),
+    )
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("---\nheartbeat: off\n---\n")
+    first = start(real, repo, real.layout(["resident"]))
+    sid = first["session_id"]
+    sup = Supervise(real, repo, "--ladder", "3s,1h")
+    try:
+        main = operator.resolve("w/main").id
+        for n in (1, 2, 3):
+            operator.post(main, f"resident: fail, please ({n})")
+            real.wait(lambda n=n: status(real, repo)["failed_turns"] >= n, f"failed turn {n}")  # type: ignore[misc]
+        real.wait(lambda: system_blips(real, "resident: failed:"), "the keeper's failure blip")
+        real.wait(lambda: status(real, repo)["state"] == "failed", "status: failed")
+        real.wait(lambda: system_blips(real, "supervise: respawned resident"), "revived on the ladder")
+        revived = real.wait(
+            lambda: (s := status(real, repo))["state"] == "idle" and s, "the revived mind idle"
+        )
+        assert revived["session_id"] == sid and revived["pid"] != first["pid"]
+        assert revived["pid"] == real.pane_pid("resident")
+        os.kill(revived["pid"], signal.SIGKILL)
+        real.wait(
+            lambda: any(e["event"] == "died" for e in sup.events()[1:]) and real.pane_dead("resident"), "died"
+        )
+        operator.post(main, "resident: are you there?")
+        real.wait(
+            lambda: any(b.text == "operator: here, same mind." for b in real.blips("w/main")), "its answer"
+        )
+        again = status(real, repo)
+        assert again["session_id"] == sid and again["pid"] not in (first["pid"], revived["pid"]), again
+        respawns = [e for e in sup.events() if e["event"] == "respawned"]
+        assert len(respawns) == 2 and "the operator mentioned it" in respawns[1]["text"], respawns
+        (asked,) = [
+            r
+            for r in real.requests("resident")
+            if r.contains("are you there?") and r.reply and r.reply.tool_uses
+        ]
+        assert asked.contains("fail, please (1)"), "the revived mind lacks its history: not the same session"
+    finally:
+        sup.stop()
+
+
+def test_interrupt_ends_a_long_turn_and_its_text_becomes_the_next(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="ponder"), Slow(120, say("pondered")), times=1),
+        rule(on_prompt(contains="summarise instead"), say("summary: nothing yet")),
+    )
+    repo = git_repo(real)
+    start(real, repo, real.layout(["resident"]))
+    operator.post(operator.resolve("w/main").id, "resident: ponder the universe")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the long turn running")
+    done = fleet_in(real, repo, "resident", "interrupt", "w", "summarise instead", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["interrupted"] is True
+    t = real.transcript("resident")
+    real.wait(lambda: t.prompts() == ["summarise instead"], "the text as the next turn")
+    real.wait(
+        lambda: any(r.reply and r.reply.text == "summary: nothing yet" for r in real.requests("resident")),
+        "it",
+    )
+    assert not [m for m in t.assistant_messages() if "pondered" in json.dumps(m)], "the long turn was not cut"
