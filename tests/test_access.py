@@ -88,6 +88,21 @@ def test_surfacing_into_a_private_parent_takes_being_on_its_roster(wave: Wave) -
     alice.close()
 
 
+def test_a_forks_members_surface_into_its_public_parent_though_not_on_its_roster(wave: Wave) -> None:
+    """What a surface is for: a worker forked off ``main`` with a roster of its own reports its
+    conclusion up though it is not (or no longer) on main's roster; only a private parent takes
+    surfaces from its own roster alone."""
+    alice = wave.as_("alice")
+    job = alice.fork(wave.main, "job", ["carol"]).ok(201)["id"]
+    carol = wave.as_("carol")
+    carol.leave(wave.main, "carol").ok(200)
+    assert carol.post_blip(wave.main, "not a member any more").status == 403
+    got = carol.surface(job, "job done").ok(201)
+    assert (got["kind"], got["wavelet_id"], got["author"]) == ("surface", wave.main, "carol")
+    carol.close()
+    alice.close()
+
+
 def test_a_non_members_fork_of_a_public_wavelet_writes_nothing_into_it(wave: Wave) -> None:
     alice = wave.as_("alice")
     pub = alice.fork(wave.main, "alices-room", []).ok(201)["id"]

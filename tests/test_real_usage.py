@@ -161,7 +161,9 @@ def test_sessions_write_in_their_own_worktrees_and_fleet_counts_exactly_what_the
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nfleet counted {last[0]}\nthe model reported {last[1]}") from None
     final = usage()
-    assert 1 <= early["bob"]["total"]["requests"] < final["bob"]["total"]["requests"] == 5
+    # how many requests bob made depends on how Claude Code folded the wakes; that fleet counted
+    # exactly the model's figures is asserted above, and the later readings resumed from the early one
+    assert 1 <= early["bob"]["total"]["requests"] < final["bob"]["total"]["requests"]
     alice_model = expected(real.requests("alice"))
     assert set(alice_model) == {"w/main"} and alice_model["w/main"]["input_tokens"] >= 1234 + 700
     assert set(expected(real.requests("bob"))) == {"w/main", "w/side"}

@@ -584,8 +584,10 @@ class Store:
         return rows.blip_of(blip)
 
     def _require_writer_of_parent(self, who: Principal, wl: Row) -> None:
-        """Forbidden unless ``who`` may post into ``wl``'s parent (visible to it, and on its roster).
-        A parent it cannot see is not named."""
+        """Forbidden unless ``who`` may surface into ``wl``'s parent: a public parent takes the
+        surfaces of its child's members (that is what a surface is for: a fork's participants,
+        often not on the parent's roster, report their conclusion up); a private one only from its
+        own roster, and one the caller cannot see is not named."""
         parent = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (wl["parent_id"],)).fetchone()
         if who.is_operator:
             return
@@ -593,7 +595,8 @@ class Store:
             raise errors.Forbidden(
                 f"{who.name!r} cannot surface from {wl['name']!r}: only members of its parent wavelet can"
             )
-        self.access.require_member(who, parent, "surface into it")
+        if parent["private"]:
+            self.access.require_member(who, parent, "surface into it")
 
     def replace(self, who: Principal, ref: str, text: str, *, as_: str | None = None) -> Blip:
         """Append a new version of blip ``ref``. Only its author or the operator may; history stays."""

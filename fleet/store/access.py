@@ -14,8 +14,9 @@ one place. The rules (docs/design.md §1, §2):
   found (404), never forbidden, so its existence does not leak. So are other waves, and blips in
   wavelets the principal cannot see.
 - Writing into a visible wavelet (post, surface, invite) takes being on its roster; a surface
-  writes into the parent, so it takes the right to post there; a fork announces itself in the
-  parent only where the forker has that right. A participant may take only itself off a roster,
+  writes into the parent: a public parent takes the surfaces of its child's members (a fork's
+  participants report up), a private one only from its own roster; a fork announces itself in the
+  parent only where the forker may post. A participant may take only itself off a roster,
   and replace only its own blips.
 - What is shown of a wavelet's ancestors (a context's path, provenance text) leaves out those the
   caller cannot see.
