@@ -133,6 +133,11 @@ def test_a_planner_that_writes_a_bad_state_md_is_refused_naming_the_line(
     assert "nothing was committed" in done.stderr
     assert "Traceback" not in done.stderr
     assert log(root) == ["the plan"]
+    # the planner's files are left to read, not activated; its window is closed
+    assert "wave_status: sideways" in (root / ".wave" / "campaigns" / cid / "STATE.md").read_text()
+    assert not (root / ".wave" / "active").exists()
+    panes = real.srv.cmd("list-panes", "-a", "-F", "#{@fleet_participant}").stdout
+    assert "planner-s1" not in panes, panes
 
 
 # ---------------------------------------------------------------- without a session
