@@ -227,7 +227,14 @@ def new_campaign(root: Path, plan_path: Path, title: str, *, executor: str, mode
 
 
 def write_skeleton(
-    c: Campaign, plan_rel: str, *, executor: str, model: str, waves: list[tuple[str, str]], overview: str
+    c: Campaign,
+    plan_rel: str,
+    *,
+    executor: str,
+    model: str,
+    waves: list[tuple[str, str]],
+    overview: str,
+    activate: bool = True,
 ) -> st.State:
     from fleet.campaign import prompts
 
@@ -256,7 +263,8 @@ def write_skeleton(
         "",
     ]
     c.write(state)
-    (c.root / WAVE_DIR / "active").write_text(c.id + "\n", encoding="utf-8")
+    if activate:
+        (c.root / WAVE_DIR / "active").write_text(c.id + "\n", encoding="utf-8")
     return state
 
 

@@ -654,23 +654,25 @@ class Launcher:
         name = (
             f"executor-w{s.current_wave}-s{s.session_count}"
             if kind == "executor"
-            else f"verifier-s{s.session_count}"
+            else f"{kind}-s{s.session_count}"
         )
         main = self.client.resolve(f"{wave.name}/main")
         wl = self.client.fork(main.id, name, with_=[name])
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
-        profile_name = s.executor_agent if kind == "executor" else "verifier"
+        profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
         merged = own.model_copy(update={"cwd": str(c.root)})
         if kind == "executor" and s.executor_model:
             merged = merged.model_copy(update={"model": s.executor_model})
+        if kind == "planner":  # read-only outside .wave/: only what is allowed runs, nothing asks
+            merged = merged.model_copy(update={"permission_mode": "dontAsk"})
         layout = Layout(
             arrangement="tiled", defaults=base.defaults, participants={name: merged}, name="campaign",
             ref=base.ref,
         )  # fmt: skip
         spawner = Spawner(
             self.client, self.tmux, self.paths, transport="auto", ready_timeout=self.ready_timeout,
-            hook_settings=self._hook_settings(c),
+            hook_settings=self._hook_settings(c, planner=kind == "planner"),
         )  # fmt: skip
         report = spawner.spawn(wl.path, layout)
         pane = report.panes[0]
@@ -679,7 +681,7 @@ class Launcher:
             raise errors.FleetError(f"{name} did not start: {pane.why}")
         return Started(pane.session_id, name, wl.path, pane.pane_id)
 
-    def _hook_settings(self, c: Campaign) -> Any:
+    def _hook_settings(self, c: Campaign, *, planner: bool = False) -> Any:
         from fleet.watch import hook_settings
 
         settle = shlex.join(
@@ -695,6 +697,8 @@ class Launcher:
             mine = {"type": "command", "command": settle, "timeout": 30}
             for event in ("Stop", "StopFailure"):
                 base.setdefault("hooks", {}).setdefault(event, []).append({"hooks": [mine]})
+            if planner:
+                base["permissions"] = planner_permissions(c)
             return json.dumps(base, separators=(",", ":"))
 
         return settings
@@ -739,6 +743,18 @@ class Launcher:
             if phrase or time.monotonic() > deadline:
                 return phrase
             time.sleep(0.05)
+
+
+def planner_permissions(c: Campaign) -> dict[str, list[str]]:
+    """The planner's rules (with ``--permission-mode dontAsk``: whatever is not allowed is denied):
+    read anything, write and edit only under ``.wave/``; no Bash. fleet checks the work tree after
+    it settles all the same (fleet.campaign.planner)."""
+    wave = f"/{c.root.resolve() / disk.WAVE_DIR}/**"  # `//abs` is an absolute path in a rule
+    return {
+        "allow": ["Read", "Glob", "Grep", f"Write({wave})", f"Edit({wave})",
+                  "mcp__fleet"],
+        "deny": ["Bash", "NotebookEdit"],
+    }  # fmt: skip
 
 
 def _last_line(path: Path) -> str:

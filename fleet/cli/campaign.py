@@ -17,6 +17,7 @@ from fleet.cli.common import JsonOpt
 
 if TYPE_CHECKING:
     from fleet.campaign.disk import Campaign
+    from fleet.campaign.state import State
 
 app = typer.Typer(
     name="campaign",
@@ -63,24 +64,60 @@ def plan(
     model: Annotated[
         str, typer.Option("--model", metavar="M", help="The executors' model ('' = the profile's).")
     ] = "",
+    layout: Annotated[
+        str,
+        typer.Option("--layout", "-l", help="The layout whose `planner` (else executor) profile plans."),
+    ] = "",
+    socket: SocketOpt = None,
+    wait: Annotated[
+        float, typer.Option("--wait", metavar="SECONDS", help="How long the planner may take to start.")
+    ] = 90.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", help="How long the planner may take in all.")
+    ] = 1800.0,
     repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Decompose PLAN.md into a campaign under .wave/campaigns/<id>/ (committed as `wave plan: <id>`)."""
+    """Decompose PLAN.md into a campaign under .wave/campaigns/<id>/ (committed as `wave plan: <id>`):
+    a fresh planner session writes it (read-only outside .wave/) and fleet validates it, or
+    --by-headings makes one wave per `##` section with no model."""
     from fleet.campaign import disk
 
     root = disk.repo_root(repo)
-    if not by_headings:
-        raise errors.UsageError(
-            "planning with a planner session is not built yet: write the plan as `##` waves"
-            " and use --by-headings"
-        )
-    c, state = disk.plan_by_headings(root, plan_file, executor=executor, model=model)
+    if by_headings:
+        c, state = disk.plan_by_headings(root, plan_file, executor=executor, model=model)
+    else:
+        c, state = _plan_with_planner(root, plan_file, executor, model, layout, socket, wait, timeout)
     if as_json:
         render.out(json.dumps({"campaign_id": c.id, "dir": str(c.dir), "total_waves": state.total_waves}))
     else:
         render.out(f"planned campaign {c.id}: {state.total_waves} waves in {c.dir}")
         render.note("arm it with `fleet campaign run` (add --detach to give the loop its own tmux window)")
+
+
+def _plan_with_planner(
+    root: Path, plan_file: Path, executor: str, model: str, layout: str, socket: str | None, wait: float,
+    timeout: float,
+) -> tuple[Campaign, State]:  # fmt: skip
+    from fleet.campaign import loop as lp
+    from fleet.campaign import planner
+    from fleet.cli.common import client
+    from fleet.paths import get_paths
+    from fleet.tmux import Tmux
+    from fleet.tmux import server as tmux_server
+
+    cl = client()
+    cl.list_waves()  # the daemon is there before anything is written
+    launcher = lp.Launcher(cl, Tmux(tmux_server(socket)), get_paths(), ready_timeout=wait)
+    c, state = planner.prepare(root, plan_file, executor=executor, model=model)
+    render.note(f"planner session for campaign {c.id} starting (`fleet attach {c.id}` to watch it)")
+    phrase = planner.run_planner(c, state, launcher, layout, timeout=timeout)
+    planner.check_tree(c)
+    written = planner.validate(c)
+    done = planner.finish(c, written, plan_rel=state.plan_source, executor=executor, model=model)
+    if phrase and not phrase.startswith("PLAN WRITTEN"):
+        render.note(f"the planner ended with {phrase[:60]!r}, not `PLAN WRITTEN: N`; its files validate")
+    return c, done
 
 
 @app.command("status")
