@@ -87,14 +87,15 @@ def _texts(content: Any) -> list[str]:
     return []
 
 
-def _when(line: dict[str, Any]) -> float:
+def stamp(line: Mapping[str, object], default: float = 0.0) -> float:
+    """A transcript line's ``timestamp`` (ISO 8601) as Unix time, else ``default``."""
     raw = line.get("timestamp")
     if isinstance(raw, str):
         try:
             return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
         except ValueError:
             pass
-    return 0.0
+    return default
 
 
 _ORIGINS: dict[str, Via] = {"channel": "channel", "task-notification": "hook"}
@@ -107,7 +108,7 @@ def receipt_of(line: dict[str, Any]) -> Receipt | None:
         content = str(line.get("content") or "")
         ids = blip_ids_in(content)
         via: Via = "hook" if content.lstrip().startswith("<task-notification") else "channel"
-        return Receipt(blip_ids=ids, how="queued", via=via, at=_when(line)) if ids else None
+        return Receipt(blip_ids=ids, how="queued", via=via, at=stamp(line)) if ids else None
     texts: list[str] = []
     origin: Any = None
     if kind == "user" and isinstance(line.get("message"), dict):
@@ -122,7 +123,7 @@ def receipt_of(line: dict[str, Any]) -> Receipt | None:
     if entered_via is None:
         return None
     ids = [i for t in texts for i in blip_ids_in(t)]
-    return Receipt(blip_ids=ids, how="entered", via=entered_via, at=_when(line)) if ids else None
+    return Receipt(blip_ids=ids, how="entered", via=entered_via, at=stamp(line)) if ids else None
 
 
 class Transcript:
@@ -194,7 +195,7 @@ class Transcript:
             if not isinstance(line, dict) or "type" not in line:
                 continue
             self._known_format = True
-            self.last_at = max(self.last_at, _when(line))
+            self.last_at = max(self.last_at, stamp(line))
             if self.observer is not None:
                 self.observer(line)
             got = receipt_of(line)

@@ -25,10 +25,9 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
-from fleet.delivery.receipts import transcript_of
+from fleet.delivery.receipts import stamp, transcript_of
 
 
 @dataclass
@@ -129,16 +128,5 @@ class MindReader:
             f.turning, f.last_end = False, mtime
             f.failed_streak += 1
             f.failed_total += 1
-            f.failed_at.append(_stamp(obj, mtime))
+            f.failed_at.append(stamp(obj, mtime))
             f.last_error = text[:200]
-
-
-def _stamp(obj: Mapping[str, object], default: float) -> float:
-    """A transcript line's ``timestamp`` (ISO 8601) as Unix time, else ``default``."""
-    raw = obj.get("timestamp")
-    if isinstance(raw, str):
-        try:
-            return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            pass
-    return default
