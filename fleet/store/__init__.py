@@ -48,7 +48,6 @@ import hashlib
 import json
 import logging
 import sqlite3
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -934,10 +933,7 @@ class Store:
         self.access.require_operator(who, "records agent sessions")
         w = self.access.wave(who, wave)
         checks.participant_name(rec.participant)
-        try:
-            uuid.UUID(rec.session_id)
-        except ValueError:
-            raise errors.UsageError(f"session id {rec.session_id!r} is not a UUID") from None
+        checks.session_id(rec.session_id)
         wl = self.access.wavelet(who, rec.wavelet_id)
         if wl["wave_id"] != w["id"]:
             raise errors.UsageError(f"wavelet {rec.wavelet_id!r} is not in wave {w['name']!r}")
@@ -984,10 +980,7 @@ class Store:
         self.access.require_operator(who, "seats a wave's resident")
         w = self.access.wave(who, wave)
         checks.participant_name(rec.participant)
-        try:
-            uuid.UUID(rec.session_id)
-        except ValueError:
-            raise errors.UsageError(f"session id {rec.session_id!r} is not a UUID") from None
+        checks.session_id(rec.session_id)
         if rec.pid <= 0:
             raise errors.UsageError(f"pid {rec.pid} is not a process id")
         with self._db.write() as conn:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from fleet import errors
 from fleet.models import NAME_RE, OPERATOR, PARTICIPANT_RE, ParticipantKind
 
@@ -17,6 +19,15 @@ def participant_name(name: str) -> str:
             " starting with a letter ('system' is reserved)"
         )
     return name
+
+
+def session_id(value: str) -> str:
+    """An agent session id (Claude Code's: a UUID), or UsageError."""
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise errors.UsageError(f"session id {value!r} is not a UUID") from None
+    return value
 
 
 def name(value: str, what: str) -> str:
