@@ -53,6 +53,9 @@ from fleet.models import (
     Feed,
     FeedRequest,
     Health,
+    MemoryAnswer,
+    MemoryOp,
+    MemoryWrite,
     MintedToken,
     MintRequest,
     NewBlip,
@@ -667,6 +670,16 @@ class Client:
         """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
         req = CloseSeat(why=why, session_id=session_id)
         return self._call("POST", f"/v1/waves/{_q(wave)}/seat/close", SeatAnswer, req, idempotent=True).seat
+
+    def memory(self, wave: str) -> MemoryAnswer:
+        """The wave's MEMORY.md (the operator or the seated resident only)."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer)
+
+    def write_memory(self, wave: str, op: MemoryOp, content: str, summary: str | None = None) -> MemoryAnswer:
+        """``update`` (replace) or ``add`` to the wave's MEMORY.md; never retried (``add`` twice
+        would add twice)."""
+        req = MemoryWrite(op=op, content=content, summary=summary)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req, idempotent=False)
 
 
 def _reason(exc: BaseException) -> str:

@@ -52,6 +52,8 @@ from fleet.models import (
     Endpoint,
     FeedRequest,
     Health,
+    MemoryAnswer,
+    MemoryWrite,
     MintRequest,
     NewBlip,
     NewFork,
@@ -77,7 +79,7 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
-from fleet.store import Principal, Store
+from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
 
@@ -918,6 +920,34 @@ class Daemon:
     def _close_seat(self, r: Request) -> Answer:
         return 200, SeatAnswer(seat=self._s.close_seat(r.who, r.arg, r.model(CloseSeat)))
 
+    def _memory(self, r: Request) -> Answer:
+        from fleet.resident import memory
+
+        seat, wave = self._s.memory_seat(r.who, r.arg)
+        path = memory.memory_file(seat, wave.name)
+        return 200, MemoryAnswer(wave=wave.name, path=str(path), content=memory.read(path))
+
+    def _write_memory(self, r: Request) -> Answer:
+        """The daemon holds the pen (:mod:`fleet.resident.memory`): it writes the file, then one blip
+        records the write (the operator's wakes the resident to re-read it)."""
+        from fleet.resident import memory
+
+        body = r.model(MemoryWrite)
+        seat, wave = self._s.memory_seat(r.who, r.arg)
+        path = memory.memory_file(seat, wave.name)
+        content = memory.apply(path, body.op, body.content)
+        said = memory.summary_of(body.content, body.summary)
+        by_resident = not r.who.is_operator
+        text = memory.blip_text(body.op, said, wave.name, by_resident, seat.participant)
+        if by_resident:
+            blip = self._s.post_system(OPERATOR_PRINCIPAL, wave.root_id, text)
+        else:
+            blip = self._s.post(r.who, wave.root_id, text)
+        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
+        return 200, MemoryAnswer(
+            wave=wave.name, path=str(path), content=content, summary=said, blip_id=blip.id
+        )
+
     def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
         secret = secrets.token_urlsafe(32)
@@ -958,6 +988,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
     Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
     Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
+    Route("GET", "/v1/waves/{wave}/memory", Daemon._memory),
+    Route("POST", "/v1/waves/{wave}/memory", Daemon._write_memory),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
     Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),

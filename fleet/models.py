@@ -406,6 +406,32 @@ class SeatAnswer:
     seat: Seat | None = None
 
 
+MemoryOp = Literal["update", "add"]
+
+
+@record(extra="forbid")
+class MemoryWrite:
+    """``POST /v1/waves/{wave}/memory`` (the operator or the seated resident): ``update`` replaces
+    the wave's MEMORY.md with ``content``, ``add`` appends it as a new paragraph; ``summary`` (None:
+    its first non-empty line) is what the blip recording the write says."""
+
+    op: MemoryOp
+    content: str
+    summary: str | None = None
+
+
+@record
+class MemoryAnswer:
+    """The wave's MEMORY.md (``GET``/``POST /v1/waves/{wave}/memory``) after a read or a write."""
+
+    wave: str
+    path: str
+    content: str
+    summary: str = ""
+    blip_id: str = ""
+    """The blip that recorded the write ('' for a read)."""
+
+
 @record(extra="forbid")
 class MintRequest:
     wave: str

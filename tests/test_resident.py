@@ -225,29 +225,98 @@ def test_status_of_a_wave_without_a_resident(operator: Client, tmp_path: Path) -
     assert missing.returncode == 4 and "no wave 'nope'" in missing.stderr
 
 
-def test_memory_show_update_add_edit_the_waves_memory_and_say_so(operator: Client, tmp_path: Path) -> None:
+def seated_repo(operator: Client, tmp_path: Path) -> Path:
+    """A git repository with the wave's worktree <repo>.w beside it, and wave w's seat recording it
+    (as ``fleet resident start`` leaves them; no mind runs): the repository's path."""
+    import socket
+
     repo = tmp_path / "repo"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    operator.create_wave("w", ["resident"])
-    assert run_fleet(operator, repo, "memory", "show", "w").stdout == "\n"
-    done = run_fleet(operator, repo, "memory", "update", "w", "The parser is in src/parse.py.")
+    repo.mkdir()
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init"]
+    worktree = ["worktree", "add", "-q", "-b", "wave/w", "../repo.w"]
+    for args in (["init", "-q", "-b", "main"], commit, worktree):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    operator.create_wave("w", ["resident", "bob"])
+    operator.claim_seat(
+        "w",
+        NewSeat(
+            participant="resident", session_id=str(uuid.uuid4()), host=socket.gethostname(), pid=1,
+            cwd=str(tmp_path / "repo.w"),
+        ),
+    )  # fmt: skip
+    return repo
+
+
+def test_memory_show_update_add_go_through_the_daemon_which_writes_the_file_and_says_so(
+    operator: Client, tmp_path: Path
+) -> None:
+    """The operator's writes (from anywhere: the CLI runs outside the repository) land in the seat's
+    origin repository, each recorded by a blip that names the resident (so it wakes to re-read)."""
+    seated_repo(operator, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    assert run_fleet(operator, elsewhere, "memory", "show", "w").stdout == "\n"
+    done = run_fleet(operator, elsewhere, "memory", "update", "w", "The parser is in src/parse.py.")
     assert done.returncode == 0, done.stderr
     done = run_fleet(
-        operator, repo, "memory", "add", "w", "Tests run with make test.", "--summary", "how to test"
+        operator, elsewhere, "memory", "add", "w", "Tests run with make test.", "--summary", "how to test"
     )
     assert done.returncode == 0, done.stderr
-    memory = repo / "wave" / "w" / "MEMORY.md"
+    memory = tmp_path / "repo" / "wave" / "w" / "MEMORY.md"
     assert memory.read_text() == "The parser is in src/parse.py.\n\nTests run with make test.\n"
-    shown = json.loads(run_fleet(operator, repo, "memory", "show", "w", "--json").stdout)
+    assert not (tmp_path / "repo.w" / "wave").exists(), "written into the worktree, not beside GOAL.md"
+    shown = json.loads(run_fleet(operator, elsewhere, "memory", "show", "w", "--json").stdout)
     assert shown["content"] == memory.read_text() and shown["path"] == str(memory)
-    said = [b.text for b in operator.read(operator.resolve("w/main").id).blips if b.kind == "system"][-2:]
+    said = [(b.author, b.kind, b.text) for b in operator.read(operator.resolve("w/main").id).blips][-2:]
+    reread = " — resident: re-read wave/w/MEMORY.md, the wave's memory"
     assert said == [
-        "resident: memory updated: The parser is in src/parse.py. (wave/w/MEMORY.md)",
-        "resident: memory added: how to test (wave/w/MEMORY.md)",
+        ("operator", "message", "memory updated: The parser is in src/parse.py." + reread),
+        ("operator", "message", "memory added: how to test" + reread),
     ]
-    empty = run_fleet(operator, repo, "memory", "add", "w", "  ")
-    assert empty.returncode == 2 and "empty" in empty.stderr
+    from fleet.delivery.rules import mentions
+
+    assert all(mentions(text, "resident") for _a, _k, text in said)
+    empty = run_fleet(operator, elsewhere, "memory", "add", "w", "  ")
+    assert empty.returncode == 2 and "empty" in empty.stderr and "Traceback" not in empty.stderr
     assert memory.read_text().endswith("make test.\n")
+
+
+def test_the_residents_token_holds_the_pen_and_another_participants_is_refused(
+    operator: Client, tmp_path: Path
+) -> None:
+    seated_repo(operator, tmp_path)
+    memory = tmp_path / "repo" / "wave" / "w" / "MEMORY.md"
+    resident = Client(operator.base_url, operator.mint_token("w", "resident").token)
+    got = resident.write_memory("w", "add", "Deploys go through make ship.")
+    assert memory.read_text() == "Deploys go through make ship.\n" == got.content
+    assert resident.memory("w").content == memory.read_text()
+    last = operator.read(operator.resolve("w/main").id).blips[-1]
+    assert (last.id, last.kind, last.text) == (
+        got.blip_id, "system", "resident: memory added: Deploys go through make ship. (wave/w/MEMORY.md)",
+    )  # fmt: skip
+    bob = Client(operator.base_url, operator.mint_token("w", "bob").token)
+    with pytest.raises(errors.Forbidden) as caught:
+        bob.write_memory("w", "update", "bob was here")
+    assert "only the operator and the wave's seated resident" in caught.value.message
+    with pytest.raises(errors.Forbidden):
+        bob.memory("w")
+    done = run_fleet(bob, tmp_path / "x", "memory", "update", "w", "bob was here")
+    assert done.returncode == 5 and "seated resident hold its pen" in done.stderr, done
+    assert "Traceback" not in done.stderr
+    assert memory.read_text() == "Deploys go through make ship.\n", "a refused write changed the file"
+    assert operator.read(operator.resolve("w/main").id).blips[-1].id == got.blip_id
+    operator.close_seat("w", "stopped")
+    with pytest.raises(errors.Forbidden):
+        resident.write_memory("w", "add", "after the seat closed")
+    assert memory.read_text() == "Deploys go through make ship.\n"
+
+
+def test_memory_of_a_wave_that_never_had_a_resident_says_what_to_do(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["bob"])
+    before = operator.read(operator.resolve("w/main").id).blips
+    done = run_fleet(operator, tmp_path / "x", "memory", "add", "w", "something")
+    assert done.returncode == 4 and "has no resident yet" in done.stderr and "Traceback" not in done.stderr
+    assert "fleet resident start w" in done.stderr
+    assert operator.read(operator.resolve("w/main").id).blips == before
 
 
 def test_the_keeper_rereads_goal_live_and_keeps_the_last_good_schedule(

@@ -116,7 +116,10 @@ def interrupt_(
 
 
 memory_app = typer.Typer(
-    name="memory", help="The wave's MEMORY.md (wave/WAVE/MEMORY.md).", no_args_is_help=True
+    name="memory",
+    help="The wave's MEMORY.md (wave/WAVE/MEMORY.md), through the daemon: the operator and the seated"
+    " resident only.",
+    no_args_is_help=True,
 )
 TextArg = Annotated[str, typer.Argument(metavar="TEXT|-", help="The text (- reads stdin).")]
 SummaryOpt = Annotated[
@@ -135,7 +138,7 @@ def memory_show(wave: WaveArg, as_json: JsonOpt = False) -> None:
     """Print the wave's MEMORY.md."""
     from fleet.resident import memory
 
-    report = memory.show(client(), get_paths(), wave)
+    report = memory.show(client(), wave)
     if as_json:
         render.dump(report)
     else:
@@ -144,19 +147,19 @@ def memory_show(wave: WaveArg, as_json: JsonOpt = False) -> None:
 
 @memory_app.command("update")
 def memory_update(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
-    """Replace the wave's MEMORY.md with TEXT."""
+    """Replace the wave's MEMORY.md with TEXT (the resident is told to re-read it)."""
     from fleet.resident import memory
 
-    report = memory.write(client(), get_paths(), wave, "update", _text(text), summary)
+    report = memory.write(client(), wave, "update", _text(text), summary)
     render.dump(report) if as_json else render.out(f"updated {report.path}: {report.summary}")
 
 
 @memory_app.command("add")
 def memory_add(wave: WaveArg, text: TextArg, summary: SummaryOpt = None, as_json: JsonOpt = False) -> None:
-    """Append TEXT to the wave's MEMORY.md as a new paragraph."""
+    """Append TEXT to the wave's MEMORY.md as a new paragraph (the resident is told to re-read it)."""
     from fleet.resident import memory
 
-    report = memory.write(client(), get_paths(), wave, "add", _text(text), summary)
+    report = memory.write(client(), wave, "add", _text(text), summary)
     render.dump(report) if as_json else render.out(f"added to {report.path}: {report.summary}")
 
 

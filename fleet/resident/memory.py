@@ -1,77 +1,113 @@
-"""``fleet memory show|update|add WAVE``: the wave's MEMORY.md, edited under the seat's pen.
+"""The wave's memory, ``wave/<name>/MEMORY.md``: written by the daemon under the seat's pen.
 
-MEMORY.md lives in the origin repository (``wave/<name>/MEMORY.md``, beside GOAL.md). Writes hold
-an exclusive lock on the wave's resident state dir (the pen: one writer at a time, whoever it is)
-and replace the file atomically. Each write is recorded as a ``system`` blip in the wave's root
-wavelet ("memory updated: <summary>"), which reaches the mind with its next wake; the next start
-or revival renders the new memory into its prompt. Only the operator (this machine's user, who
-holds the operator token) and the resident (its session runs as that user) reach this file.
+What a caller may rely on (docs/resident.md):
+
+- ``fleet memory show|update|add WAVE`` goes through the daemon (``GET``/``POST
+  /v1/waves/{wave}/memory``); only the operator and the wave's seated resident may (anyone else is
+  refused, 403, and nothing changes).
+- The file is MEMORY.md beside GOAL.md in the wave's origin repository: the main checkout of the
+  worktree the wave's seat records (``<repo>.<wave>``), where ``fleet resident start`` reads it.
+  A wave that never had a resident has no seat, so fleet does not know its repository (404).
+- The daemon holds the pen: one write at a time per file, replaced atomically (a temporary file
+  in the same folder, fsynced, renamed over it), so a reader sees the old memory or the new one.
+- Each write is recorded by one blip in the wave's root wavelet. The operator's is a message
+  naming the resident ("memory updated: <summary> — resident: re-read …"): it wakes the mind, which
+  reads the new memory now, not at its next start. The resident's own write is a ``system`` blip
+  (``resident: memory added: …``): the mind knows what it wrote, so nothing wakes.
+
+This module is the file side (the daemon's); :func:`show` and :func:`write` are the CLI's.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
+import socket
+import threading
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
 from fleet import errors
-from fleet.client import Client
-from fleet.paths import Paths, ensure_private_dir
-from fleet.resident import repo, state_dir
+from fleet.models import MemoryAnswer, MemoryOp, Seat
+from fleet.resident import repo
 
-Op = Literal["update", "add"]
+if TYPE_CHECKING:
+    from fleet.client import Client
 
-
-class MemoryReport(BaseModel):
-    wave: str
-    path: str
-    content: str
-    summary: str = ""
+_pens: dict[Path, threading.Lock] = {}
+_pens_lock = threading.Lock()
 
 
-def memory_path(paths: Paths, wave_id: str, wave: str, cwd: Path | None = None) -> Path:
-    """MEMORY.md of the wave: under the origin the resident was started from, else this repository's."""
+def memory_file(seat: Seat, wave: str) -> Path:
+    """MEMORY.md of ``wave``: in the origin repository of the worktree ``seat`` records."""
+    if seat.host != socket.gethostname():
+        raise errors.Conflict(
+            f"wave {wave!r}'s resident runs on {seat.host}, not on this daemon's machine: its memory is"
+            f" the file wave/{wave}/MEMORY.md there"
+        )
+    worktree = Path(seat.cwd) if seat.cwd else None
+    if worktree is None or not worktree.is_dir():
+        raise errors.Conflict(
+            f"wave {wave!r}'s seat records no worktree that exists ({seat.cwd or 'none'}):"
+            f" `fleet resident start {wave}` again makes it"
+        )
+    return repo.wave_dir(repo.origin(worktree), wave) / "MEMORY.md"
+
+
+def read(path: Path) -> str:
     try:
-        origin = Path((state_dir(paths, wave_id) / "origin").read_text(encoding="utf-8").strip())
-    except OSError:
-        origin = repo.origin(cwd or Path.cwd())
-    return repo.wave_dir(origin, wave) / "MEMORY.md"
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
 
 
-def show(client: Client, paths: Paths, wave_ref: str) -> MemoryReport:
-    wave = client.get_wave(wave_ref)
-    path = memory_path(paths, wave.id, wave.name)
-    content = path.read_text(encoding="utf-8") if path.is_file() else ""
-    return MemoryReport(wave=wave.name, path=str(path), content=content)
+def summary_of(content: str, summary: str | None) -> str:
+    """What the write's blip says: ``summary``, else the content's first non-empty line."""
+    said = (summary or "").strip() or next((ln.strip() for ln in content.splitlines() if ln.strip()), "")
+    return " ".join(said.split())[:120]
 
 
-def write(
-    client: Client, paths: Paths, wave_ref: str, op: Op, text: str, summary: str | None = None
-) -> MemoryReport:
-    """``update`` replaces MEMORY.md with ``text``; ``add`` appends it as a new paragraph."""
-    if not text.strip():
+def apply(path: Path, op: MemoryOp, content: str) -> str:
+    """Write MEMORY.md under its pen and return what it now holds: ``update`` replaces it with
+    ``content``, ``add`` appends ``content`` as a new paragraph. Atomic (rename)."""
+    if not content.strip():
         raise errors.UsageError("the memory text is empty: give what to write (or - to read stdin)")
-    wave = client.get_wave(wave_ref)
-    path = memory_path(paths, wave.id, wave.name)
-    lock = ensure_private_dir(state_dir(paths, wave.id)) / "memory.lock"
-    with lock.open("a") as pen:
-        fcntl.flock(pen, fcntl.LOCK_EX)
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    with _pens_lock:
+        pen = _pens.setdefault(path, threading.Lock())
+    with pen:
+        old = read(path)
         new = (
-            text.strip() + "\n"
+            content.strip() + "\n"
             if op == "update"
-            else (old.rstrip() + "\n\n" if old.strip() else "") + text.strip() + "\n"
+            else (old.rstrip() + "\n\n" if old.strip() else "") + content.strip() + "\n"
         )
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".MEMORY.md.{os.getpid()}")
-        tmp.write_text(new, encoding="utf-8")
-        tmp.replace(path)
-    said = summary or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")[:120]
-    client.post_system(
-        wave.root_id,
-        f"resident: memory {'updated' if op == 'update' else 'added'}: {said} (wave/{wave.name}/MEMORY.md)",
-    )
-    return MemoryReport(wave=wave.name, path=str(path), content=new, summary=said)
+        tmp = path.with_name(f".MEMORY.md.{os.getpid()}.{threading.get_ident()}")
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                f.write(new)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return new
+
+
+def blip_text(op: MemoryOp, said: str, wave: str, by_resident: bool, resident: str) -> str:
+    verb = "updated" if op == "update" else "added"
+    if by_resident:
+        return f"resident: memory {verb}: {said} (wave/{wave}/MEMORY.md)"
+    return f"memory {verb}: {said} — {resident}: re-read wave/{wave}/MEMORY.md, the wave's memory"
+
+
+# ---------------------------------------------------------------- the CLI's side
+
+
+def show(client: Client, wave_ref: str) -> MemoryAnswer:
+    return client.memory(wave_ref)
+
+
+def write(client: Client, wave_ref: str, op: MemoryOp, text: str, summary: str | None = None) -> MemoryAnswer:
+    if not text.strip():  # (the daemon refuses it too: this saves the round trip)
+        raise errors.UsageError("the memory text is empty: give what to write (or - to read stdin)")
+    return client.write_memory(wave_ref, op, text, summary)

@@ -1023,6 +1023,20 @@ class Store:
                 record(conn, SeatClosed(wave_id=w["id"], closed_at=now(), why=rec.why))
         return self.seat(who, wave)
 
+    def memory_seat(self, who: Principal, wave: str) -> tuple[Seat, Wave]:
+        """The seat whose worktree locates the wave's MEMORY.md, for ``who`` holding its pen (the
+        operator, or the seated resident: Forbidden otherwise); NotFound while it never had one."""
+        w = self.access.wave(who, wave)
+        seat = self.seat(who, w["id"])
+        self.access.require_memory_pen(who, seat, w["name"])
+        if seat is None:
+            raise errors.NotFound(
+                f"wave {w['name']!r} has no resident yet, so fleet does not know its repository:"
+                f" `fleet resident start {w['name']}` in it first (before that, MEMORY.md is the file"
+                f" wave/{w['name']}/MEMORY.md in the repository, to edit by hand)"
+            )
+        return seat, self.get_wave(who, w["id"])
+
     # ---------------------------------------------------------------- the log
 
     def events(self, who: Principal) -> Iterator[Event]:

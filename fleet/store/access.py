@@ -18,6 +18,7 @@ one place. The rules (docs/design.md §1, §2):
   participants report up), a private one only from its own roster; a fork announces itself in the
   parent only where the forker may post. A participant may take only itself off a roster,
   and replace only its own blips.
+- A wave's memory (MEMORY.md, through the daemon) is the operator's and the seated resident's only.
 - What is shown of a wavelet's ancestors (a context's path, provenance text) leaves out those the
   caller cannot see.
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 from fleet import errors
 from fleet.ids import is_id_like
-from fleet.models import OPERATOR
+from fleet.models import OPERATOR, Seat
 from fleet.store import checks
 
 Row = sqlite3.Row
@@ -172,6 +173,20 @@ class Access:
         """Forbidden unless ``who`` is the operator or ``participant`` itself (``refusal``: the message)."""
         if not who.is_operator and participant != who.name:
             raise errors.Forbidden(refusal)
+
+    @staticmethod
+    def require_memory_pen(who: Principal, seat: Seat | None, wave: str) -> None:
+        """Forbidden unless ``who`` may read or write wave ``wave``'s MEMORY.md: the operator (its
+        token, or a machine token for the wave), or the participant holding the wave's open seat."""
+        if who.is_operator:
+            return
+        if seat is not None and seat.closed_at is None and seat.participant == who.name:
+            return
+        raise errors.Forbidden(
+            f"{who.name!r} cannot read or write wave {wave!r}'s memory: only the operator and the"
+            " wave's seated resident hold its pen (ask the resident, or the operator:"
+            f" `fleet memory add {wave} TEXT`)"
+        )
 
     @staticmethod
     def require_replaceable(who: Principal, old: Row) -> None:
