@@ -10,7 +10,8 @@ the mind's transcript, and only a due deadline opens a turn. What a caller may r
 - **Heartbeat, only with work in flight** (GOAL.md ``heartbeat: in-flight``, the default): after
   ``heartbeat_every`` (5 min) with the mind idle, nothing new for it, and at least one of its
   workers running, one turn carrying the in-flight fold (each worker: wavelet, status, last blip,
-  age). ``always``: every quiet interval; ``off``: never. At most ``heartbeat_budget`` a UTC day.
+  age). ``always``: every quiet interval; ``off``: never. At most ``heartbeat_budget`` a UTC day;
+  the spent budget is said once that day in a system blip.
 - **Crons are deadlines**: GOAL.md is re-read at every step (a bad one keeps the last good schedule
   and is reported once); an occurrence since the last look opens a turn "cron due: <flow> —
   dispatch it" when the mind is idle, or at its turn's end; one older than 24 h is missed, not
@@ -54,7 +55,7 @@ MISSED_AFTER = 24 * 3600.0
 """An occurrence older than this when first seen is missed, not replayed."""
 PREFIX = "[fleet] "
 
-KeeperKind = Literal["heartbeat", "cron", "missed", "failed", "goal"]
+KeeperKind = Literal["heartbeat", "budget", "cron", "missed", "failed", "goal"]
 
 
 class KeeperEvent(BaseModel):
@@ -68,6 +69,8 @@ class KeeperState(BaseModel):
     day: str = ""
     heartbeats: int = 0
     """Heartbeats on ``day`` (UTC)."""
+    budget_said: str = ""
+    """The day (UTC) the spent heartbeat budget was reported in a system blip (once a day)."""
 
 
 def fold_text(ws: list[Worker]) -> str:
@@ -108,6 +111,9 @@ class Keeper:
         self.turns_seen = 0
         self.completed_turn = False
         """Set by :meth:`step` when the mind completed a turn since the last step (resets the ladder)."""
+        self.nothing_at: float | None = None
+        """The quiet period (its ``quiet_since``) whose heartbeat fell due with nothing in flight: no
+        deadline until something changes (a blip wakes the supervisor, its tick looks again)."""
         self.state_file = state_dir(paths, wave.id) / "keeper.json"
         self.state = self._load_state()
 
@@ -248,12 +254,24 @@ class Keeper:
         ws = workers(self.client, self.client.get_wave(self.wave.id))
         running = [w for w in ws if w.status == "running"]
         if g.heartbeat == "in-flight" and not running:
+            self.nothing_at = self.quiet_since
             return []
-        day = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+        self.nothing_at = None
+        day = _day(now)
         if self.state.day != day:
             self.state.day, self.state.heartbeats = day, 0
         if self.state.heartbeats >= g.heartbeat_budget:
-            return []
+            if self.state.budget_said == day:
+                return []
+            self.state.budget_said = day
+            self._save()
+            return [
+                self._say(
+                    "budget",
+                    f"heartbeat budget spent: {self.state.heartbeats} of {g.heartbeat_budget} today"
+                    " (GOAL.md heartbeat_budget); no more heartbeats until 00:00 UTC",
+                )
+            ]
         self.state.heartbeats += 1
         self._save()
         self.quiet_since = now
@@ -268,10 +286,20 @@ class Keeper:
         self.failed_at_turn = None
 
     def next_due_in(self) -> float | None:
-        """Seconds until the heartbeat could fall due (None: it is off)."""
-        if self.goal.heartbeat == "off":
+        """Seconds until the heartbeat could fall due. None: no deadline (it is off, or it fell due
+        with nothing in flight and nothing has changed since); the day's budget spent: until the
+        next UTC day."""
+        g, now = self.goal, self.clock()
+        if g.heartbeat == "off" or self.nothing_at == self.quiet_since:
             return None
-        return max(0.0, self.quiet_since + self.goal.heartbeat_every - self.clock())
+        if self.state.day == _day(now) and self.state.heartbeats >= g.heartbeat_budget:
+            midnight = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            return (midnight + timedelta(days=1)).timestamp() - now
+        return max(0.0, self.quiet_since + g.heartbeat_every - now)
+
+
+def _day(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d")
 
 
 def write_state(paths: Paths, wave_id: str, cron_seen: float) -> None:

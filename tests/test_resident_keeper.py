@@ -1,0 +1,154 @@
+"""The keeper's heartbeat rules, fast: a real daemon, real tmux, the resident seated by ``fleet
+resident start``'s own code with fleet's stand-in agent as the mind, and an injected clock.
+
+``in-flight`` (the default) is exercised with the real Claude Code in test_resident_real.py; here
+``always``, ``off`` and the daily budget, stepping the keeper through quiet time that only the
+clock passes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import libtmux
+import pytest
+from conftest import retry_until
+
+from fleet.client import Client
+from fleet.models import Wave
+from fleet.paths import Paths
+from fleet.resident import seat
+from fleet.resident.keeper import Keeper
+from fleet.spawn import Spawner
+from fleet.tmux import Tmux
+
+T0 = datetime(2026, 12, 1, 22, 0, tzinfo=UTC).timestamp()
+"""The clock's start: two hours before a UTC midnight (the budget's day ends within the test)."""
+
+
+class Clock:
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def seated(
+    operator: Client, srv: libtmux.Server, paths: Paths, tmp_path: Path, frontmatter: str
+) -> tuple[Wave, Tmux]:
+    """A git repository whose wave/w/GOAL.md has ``frontmatter``; its resident seated (a stand-in)."""
+    repo = tmp_path / "repo"
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text(f"---\n{frontmatter}---\nKeep the wave.\n")
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init"]
+    for args in (["init", "-q", "-b", "main"], commit):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    layout = tmp_path / "mind.toml"
+    layout.write_text('[defaults]\nagent = "fleet-standin"\n')
+    tmux = Tmux(srv)
+    spawner = Spawner(operator, tmux, paths, ready_timeout=20)
+    report = seat.start(operator, spawner, paths, "w", agent=str(layout), cwd=repo)
+    assert report.pane.ready, report.pane.why
+    return operator.get_wave("w"), tmux
+
+
+def heartbeat_texts(operator: Client, wave: Wave) -> list[str]:
+    return [
+        b.text
+        for b in operator.read(wave.root_id, limit=1000).blips
+        if b.kind == "system" and b.text.startswith("resident: heartbeat")
+    ]
+
+
+def typed_heartbeats(tmux: Tmux, wave: Wave) -> int:
+    """How many heartbeat lines were typed into the mind's pane (its terminal echoes them)."""
+    pane = seat.resident_pane(tmux, wave.id)
+    assert pane is not None
+    screen = "\n".join(tmux.srv.cmd("capture-pane", "-p", "-J", "-S", "-", "-t", pane.pane_id).stdout)
+    return screen.count("[fleet] heartbeat:")
+
+
+def test_heartbeat_always_beats_every_quiet_interval_with_nothing_in_flight_within_the_daily_budget(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    wave, tmux = seated(
+        operator,
+        tmux_server,
+        fleet_env,
+        tmp_path,
+        "heartbeat: always\nheartbeat_every: 60s\nheartbeat_budget: 2\n",
+    )
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    assert keeper.step([]) == []
+    clock.t += 59
+    assert keeper.step([]) == [], "a heartbeat before the quiet interval passed"
+    clock.t += 1
+    (beat,) = keeper.step([])
+    assert beat.kind == "heartbeat" and "no workers in flight" in beat.text
+    clock.t += 30
+    assert keeper.step([]) == [], "the quiet interval restarts at each heartbeat"
+    clock.t += 30
+    assert [e.kind for e in keeper.step([])] == ["heartbeat"]
+    retry_until(lambda: typed_heartbeats(tmux, wave) == 2, what="two heartbeat lines typed into the pane")
+
+    clock.t += 60
+    (spent,) = keeper.step([])
+    assert spent.kind == "budget" and "heartbeat budget spent: 2 of 2 today" in spent.text
+    assert "no more heartbeats until 00:00 UTC" in spent.text
+    due = keeper.next_due_in()
+    assert due is not None and due == pytest.approx(T0 + 2 * 3600 - clock.t), "the next one: at midnight"
+    for _ in range(3):
+        clock.t += 600
+        assert keeper.step([]) == [], "a heartbeat (or a second budget note) past the day's budget"
+    assert len(heartbeat_texts(operator, wave)) == 3 and typed_heartbeats(tmux, wave) == 2
+    assert sum("budget spent" in t for t in heartbeat_texts(operator, wave)) == 1
+
+    clock.t = T0 + 2 * 3600 + 1  # 00:00:01 UTC the next day: a new budget
+    assert [e.kind for e in keeper.step([])] == ["heartbeat"]
+    again = Keeper(operator, tmux, fleet_env, wave, clock=clock)  # a restarted supervisor keeps the count
+    clock.t += 61
+    assert [e.kind for e in again.step([])] == []  # (its first step starts the quiet period)
+    clock.t += 61
+    assert [e.kind for e in again.step([])] == ["heartbeat"]
+    clock.t += 61
+    assert [e.kind for e in again.step([])] == ["budget"]
+
+
+def test_heartbeat_off_never_beats_even_with_a_worker_running(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    wave, tmux = seated(operator, tmux_server, fleet_env, tmp_path, "heartbeat: off\nheartbeat_every: 60s\n")
+    operator.fork(wave.root_id, "job", ["worker"], as_="resident")
+    st = seat.status(operator, tmux, fleet_env, "w")
+    assert st.in_flight == 1 and st.workers[0].status == "running"
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    for _ in range(10):
+        assert keeper.step([]) == []
+        clock.t += 3600
+    assert keeper.next_due_in() is None
+    assert heartbeat_texts(operator, wave) == [] and typed_heartbeats(tmux, wave) == 0
+
+
+def test_in_flight_with_nothing_running_sets_no_deadline_and_a_worker_brings_the_heartbeat(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    """Nothing in flight: the due heartbeat is held with no deadline (the supervisor does not spin
+    on it); once the resident forks a worker, the next look beats, carrying the fold."""
+    wave, tmux = seated(operator, tmux_server, fleet_env, tmp_path, "heartbeat_every: 60s\n")
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    keeper.step([])
+    assert keeper.next_due_in() == pytest.approx(60)
+    clock.t += 120
+    assert keeper.step([]) == []
+    assert keeper.next_due_in() is None, "a due heartbeat with nothing in flight keeps the loop busy"
+    operator.fork(wave.root_id, "job", ["worker"], as_="resident")
+    clock.t += 1
+    (beat,) = keeper.step([])
+    assert beat.kind == "heartbeat" and "1 in flight — w/job: running" in beat.text
+    assert keeper.next_due_in() == pytest.approx(60)
