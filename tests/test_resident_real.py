@@ -406,3 +406,152 @@ def test_interrupt_ends_a_long_turn_and_its_text_becomes_the_next(
         "it",
     )
     assert not [m for m in t.assistant_messages() if "pondered" in json.dumps(m)], "the long turn was not cut"
+
+
+def test_an_interrupt_the_pane_ignores_is_reported_failed_at_its_deadline(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """A mind that does not end its turn (its pane's input is off, so the Escape never reaches it)
+    is reported failed at the deadline: exit 1, the message, a system blip; the text is not typed."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="ponder"), Slow(120, say("pondered")), times=1),
+        rule(on_prompt(), say("typed in")),
+    )
+    repo = git_repo(real)
+    start(real, repo, real.layout(["resident"]))
+    operator.post(operator.resolve("w/main").id, "resident: ponder the universe")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the long turn running")
+    pane = real.pane("resident")
+    real.srv.cmd("select-pane", "-d", "-t", pane)  # the pane ignores keys: the Escape never arrives
+    try:
+        done = fleet_in(real, repo, "resident", "interrupt", "w", "never typed", "--deadline", "2")
+    finally:
+        real.srv.cmd("select-pane", "-e", "-t", pane)
+    assert done.returncode == 1, done
+    assert "did not end its turn within 2s of the operator's interrupt" in done.stderr, done.stderr
+    assert "it is failed, and the next turn was not typed" in done.stderr and "Traceback" not in done.stderr
+    assert "fleet resident stop w" in done.stderr
+    (said,) = system_blips(real, "resident: failed:")
+    assert said == "resident: failed: did not end its turn within 2s of the operator's interrupt"
+    assert status(real, repo)["state"] == "turning", "the turn ended though the key never arrived"
+    again = fleet_in(real, repo, "resident", "interrupt", "w", "--json")  # the pane takes keys again
+    assert again.returncode == 0 and json.loads(again.stdout)["interrupted"] is True, again
+    t = real.transcript("resident")
+    assert t.prompts() == [], "the next turn was typed though the interrupt failed"
+    assert not [m for m in t.assistant_messages() if "pondered" in json.dumps(m)]
+
+
+def test_heartbeat_always_stops_at_its_daily_budget_and_a_memory_update_reaches_the_mind(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """The operator's `fleet memory update` (run outside the repository) rewrites MEMORY.md and
+    wakes the mind to re-read it; then `heartbeat: always` with nothing in flight beats every quiet
+    interval until the day's budget (2) is spent, says so once, and the model hears nothing more."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(on_message(author="operator", contains="re-read"), say("noted the new memory")),
+        rule(on_prompt(contains="heartbeat"), say("all quiet")),
+    )
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text(
+        f"---\nheartbeat: always\nheartbeat_every: {BEAT}s\nheartbeat_budget: 2\n---\nKeep watch.\n"
+    )
+    (repo / "wave" / "w" / "MEMORY.md").write_text("Nothing learnt yet.\n")
+    start(real, repo, real.layout(["resident"]))
+    elsewhere = real.tmp / "elsewhere"
+    elsewhere.mkdir()
+    done = fleet_in(real, elsewhere, "memory", "update", "w", "The API lives in api/.")
+    assert done.returncode == 0, done.stderr
+    assert (repo / "wave" / "w" / "MEMORY.md").read_text() == "The API lives in api/.\n"
+    t = real.transcript("resident")
+    (note,) = real.wait(
+        lambda: [b for b in t.delivered() if b.author == "operator" and "memory updated" in b.text],
+        "the memory update in the mind's transcript",
+    )
+    assert "The API lives in api/." in note.text and "re-read wave/w/MEMORY.md" in note.text
+    real.wait(lambda: t.settled() and status(real, repo)["turns"] == 1, "the re-read turn ended")
+    assert len(real.requests("resident")) == 1
+
+    sup = Supervise(real, repo)
+    try:
+        spent_said = "the spent budget said"
+        real.wait(lambda: system_blips(real, "resident: heartbeat budget spent"), spent_said, timeout=120)
+        real.wait(lambda: t.settled() and status(real, repo)["turns"] == 3, "the two heartbeat turns ended")
+        before = len(real.model.log)
+        time.sleep(3 * BEAT)  # three quiet intervals past the budget: absence can only be waited out
+        assert real.model.log[before:] == [], "a model request after the day's heartbeat budget was spent"
+        beats = system_blips(real, "resident: heartbeat: ")
+        assert len(beats) == 2 and all("no workers in flight" in b for b in beats), beats
+        (spent,) = system_blips(real, "resident: heartbeat budget spent")
+        assert "2 of 2 today" in spent and "until 00:00 UTC" in spent
+        assert (
+            t.prompts()
+            == ["[fleet] heartbeat: no workers in flight; check on them and dispatch the next step"] * 2
+        )
+        assert len(real.requests("resident")) == 3
+    finally:
+        sup.stop()
+
+
+def test_a_worker_the_resident_dispatches_with_a_participant_worktree_works_in_its_own(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """A layout whose worker says worktree = "participant" (and no cwd): the resident's fork puts
+    the worker in <repo>.w.worker on branch fleet/w/worker, made from the origin (not from the
+    resident's own worktree); the worker's transcript records that cwd; the main checkout is
+    untouched."""
+    real = real_fleet(channels=True)
+    layout = real.layout(["resident", "worker"], participants={"worker": {"worktree": "participant"}})
+    text = Path(layout).read_text()
+    Path(layout).write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("cwd =")) + "\n")
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="build"),
+            steps(
+                call(
+                    "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": layout}
+                ),
+                post("w/job", "worker: build it"),
+            ),
+        ),
+        rule(on_channel(blip_kind="surface"), say("the worker is done")),
+    )
+    real.script.add(
+        "worker", rule(on_message(author="resident", contains="build it"), surface("w/job", "built"))
+    )
+    repo = git_repo(real)
+    worktree = repo.parent / "project.w.worker"
+    config = json.loads((real.home / ".claude.json").read_text())
+    config["projects"][str(worktree)] = {"hasTrustDialogAccepted": True}
+    (real.home / ".claude.json").write_text(json.dumps(config))
+
+    def git(cwd: Path, *args: str) -> str:
+        done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True)
+        return done.stdout
+
+    main_before = (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD"))
+    start(real, repo, layout)
+    operator.post(operator.resolve("w/main").id, "resident: build the thing")
+    real.wait(
+        lambda: any(b.kind == "surface" and b.text == "built" for b in real.blips("w/main")),
+        "the worker's surface",
+        timeout=180,
+    )
+    assert git(worktree, "branch", "--show-current").strip() == "fleet/w/worker"
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert f"worktree {worktree}\n" in listed and f"worktree {repo.parent / 'project.w'}\n" in listed
+    assert not (repo.parent / "project.w.w.worker").exists(), "branched off the resident's worktree"
+    (rec,) = operator.sessions("w", "worker")
+    assert rec.cwd == str(worktree)
+    worker_t = real.transcript("worker")
+    cwds = real.wait(lambda: {ln["cwd"] for ln in worker_t.lines() if "cwd" in ln}, "the worker's cwd")
+    assert cwds == {str(worktree)}, cwds
+    resident_cwds = {ln["cwd"] for ln in real.transcript("resident").lines() if "cwd" in ln}
+    assert resident_cwds == {str(repo.parent / "project.w")}
+    assert (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD")) == main_before
+    assert git(repo, "branch", "--show-current").strip() == "main"

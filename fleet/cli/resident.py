@@ -100,15 +100,19 @@ def interrupt_(
     text: Annotated[
         str, typer.Argument(metavar="[TEXT]", help="The next turn, typed in once the turn ends.")
     ] = "",
+    deadline: Annotated[
+        float,
+        typer.Option("--deadline", metavar="SECONDS", min=0, help="How long the turn has to end."),
+    ] = 10.0,
     socket: SocketOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel the mind's turn (Escape in its pane; failed if it has not ended within 10s); TEXT, if
-    given, becomes its next turn."""
+    """Cancel the mind's turn (Escape in its pane); if it has not ended by the deadline the mind is
+    reported failed (exit 1). TEXT, if given, becomes its next turn."""
     from fleet.resident.interrupt import interrupt
 
     spawner = make_spawner(socket, None, "auto", False, 0)
-    report = interrupt(client(), spawner.tmux, get_paths(), wave, text)
+    report = interrupt(client(), spawner.tmux, get_paths(), wave, text, deadline=deadline)
     if as_json:
         render.dump(report)
     else:

@@ -13,15 +13,16 @@ token and is refused. The workers go into the tmux server the resident runs in.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
-from fleet import errors
+from fleet import errors, worktrees
 from fleet.client import Client
-from fleet.layouts import Layout, available
+from fleet.layouts import Layout, Profile, available
 from fleet.layouts import load as load_layout
 from fleet.models import Wavelet
 from fleet.paths import Paths, get_paths
-from fleet.resident import RESIDENT
+from fleet.resident import RESIDENT, repo
 from fleet.spawn import Spawner, agent_words, require_agent
 from fleet.tmux import Tmux, server
 
@@ -36,6 +37,22 @@ class _Host(Protocol):
     session_id: str
 
     def client(self) -> Client: ...
+
+
+def _from_origin(layout: Layout, workers: list[str]) -> Layout:
+    """Workers whose profile asks for a worktree but names no ``cwd`` branch off the origin
+    repository (``<repo>.<wave>.<participant>``), not off the resident's own worktree, which is
+    where the channel (and so the spawn) runs."""
+    try:
+        origin = repo.origin(Path.cwd())
+    except errors.FleetError:
+        return layout  # not in a repository: the spawn's own error says so
+    parts = dict(layout.participants)
+    for name in workers:
+        profile = layout.profile(name)
+        if profile.worktree != "none" and not profile.cwd:
+            parts[name] = parts.get(name, Profile()).model_copy(update={"cwd": str(origin)})
+    return layout.model_copy(update={"participants": parts})
 
 
 class Dispatch:
@@ -70,6 +87,18 @@ class Dispatch:
             ) from None
         for name in workers:
             require_agent(agent_words(layout.profile(name).agent))
+        layout = _from_origin(layout, workers)
+        wave_name = host.client().get_wave(host.wave).name
+        facts: dict[tuple[str, ...], object] = {}
+        for name in workers:  # a worktree that cannot be made is refused now, before the fork
+            profile = layout.profile(name)
+            try:
+                worktrees.plan(
+                    Path(profile.cwd) if profile.cwd else Path.cwd(), profile.worktree, wave_name, name,
+                    base=profile.base, setup=profile.setup, env=profile.env, facts=facts,
+                )  # fmt: skip
+            except errors.FleetError as exc:
+                raise type(exc)(f"{exc.message}; nothing was forked") from None
         try:
             token = paths.operator_token.read_text(encoding="utf-8").strip()
         except OSError:

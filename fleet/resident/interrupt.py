@@ -2,12 +2,14 @@
 
 What Claude Code accepts in a pane: Escape cancels the running turn (the transcript then shows
 "[Request interrupted by user]"). fleet waits for the transcript to show the turn ended, up to a
-deadline (10 s): past it the mind is reported failed (an error; ``fleet supervise`` and the failure
-rule take it from there). Non-empty ``text`` is typed in as the next turn.
+deadline (10 s): past it the mind is reported failed (:class:`InterruptFailed`, exit 1, and a
+``resident: failed: …`` system blip), and ``text`` is not typed. Otherwise non-empty ``text`` is
+typed in as the next turn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from pydantic import BaseModel
@@ -21,6 +23,13 @@ from fleet.resident.seat import _session_env, resident_pane
 from fleet.tmux import Tmux
 
 DEADLINE = 10.0
+"""Seconds the turn has to end after the Escape (``fleet resident interrupt --deadline``)."""
+
+
+class InterruptFailed(errors.FleetError):
+    """The turn did not end by the deadline: the mind is reported failed (exit 1)."""
+
+    exit_code = 1
 
 
 class InterruptReport(BaseModel):
@@ -46,10 +55,14 @@ def interrupt(
         delay = 0.05
         while reader.read().turning:
             if time.monotonic() > until:
-                raise errors.FleetError(
-                    f"the resident of {wave.name} did not end its turn within {deadline:g}s of the interrupt:"
-                    f" it is failed; `fleet resident stop {wave.name}` then start it, or let"
-                    " `fleet supervise` act"
+                said = f"did not end its turn within {deadline:g}s of the operator's interrupt"
+                with contextlib.suppress(errors.FleetError):  # (the failure is reported either way)
+                    client.post_system(wave.root_id, f"resident: failed: {said}")
+                raise InterruptFailed(
+                    f"the resident of {wave.name} {said} (pid {pane.pid}, pane {pane.pane_id}): it is"
+                    " failed" + (", and the next turn was not typed" if _clean(text) else "") + ";"
+                    f" `fleet resident stop {wave.name}` then `fleet resident start {wave.name}` brings"
+                    " the same session back"
                 )
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
