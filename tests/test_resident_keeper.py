@@ -152,3 +152,48 @@ def test_in_flight_with_nothing_running_sets_no_deadline_and_a_worker_brings_the
     (beat,) = keeper.step([])
     assert beat.kind == "heartbeat" and "1 in flight — w/job: running" in beat.text
     assert keeper.next_due_in() == pytest.approx(60)
+
+
+def test_a_cron_due_during_a_turn_opens_at_its_end(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    """The mind's transcript (written here as Claude Code writes it: a wake, later the turn's end)
+    says it is turning when the cron falls due: nothing is typed then; the next look after the turn
+    ended opens it, once."""
+    import json
+    import os
+
+    from fleet.resident.keeper import write_state
+
+    wave, tmux = seated(
+        operator, tmux_server, fleet_env, tmp_path,
+        'heartbeat: off\ncrons:\n  - flow: nightly\n    schedule: "30 22 * * *"\n',
+    )  # fmt: skip
+    write_state(fleet_env, wave.id, T0)
+    mind = operator.seat("w")
+    assert mind is not None
+    transcript = Path(os.environ["HOME"]) / ".claude" / "projects" / "-x" / f"{mind.session_id}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    wake = {"type": "user", "origin": {"kind": "channel"}, "message": {"role": "user", "content": "<c>"}}
+    transcript.write_text(json.dumps(wake) + "\n")
+    clock = Clock(T0 + 30 * 60 + 10)  # 22:30:10, the cron due ten seconds ago
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    assert keeper.step([]) == [], "a cron opened while the mind was turning"
+    clock.t += 60
+    assert keeper.step([]) == []
+    with transcript.open("a") as f:
+        f.write(json.dumps({"type": "system", "subtype": "turn_duration", "durationMs": 5}) + "\n")
+    clock.t += 5
+    (due,) = keeper.step([])
+    assert due.kind == "cron"
+    assert due.text.startswith("cron due: nightly — dispatch it (due at 2026-12-01 22:30")
+    clock.t += 5
+    assert keeper.step([]) == [], "the cron opened twice"
+
+    def typed() -> int:
+        pane = seat.resident_pane(tmux, wave.id)
+        assert pane is not None
+        screen = "\n".join(tmux.srv.cmd("capture-pane", "-p", "-J", "-S", "-", "-t", pane.pane_id).stdout)
+        return screen.count("[fleet] cron due: nightly")
+
+    retry_until(lambda: typed() == 1, what="the cron's line typed into the pane once")
