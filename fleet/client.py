@@ -675,10 +675,12 @@ class Client:
         """The wave's MEMORY.md (the operator or the seated resident only)."""
         return self._call("GET", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer)
 
-    def write_memory(self, wave: str, op: MemoryOp, content: str, summary: str | None = None) -> MemoryAnswer:
-        """``update`` (replace) or ``add`` to the wave's MEMORY.md; never retried (``add`` twice
-        would add twice)."""
-        req = MemoryWrite(op=op, content=content, summary=summary)
+    def write_memory(
+        self, wave: str, op: MemoryOp, content: str, summary: str | None = None, as_: str | None = None
+    ) -> MemoryAnswer:
+        """``update`` (replace) or ``add`` to the wave's MEMORY.md (``as_``: the operator writing
+        as the seated resident); never retried (``add`` twice would add twice)."""
+        req = MemoryWrite(op=op, content=content, summary=summary, as_=as_)
         return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req, idempotent=False)
 
 

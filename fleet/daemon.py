@@ -934,10 +934,16 @@ class Daemon:
 
         body = r.model(MemoryWrite)
         seat, wave = self._s.memory_seat(r.who, r.arg)
+        author = self._s.access.author(r.who, body.as_)
+        if author not in (r.who.name, seat.participant):
+            raise errors.Forbidden(
+                f"memory is written by the operator or as the wave's resident ({seat.participant!r}),"
+                f" not as {author!r}"
+            )
         path = memory.memory_file(seat, wave.name)
         content = memory.apply(path, body.op, body.content)
         said = memory.summary_of(body.content, body.summary)
-        by_resident = not r.who.is_operator
+        by_resident = author == seat.participant
         text = memory.blip_text(body.op, said, wave.name, by_resident, seat.participant)
         if by_resident:
             blip = self._s.post_system(OPERATOR_PRINCIPAL, wave.root_id, text)

@@ -418,6 +418,9 @@ class MemoryWrite:
     op: MemoryOp
     content: str
     summary: str | None = None
+    as_: str | None = field(default=None, key="as")
+    """The operator writing for the seated resident (``fleet memory`` run in the resident's own
+    session): recorded as the resident's write."""
 
 
 @record

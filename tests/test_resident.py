@@ -184,10 +184,12 @@ def test_the_mind_fold_reads_turns_and_failures_incrementally(tmp_path: Path) ->
 # ---------------------------------------------------------------- the CLI's refusals
 
 
-def run_fleet(operator: Client, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_fleet(
+    operator: Client, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     import os
 
-    env = {**os.environ, "FLEET_DAEMON": operator.base_url, "FLEET_TOKEN": operator.token}
+    env = {**os.environ, "FLEET_DAEMON": operator.base_url, "FLEET_TOKEN": operator.token, **(env or {})}
     cwd.mkdir(exist_ok=True)  # (not tmp_path itself: its fleet/ folder would shadow the package)
     return subprocess.run(
         [sys.executable, "-m", "fleet", *args], cwd=cwd, env=env, capture_output=True, text=True
@@ -304,10 +306,25 @@ def test_the_residents_token_holds_the_pen_and_another_participants_is_refused(
     assert "Traceback" not in done.stderr
     assert memory.read_text() == "Deploys go through make ship.\n", "a refused write changed the file"
     assert operator.read(operator.resolve("w/main").id).blips[-1].id == got.blip_id
+    with pytest.raises(errors.Forbidden) as caught:
+        operator.write_memory("w", "add", "as bob", as_="bob")
+    assert "not as 'bob'" in caught.value.message
+    assert memory.read_text() == "Deploys go through make ship.\n"
+
+    seated = operator.seat("w")
+    assert seated is not None  # `fleet memory` in the resident's own shell: the resident's write
+    mine = {"CLAUDE_CODE_SESSION_ID": seated.session_id}
+    done = run_fleet(operator, tmp_path / "x", "memory", "add", "w", "Staging is at :8080.", env=mine)
+    assert done.returncode == 0, done.stderr
+    last = operator.read(operator.resolve("w/main").id).blips[-1]
+    assert last.kind == "system"
+    assert last.text == "resident: memory added: Staging is at :8080. (wave/w/MEMORY.md)"
+    assert memory.read_text() == "Deploys go through make ship.\n\nStaging is at :8080.\n"
+
     operator.close_seat("w", "stopped")
     with pytest.raises(errors.Forbidden):
         resident.write_memory("w", "add", "after the seat closed")
-    assert memory.read_text() == "Deploys go through make ship.\n"
+    assert memory.read_text().endswith("Staging is at :8080.\n")
 
 
 def test_memory_of_a_wave_that_never_had_a_resident_says_what_to_do(operator: Client, tmp_path: Path) -> None:

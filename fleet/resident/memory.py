@@ -13,7 +13,9 @@ What a caller may rely on (docs/resident.md):
 - Each write is recorded by one blip in the wave's root wavelet. The operator's is a message
   naming the resident ("memory updated: <summary> — resident: re-read …"): it wakes the mind, which
   reads the new memory now, not at its next start. The resident's own write is a ``system`` blip
-  (``resident: memory added: …``): the mind knows what it wrote, so nothing wakes.
+  (``resident: memory added: …``): the mind knows what it wrote, so nothing wakes. ``fleet memory``
+  run in the resident's own session (its shell: ``CLAUDE_CODE_SESSION_ID`` is the seat's) writes
+  as the resident even with the operator's token.
 
 This module is the file side (the daemon's); :func:`show` and :func:`write` are the CLI's.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,7 +110,23 @@ def show(client: Client, wave_ref: str) -> MemoryAnswer:
     return client.memory(wave_ref)
 
 
-def write(client: Client, wave_ref: str, op: MemoryOp, text: str, summary: str | None = None) -> MemoryAnswer:
+def write(
+    client: Client,
+    wave_ref: str,
+    op: MemoryOp,
+    text: str,
+    summary: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> MemoryAnswer:
+    """Write the memory; run inside the seated resident's own session (its
+    ``CLAUDE_CODE_SESSION_ID`` is the seat's), the write is the resident's even on the operator's
+    token, so it does not wake the mind that made it."""
     if not text.strip():  # (the daemon refuses it too: this saves the round trip)
         raise errors.UsageError("the memory text is empty: give what to write (or - to read stdin)")
-    return client.write_memory(wave_ref, op, text, summary)
+    session = (os.environ if env is None else env).get("CLAUDE_CODE_SESSION_ID", "")
+    as_ = None
+    if session:
+        seat = client.seat(wave_ref)
+        if seat is not None and seat.closed_at is None and seat.session_id == session:
+            as_ = seat.participant
+    return client.write_memory(wave_ref, op, text, summary, as_=as_)
