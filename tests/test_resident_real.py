@@ -255,9 +255,11 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
     """Two blips that arrive while the mind is turning reach it in one wake at the turn's end (what
-    Claude Code does with queued input); a fork with an unknown layout returns the error to the mind
-    and forks nothing."""
+    Claude Code does with queued input); a fork with an unknown layout, or with a worker whose
+    worktree cannot be made (``wave``: the path the resident's own worktree holds), returns the
+    error to the mind and forks nothing."""
     real = real_fleet(channels=True)
+    shared = real.layout(["worker"], "shared", participants={"worker": {"worktree": "wave"}})
     real.script.add(
         "resident",
         rule(on_message(author="operator", contains="think"), Slow(6, say("thought it through"))),
@@ -266,6 +268,10 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
             call(
                 "wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": "no-such"}
             ),
+        ),
+        rule(
+            on_message(author="operator", contains="shared tree"),
+            call("wavelet_fork", {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": shared}),
         ),
     )
     repo = git_repo(real)
@@ -289,6 +295,12 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
     refused = real.wait(lambda: [x for x in t.tool_results() if x.is_error], "the refused fork's result")
     assert "cannot spawn with layout 'no-such'" in refused[0].text and "nothing was forked" in refused[0].text
     assert [wl.name for wl in operator.get_wave("w").wavelets] == ["main"]
+    operator.post(main, "resident: fork a worker in the shared tree")  # its worktree cannot be made
+    refused = real.wait(lambda: [x for x in t.tool_results() if x.is_error][1:], "the second refusal")
+    assert f"{repo.parent / 'project.w'} is a worktree of {repo} but not on branch fleet/w" in refused[0].text
+    assert refused[0].text.endswith("nothing was forked"), refused[0].text
+    assert [wl.name for wl in operator.get_wave("w").wavelets] == ["main"]
+    assert not [p for p in repo.parent.iterdir() if p.name.startswith("project.w.")]
 
 
 def test_a_cron_due_while_idle_opens_one_turn_and_one_25_hours_overdue_opens_none(
