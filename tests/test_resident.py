@@ -336,6 +336,25 @@ def test_memory_of_a_wave_that_never_had_a_resident_says_what_to_do(operator: Cl
     assert operator.read(operator.resolve("w/main").id).blips == before
 
 
+def test_memory_of_a_seat_whose_worktree_is_gone_or_on_another_host_says_so(
+    operator: Client, tmp_path: Path
+) -> None:
+    import shutil
+
+    seated_repo(operator, tmp_path)
+    shutil.rmtree(tmp_path / "repo.w")
+    done = run_fleet(operator, tmp_path / "x", "memory", "add", "w", "something")
+    assert done.returncode == 1 and "records no worktree that exists" in done.stderr, done
+    assert "fleet resident start w" in done.stderr and "Traceback" not in done.stderr
+    operator.claim_seat(
+        "w",
+        NewSeat(participant="resident", session_id=str(uuid.uuid4()), host="elsewhere", pid=2, force=True),
+    )
+    done = run_fleet(operator, tmp_path / "x", "memory", "show", "w")
+    assert done.returncode == 1 and "runs on elsewhere, not on this daemon's machine" in done.stderr, done
+    assert not (tmp_path / "repo" / "wave").exists()
+
+
 def test_the_keeper_rereads_goal_live_and_keeps_the_last_good_schedule(
     operator: Client, tmp_path: Path, fleet_env: Paths
 ) -> None:
