@@ -78,6 +78,7 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Principal, Store
+from fleet.store.faults import open_store, storage_faults
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
 
@@ -528,7 +529,7 @@ class Daemon:
         try:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
-            self.store = Store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
+            self.store = open_store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
             httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd
@@ -607,13 +608,15 @@ class Daemon:
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
-        self._open()
+        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+            self._open()
         assert self._httpd is not None
         self._thread = self._httpd.start()
 
     def serve_forever(self) -> None:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
-        self._open()
+        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+            self._open()
         assert self._httpd is not None
         if self.certificate is not None:
             sys.stderr.write(
