@@ -50,6 +50,7 @@ from fleet.models import (
     Context,
     Endpoint,
     ErrorEnvelope,
+    EventPage,
     Feed,
     FeedRequest,
     Health,
@@ -667,6 +668,11 @@ class Client:
         """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
         req = CloseSeat(why=why, session_id=session_id)
         return self._call("POST", f"/v1/waves/{_q(wave)}/seat/close", SeatAnswer, req, idempotent=True).seat
+
+    def events(self, after: int = 0, limit: int = 1000, wave: str | None = None) -> EventPage:
+        """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only."""
+        query = f"after={after}&limit={limit}" + (f"&wave={_q(wave)}" if wave else "")
+        return self._call("GET", f"/v1/events?{query}", EventPage)
 
 
 def _reason(exc: BaseException) -> str:

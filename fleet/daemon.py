@@ -936,6 +936,15 @@ class Daemon:
         )
         return 200, TokenList(tokens=tokens)
 
+    def _events(self, r: Request) -> Answer:
+        """A page of the event log (``fleet export``): the full operator only."""
+        from fleet.store.artifact import PAGE_ROWS, export_page
+
+        wave = r.query.get("wave") or None
+        return 200, export_page(
+            self._s, r.who, wave, after=r.q_int("after", 0), limit=r.q_int("limit", PAGE_ROWS)
+        )
+
     def _revoke(self, r: Request) -> Answer:
         body = r.model(RevokeRequest)
         revoked = self._s.revoke_tokens(
@@ -978,6 +987,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/machines", Daemon._mint_machine),
     Route("GET", "/v1/tokens", Daemon._list_tokens),
     Route("POST", "/v1/tokens/revoke", Daemon._revoke),
+    Route("GET", "/v1/events", Daemon._events),
 )
 """The whole API (``docs/http-api.md``). ``console=True``: the operator console's page may call it
 (as the operator, through ``/api/v1/…``); token routes, the feed, presence reports, the whole-wave
