@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet import errors
 from fleet.models import EventPage, LogRow
+from fleet.paths import ensure_private_dir
 from fleet.store.events import (
     BlipPosted,
     BlipReplaced,
@@ -249,7 +250,7 @@ def read_export(data: bytes, name: str) -> tuple[dict[str, Any], list[Entry]]:
 @contextmanager
 def instance_lock(lock: Path, db: Path) -> Iterator[None]:
     """Hold the daemon's instance lock (``state/daemon.lock``): no daemon writes the store meanwhile."""
-    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(lock.parent)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -285,7 +286,7 @@ def import_log(db: Path, lock: Path, data: bytes, name: str) -> ImportReport:
     head, entries = read_export(data, name)
     with instance_lock(lock, db):
         check_database(db)
-        db.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure_private_dir(db.parent)
         with storage_faults(db):
             conn = connect(db)
             try:

@@ -123,11 +123,14 @@ def check_database(path: Path) -> None:
     if not path.exists():
         return
     if path.stat().st_size == 0:
+        wal = path.with_name(path.name + "-wal")
+        size = wal.stat().st_size if wal.exists() else 0
+        keep = f" (its {wal.name} beside it, {size} bytes, may hold data: move it with it)" if size else ""
         raise StorageFault(
             f"the store {path} is an empty (0-byte) file, not a database: fleet will not start over"
             f" on it as an empty store. If you have a backup, restore it (`cp BACKUP {path}`); to start"
-            f" an empty store instead, move the file away (`mv {path} {path}.empty`); then start the"
-            " daemon again"
+            f" an empty store instead, move the file away (`mv {path} {path}.empty`){keep}; then start"
+            " the daemon again"
         )
     problems: list[Any]
     conn = sqlite3.connect(str(path), timeout=10.0)
