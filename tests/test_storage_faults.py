@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from httphelp import Http
 from test_cli import base_env
 
 from fleet import errors
@@ -127,6 +128,10 @@ def test_disk_full_is_a_named_typed_error_and_earlier_data_is_intact(small_disk:
         r = cli("post", "w/main", "-", env=env, stdin="x" * 200_000)
         err = refused(r, "database or disk is full", "free space")
         assert "internal error" not in err and r.stdout == ""
+        # Over HTTP: 507 with the error kind a client turns back into StorageFault.
+        resp = Http(d.url, d.operator_token).post_blip(wave.root_id, "y" * 200_000)
+        assert resp.status == 507 and resp.error["kind"] == "storage", resp.raw[:300]
+        assert "database or disk is full" in resp.error["message"]
         # Reads still work on the full disk, and show exactly what was committed before.
         got = json.loads(cli("read", "w/main", "--json", env=env).stdout)
         shown = [b["text"] for b in got["blips"] if b["kind"] == "message"]
