@@ -240,6 +240,15 @@ def test_a_wave_imported_into_a_store_that_holds_it_is_refused_and_nothing_chang
     refused(fleet("import", str(export), home=named), 1, "another wave of that name")
     assert tables_of(paths_in(named).db) == tables and log_of(paths_in(named).db) == log
 
+    # A row whose wave is neither in the file nor in the store: refused, and no empty store is left.
+    orphan = tmp_path / "orphan.jsonl"
+    head, *rest = export.read_text().splitlines()
+    posted = next(x for x in rest if json.loads(x)["type"] == "blip.posted")
+    orphan.write_text(f"{head}\n{posted}\n")
+    nowhere = tmp_path / "nowhere"
+    refused(fleet("import", str(orphan), home=nowhere), 1, "line 2 (blip.posted) does not fit")
+    assert not paths_in(nowhere).db.exists()
+
     # Not an export at all: a usage error naming the line.
     junk = tmp_path / "junk.jsonl"
     junk.write_text('{"format": "fleet-events", "version": 1}\n{"type": "blip.posted"\n')

@@ -82,7 +82,7 @@ def backup(db: Path, dest: Path, *, force: bool = False) -> BackupReport:
     if dest.exists() and not force:
         raise errors.Conflict(f"{dest} already exists: give a new file, or --force to replace it")
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    with storage_faults(dest):
+    with storage_faults(dest, "the backup"):
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         try:
             src = sqlite3.connect(str(db), timeout=10.0)
@@ -281,13 +281,27 @@ def _refuse(conn: sqlite3.Connection, e: Entry, name: str) -> None:
     )
 
 
+@contextmanager
+def _removed_on_failure(db: Path | None) -> Iterator[None]:
+    """Remove the database ``db`` (and its -wal and -shm) if the block fails: an import that created
+    the store and then was refused leaves no empty store behind."""
+    try:
+        yield
+    except BaseException:
+        if db is not None:
+            for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+                p.unlink(missing_ok=True)
+        raise
+
+
 def import_log(db: Path, lock: Path, data: bytes, name: str) -> ImportReport:
     """Apply the export ``data`` (read from ``name``) to the store at ``db``, all or nothing."""
     head, entries = read_export(data, name)
     with instance_lock(lock, db):
         check_database(db)
         ensure_private_dir(db.parent)
-        with storage_faults(db):
+        created = not db.exists()
+        with storage_faults(db), _removed_on_failure(db if created else None):
             conn = connect(db)
             try:
                 migrate(conn)

@@ -48,17 +48,17 @@ def _restore(path: Path) -> str:
     )
 
 
-def disk_full(path: Path | str, detail: str) -> StorageFault:
+def disk_full(path: Path | str, detail: str, what: str = "the store") -> StorageFault:
     return StorageFault(
-        f"the disk holding the store {path} is full ({detail}): nothing was written and what was"
+        f"the disk holding {what} {path} is full ({detail}): nothing was written and what was"
         " committed before is intact; free space on that file system, then try again"
     )
 
 
-def read_only(path: Path | str, detail: str) -> StorageFault:
+def read_only(path: Path | str, detail: str, what: str = "the store") -> StorageFault:
     return StorageFault(
-        f"the store {path} cannot be written: its file system is read-only ({detail}); remount it"
-        " read-write (or point FLEET_HOME at a writable place), then start the daemon again"
+        f"{what} {path} cannot be written: its file system is read-only ({detail}); remount it"
+        " read-write (or point FLEET_HOME at a writable place), then try again"
     )
 
 
@@ -66,23 +66,23 @@ def corrupt(path: Path, detail: str) -> StorageFault:
     return StorageFault(f"the store {path} is corrupt ({detail}): {_restore(path)}")
 
 
-def classify(exc: sqlite3.Error, path: Path) -> StorageFault | None:
+def classify(exc: sqlite3.Error, path: Path, what: str = "the store") -> StorageFault | None:
     """The storage fault an SQLite error names, or None when it is not one."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
         return None
     primary = code & 0xFF
     if primary == SQLITE_FULL:
-        return disk_full(path, f"SQLite: {exc}")
+        return disk_full(path, f"SQLite: {exc}", what)
     if primary == SQLITE_READONLY:
         return StorageFault(
-            f"the store {path} cannot be written (SQLite: {exc}): its file system is read-only or the"
+            f"{what} {path} cannot be written (SQLite: {exc}): its file system is read-only or the"
             " file is not writable; nothing was written; remount it read-write (or fix the file's"
             " permissions) and restart the daemon"
         )
     if primary == SQLITE_IOERR:
         return StorageFault(
-            f"the store {path} hit a disk I/O error (SQLite: {exc}): nothing was written; check the"
+            f"{what} {path} hit a disk I/O error (SQLite: {exc}): nothing was written; check the"
             " disk (`dmesg`, free space), then restart the daemon"
         )
     if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
@@ -91,22 +91,22 @@ def classify(exc: sqlite3.Error, path: Path) -> StorageFault | None:
 
 
 @contextmanager
-def storage_faults(path: Path) -> Iterator[None]:
+def storage_faults(path: Path, what: str = "the store") -> Iterator[None]:
     """Raise the SQLite and OS errors of a full disk, a read-only file system or a corrupt database
-    as :class:`~fleet.errors.StorageFault`; let every other exception through unchanged."""
+    as :class:`~fleet.errors.StorageFault` (naming ``what`` at ``path``: the store, a backup);
+    let every other exception through unchanged."""
     try:
         yield
     except sqlite3.Error as exc:
-        fault = classify(exc, path)
+        fault = classify(exc, path, what)
         if fault is None:
             raise
         raise fault from exc
     except OSError as exc:
-        where = exc.filename or path
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise disk_full(where, exc.strerror or str(exc)) from exc
+            raise disk_full(path, exc.strerror or str(exc), what) from exc
         if exc.errno == errno.EROFS:
-            raise read_only(where, exc.strerror or str(exc)) from exc
+            raise read_only(exc.filename or path, exc.strerror or str(exc), what) from exc
         raise
 
 
