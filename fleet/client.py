@@ -878,6 +878,12 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
                 other = live_endpoint(paths)  # lost a race with a daemon started by other means
                 if other is not None:
                     return other, False
+                if proc.returncode == errors.StorageFault.exit_code:  # a named storage fault: not transient
+                    said = [ln for ln in _log_tail(paths.daemon_log).splitlines() if "error:" in ln]
+                    reason = said[-1].split("error:", 1)[1].strip() if said else "a storage fault"
+                    raise errors.StorageFault(
+                        f"the fleet daemon refused to start: {reason} (its log: {paths.daemon_log})"
+                    )
                 raise errors.DaemonUnreachable(
                     f"the fleet daemon exited at start (status {proc.returncode}); "
                     f"the end of its log {paths.daemon_log}:\n{_log_tail(paths.daemon_log)}"

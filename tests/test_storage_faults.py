@@ -154,6 +154,11 @@ def test_an_empty_database_is_refused_not_reinitialised(fleet_env: Paths) -> Non
     r = daemon_run(fleet_env)
     refused(r, "empty (0-byte)", "restore", f"mv {fleet_env.db}")
     assert fleet_env.db.stat().st_size == 0  # left exactly as it was
+    # A command that auto-starts the daemon says why it could not, with the same exit code.
+    env = base_env(FLEET_HOME=str(fleet_env.data.parent))
+    env.pop("FLEET_DAEMON", None)
+    refused(cli("ls", env=env), "refused to start", "empty (0-byte)", str(fleet_env.daemon_log))
+    assert fleet_env.db.stat().st_size == 0
     with pytest.raises(errors.StorageFault, match="0-byte"):
         Daemon(fleet_env, listen="127.0.0.1:0").start()
 
