@@ -25,6 +25,8 @@ from typing import Any
 
 import uuid6
 
+from fleet.store.faults import storage_faults
+
 log = logging.getLogger(__name__)
 
 
@@ -328,8 +330,6 @@ class Connections:
         (:mod:`fleet.store.faults`). SQLite may already have rolled back on such an error; then
         there is nothing to roll back, and the error that caused it is what is raised.
         """
-        from fleet.store.faults import storage_faults
-
         with self._wlock, storage_faults(self.path):
             self._w.execute("BEGIN IMMEDIATE")
             try:
