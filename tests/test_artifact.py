@@ -276,3 +276,32 @@ def test_replay_check_passes_on_a_healthy_store_and_names_a_tampered_row(
     assert f"members {main.id}/bob: rebuilt from the log, missing from the store" in r.stdout
     refused(fleet("replay", home=home), 2, "--check")
     assert os.path.exists(daemon.paths.db)
+
+
+def test_export_pages_through_a_long_log_and_a_wave_export_skips_other_waves(
+    daemon: Daemon, operator: Client, tmp_path: Path
+) -> None:
+    home = daemon.paths.data.parent
+    v = operator.create_wave("v", ["dave"])
+    operator.post(v.root_id, "the one blip of v", as_="dave")
+    w = operator.create_wave("w", ["alice"])
+    for i in range(1100):  # more than one page (1,000 rows) of another wave's events
+        operator.post(w.root_id, f"blip {i}", as_="alice")
+    operator.post(v.root_id, "v again, after them", as_="dave")
+    total = len(log_of(daemon.paths.db))
+    assert total > 1000
+    lines = ok(fleet("export", home=home)).splitlines()
+    assert [json.loads(x)["seq"] for x in lines[1:]] == list(range(1, total + 1))
+    rows = [json.loads(x) for x in ok(fleet("export", "v", home=home)).splitlines()[1:]]
+    assert [r["type"] for r in rows] == ["wave.created", "blip.posted", "blip.posted"]
+    assert rows[-1]["payload"]["blip"]["text"] == "v again, after them"
+    # The API pages by `limit` and hands back a cursor; every row once, in order.
+    seen: list[int] = []
+    after = 0
+    while True:
+        page = operator.events(after=after, limit=7)
+        seen.extend(r.seq for r in page.events)
+        if not page.more:
+            break
+        after = page.cursor
+    assert seen == list(range(1, total + 1))
