@@ -36,7 +36,8 @@ def fleet(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fleet ARGS`` as a user of the local store in ``home`` (no FLEET_DAEMON)."""
     env = base_env(FLEET_HOME=str(home), **extra)
-    env.pop("FLEET_DAEMON", None)
+    if "FLEET_DAEMON" not in extra:
+        env.pop("FLEET_DAEMON", None)
     if "FLEET_TOKEN" not in extra:
         env.pop("FLEET_TOKEN", None)
     return subprocess.run(
@@ -170,6 +171,11 @@ def test_backup_while_posting_is_the_source_at_one_point(
     for etype, payload, _at in copied:
         apply(scratch, parse(etype, payload))
     assert tables_of(copy) == dump_tables(scratch)
+    # It works on this machine's file: with FLEET_DAEMON naming another daemon it refuses.
+    elsewhere = tmp_path / "elsewhere.sqlite3"
+    r = fleet("backup", str(elsewhere), home=home, FLEET_DAEMON="http://127.0.0.1:9")
+    refused(r, 2, "FLEET_DAEMON names another daemon")
+    assert not elsewhere.exists()
     # A copy over an existing file needs --force; the existing file is left as it was.
     before = copy.read_bytes()
     refused(fleet("backup", str(copy), home=home), 1, "already exists", "--force")
