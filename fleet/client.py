@@ -50,6 +50,7 @@ from fleet.models import (
     Context,
     Endpoint,
     ErrorEnvelope,
+    EventPage,
     Feed,
     FeedRequest,
     Health,
@@ -683,6 +684,11 @@ class Client:
         req = MemoryWrite(op=op, content=content, summary=summary, as_=as_)
         return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req, idempotent=False)
 
+    def events(self, after: int = 0, limit: int = 1000, wave: str | None = None) -> EventPage:
+        """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only."""
+        query = f"after={after}&limit={limit}" + (f"&wave={_q(wave)}" if wave else "")
+        return self._call("GET", f"/v1/events?{query}", EventPage)
+
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
@@ -887,6 +893,12 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
                 other = live_endpoint(paths)  # lost a race with a daemon started by other means
                 if other is not None:
                     return other, False
+                if proc.returncode == errors.StorageFault.exit_code:  # a named storage fault: not transient
+                    said = [ln for ln in _log_tail(paths.daemon_log).splitlines() if "error:" in ln]
+                    reason = said[-1].split("error:", 1)[1].strip() if said else "a storage fault"
+                    raise errors.StorageFault(
+                        f"the fleet daemon refused to start: {reason} (its log: {paths.daemon_log})"
+                    )
                 raise errors.DaemonUnreachable(
                     f"the fleet daemon exited at start (status {proc.returncode}); "
                     f"the end of its log {paths.daemon_log}:\n{_log_tail(paths.daemon_log)}"

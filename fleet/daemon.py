@@ -80,6 +80,7 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
+from fleet.store.faults import open_store, storage_faults
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
 
@@ -530,7 +531,7 @@ class Daemon:
         try:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
-            self.store = Store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
+            self.store = open_store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
             httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd
@@ -609,13 +610,15 @@ class Daemon:
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
-        self._open()
+        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+            self._open()
         assert self._httpd is not None
         self._thread = self._httpd.start()
 
     def serve_forever(self) -> None:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
-        self._open()
+        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+            self._open()
         assert self._httpd is not None
         if self.certificate is not None:
             sys.stderr.write(
@@ -969,6 +972,15 @@ class Daemon:
         )
         return 200, TokenList(tokens=tokens)
 
+    def _events(self, r: Request) -> Answer:
+        """A page of the event log (``fleet export``): the full operator only."""
+        from fleet.store.artifact import PAGE_ROWS, export_page
+
+        wave = r.query.get("wave") or None
+        return 200, export_page(
+            self._s, r.who, wave, after=r.q_int("after", 0), limit=r.q_int("limit", PAGE_ROWS)
+        )
+
     def _revoke(self, r: Request) -> Answer:
         body = r.model(RevokeRequest)
         revoked = self._s.revoke_tokens(
@@ -1013,6 +1025,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/machines", Daemon._mint_machine),
     Route("GET", "/v1/tokens", Daemon._list_tokens),
     Route("POST", "/v1/tokens/revoke", Daemon._revoke),
+    Route("GET", "/v1/events", Daemon._events),
 )
 """The whole API (``docs/http-api.md``). ``console=True``: the operator console's page may call it
 (as the operator, through ``/api/v1/…``); token routes, the feed, presence reports, the whole-wave

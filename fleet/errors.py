@@ -17,7 +17,8 @@ into the same classes, so a caller sees the same exception locally and remotely.
     ├── Conflict (1, 409)            the name is taken, the daemon already runs
     ├── PayloadTooLarge (2, 413)     a blip or request body over the limit
     ├── CorruptState (1)             a delivery state file fleet cannot use (never overwritten)
-    └── ToolMissing (6)              tmux, claude or another agent command is not installed
+    ├── ToolMissing (6)              tmux, claude or another agent command is not installed
+    └── StorageFault (7, 507)        the store's disk is full, read-only, or its database is corrupt or empty
 
 ``transient`` says whether trying the same thing again later can succeed without anyone changing
 anything (the daemon comes back): delivery loops retry transient errors with backoff and stop, or
@@ -119,6 +120,16 @@ class ToolMissing(FleetError):
     kind = "tool_missing"
 
 
+class StorageFault(FleetError):
+    """The database cannot be written or trusted: its disk is full, its file system is read-only,
+    or the file is corrupt or empty (``fleet.store.faults``). Nothing was written; what was committed
+    before is intact. Someone has to act (free space, remount, restore a backup): not transient."""
+
+    exit_code = 7
+    status = 507
+    kind = "storage"
+
+
 _BY_KIND: dict[str, type[FleetError]] = {
     cls.kind: cls
     for cls in (
@@ -133,6 +144,7 @@ _BY_KIND: dict[str, type[FleetError]] = {
         PayloadTooLarge,
         CorruptState,
         ToolMissing,
+        StorageFault,
     )
 }
 

@@ -506,3 +506,29 @@ class Endpoint:
     fingerprint: str | None = None
     """The SHA-256 fingerprint of its TLS certificate when it serves HTTPS (clients pin it)."""
     store_id: str = ""
+
+
+# ---------------------------------------------------------------- the event log (fleet export)
+
+
+@record
+class LogRow:
+    """One row of the event log as ``GET /v1/events`` pages it: ``payload`` is the stored JSON text,
+    verbatim (``type`` is not in it)."""
+
+    seq: int
+    type: str
+    payload: str
+    created_at: str
+
+
+@record
+class EventPage:
+    """``GET /v1/events?after=SEQ&limit=N[&wave=W]`` (full operator only): log rows after ``after``
+    (of wave ``W`` only, when named); ``cursor`` is the last seq scanned, ``more`` whether rows follow."""
+
+    store_id: str
+    wave_id: str | None = None
+    events: list[LogRow] = field(default_factory=list)
+    cursor: int = 0
+    more: bool = False

@@ -95,6 +95,10 @@ COMMANDS: dict[str, str] = {
     "usage": "usage",
     "resident": "resident",
     "memory": "resident",
+    "backup": "store",
+    "export": "store",
+    "import": "store",
+    "replay": "store",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

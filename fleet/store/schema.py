@@ -25,6 +25,8 @@ from typing import Any
 
 import uuid6
 
+from fleet.store.faults import storage_faults
+
 log = logging.getLogger(__name__)
 
 
@@ -322,14 +324,23 @@ class Connections:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE .. COMMIT under the writer lock (ROLLBACK on error)."""
-        with self._wlock:
+        """One write transaction: BEGIN IMMEDIATE .. COMMIT under the writer lock (ROLLBACK on error).
+
+        A full disk, a read-only file system or a corrupt file raise a StorageFault naming it
+        (:mod:`fleet.store.faults`). SQLite may already have rolled back on such an error; then
+        there is nothing to roll back, and the error that caused it is what is raised.
+        """
+        with self._wlock, storage_faults(self.path):
             self._w.execute("BEGIN IMMEDIATE")
             try:
                 yield self._w
                 self._w.execute("COMMIT")
             except BaseException:
-                self._w.execute("ROLLBACK")
+                if self._w.in_transaction:
+                    try:
+                        self._w.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        log.exception("rolling back a failed write")
                 raise
 
     @contextmanager
