@@ -95,6 +95,8 @@ COMMANDS: dict[str, str] = {
     "usage": "usage",
     "resident": "resident",
     "memory": "resident",
+    "summary": "summary",
+    "pin": "summary",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""
