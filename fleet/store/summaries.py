@@ -374,7 +374,15 @@ class Summaries:
                 full += tail
                 if p.summary is not None:
                     size += text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
-                    full += p.summary["covered_bytes"]
+                    # The summary counted the versions current at its upto; those replaced in the
+                    # tail since are not in the full walk (their replacement is, in the tail).
+                    stale = r.execute(
+                        "SELECT coalesce(sum(length(CAST(o.text AS BLOB))), 0) FROM blips t JOIN blips o"
+                        " ON o.id = t.replaces WHERE t.wavelet_id = ? AND t.id > ? AND t.id <= ?"
+                        " AND t.replaces <= ?",
+                        (p.node["id"], lo, p.bound, lo),
+                    ).fetchone()[0]
+                    full += p.summary["covered_bytes"] - stale
             blips: list[Row] = []
             summaries: list[Row] = []
             room, more, cursor = limit, False, ""
