@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from fleet import errors
 from fleet.client import Client
+from fleet.daemon import Daemon
 from fleet.delivery.attention import RoutingLog, SummaryEntry, parse_entry
 from fleet.models import Blip, Context, NewSummary
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, connect, dump_tables, replay
@@ -356,3 +358,64 @@ def test_a_summarizer_that_drops_a_surface_is_rejected_and_logged_with_the_missi
     assert summary.author_kind == "summarizer" and summary.cites == [surfaced.id]
     ctx: Context = op.context(main)
     assert ctx.summaries == [summary] and ctx.blips == [] and ctx.saved_bytes > 0
+
+
+# ---------------------------------------------------------------- the MCP tools, through the official SDK
+
+
+def test_wavelet_summarize_pin_and_read_through_the_mcp_sdk(
+    daemon: Daemon, op: Client, tmp_path: Path
+) -> None:
+    import os
+
+    import anyio
+    import worlds
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from fleet.paths import get_paths
+
+    world = worlds.World(daemon, op, get_paths(), tmp_path, "w", op.resolve("w/main").id)
+    main = world.main
+    side = op.fork(main, "side", with_=["bob"], as_="bob")
+    surfaced = op.surface(side.id, "side: settled", as_="bob")
+    quiet = op.post(main, "a quiet fact", as_="bob")
+    params = StdioServerParameters(
+        command=sys.executable, args=world.channel_argv("alice", "--no-deliver")[1:],
+        env={"FLEET_HOME": os.environ["FLEET_HOME"]},
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        with anyio.fail_after(60):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+
+                async def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+                    res = (await s.call_tool(name, args)).model_dump(by_alias=True, exclude_none=True)
+                    return dict(res)
+
+                pinned = await call("wavelet_pin", {"blip_id": quiet.id})
+                assert pinned["isError"] is False and pinned["structuredContent"]["blip"]["id"] == quiet.id
+                todo = (await call("wavelet_summarize", {"wavelet": "main"}))["structuredContent"]
+                assert sorted(todo["must_cite"]) == sorted([surfaced.id, quiet.id])
+                drops = {"wavelet": "main", "text": "all quiet", "cites": [quiet.id]}
+                bad = await call("wavelet_summarize", drops)
+                assert bad["isError"] is True and surfaced.id in bad["content"][0]["text"]
+                good = await call(
+                    "wavelet_summarize",
+                    {"wavelet": "main", "text": "side settled; a quiet fact", "cites": todo["must_cite"]},
+                )
+                assert good["isError"] is False and good["structuredContent"]["accepted"] is True
+                await anyio.to_thread.run_sync(lambda: op.post(main, "after the summary", as_="bob"))
+                got = (await call("wavelet_read", {"wavelet": "main"}))["structuredContent"]
+                assert [b["text"] for b in got["blips"]] == ["after the summary"]
+                assert [x["text"] for x in got["summaries"]] == ["side settled; a quiet fact"]
+                assert got["saved_bytes"] > 0 and got["more"] is False
+                paged = (await call("wavelet_read", {"wavelet": "main", "limit": 1}))["structuredContent"]
+                assert paged["more"] is True and paged["summaries"] == []
+                older = await call("wavelet_read", {"wavelet": "main", "limit": 1, "before": paged["before"]})
+                assert [x["upto"] for x in older["structuredContent"]["summaries"]] == [quiet.id]
+
+    anyio.run(scenario)
+    outcomes = [(e.outcome, e.missing) for e in world.log("alice") if isinstance(e, SummaryEntry)]
+    assert outcomes == [("rejected", [surfaced.id]), ("accepted", [])]
