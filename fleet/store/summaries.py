@@ -37,11 +37,13 @@ from fleet.models import (
     OPERATOR,
     Blip,
     Context,
+    Member,
     NewSummary,
     Summary,
     SummaryCheck,
     SummaryInput,
     SummaryVerdict,
+    Wavelet,
 )
 from fleet.store import checks, rows
 from fleet.store.access import Access, Principal
@@ -101,6 +103,28 @@ def summary_of(s: Row) -> Summary:
         covered_bytes=s["covered_bytes"],
         created_at=s["created_at"],
     )
+
+
+def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str) -> list[Wavelet]:
+    """The wavelets of ``nodes`` with their rosters (:func:`fleet.store.rows.wavelet`), in one query."""
+    rosters: dict[str, list[Member]] = {n["id"]: [] for n in nodes}
+    if nodes:
+        marks = ",".join("?" * len(nodes))
+        for m in conn.execute(
+            f"SELECT * FROM members WHERE wavelet_id IN ({marks}) ORDER BY joined_at, name",
+            [n["id"] for n in nodes],
+        ):
+            rosters[m["wavelet_id"]].append(
+                Member(name=m["name"], kind=m["kind"], joined_at=m["joined_at"], since=m["since"])
+            )
+    return [
+        Wavelet(
+            id=wl["id"], wave_id=wl["wave_id"], wave=wave_name, name=wl["name"], parent_id=wl["parent_id"],
+            fork_blip_id=wl["fork_blip_id"], private=bool(wl["private"]), created_by=wl["created_by"],
+            created_at=wl["created_at"], roster=rosters[wl["id"]],
+        )
+        for wl in nodes
+    ]  # fmt: skip
 
 
 @dataclass
@@ -363,60 +387,46 @@ class Summaries:
             visible = [n for n in path if self.access.can_see(who, n)]
             parts = self._parts(r, who, path)
             size = full = 0
-            for p in parts:
-                lo = p.summary["upto"] if p.summary is not None else ""
-                tail = r.execute(
-                    "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0) FROM blips WHERE wavelet_id = ?"
-                    " AND id > ? AND id <= ? AND (superseded_by IS NULL OR superseded_by > ?)",
-                    (p.node["id"], lo, p.bound, p.bound),
-                ).fetchone()[0]
-                size += tail
-                full += tail
-                if p.summary is not None:
-                    size += text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
-                    # The summary counted the versions current at its upto; those replaced in the
-                    # tail since are not in the full walk (their replacement is, in the tail).
-                    stale = r.execute(
-                        "SELECT coalesce(sum(length(CAST(o.text AS BLOB))), 0) FROM blips t JOIN blips o"
-                        " ON o.id = t.replaces WHERE t.wavelet_id = ? AND t.id > ? AND t.id <= ?"
-                        " AND t.replaces <= ?",
-                        (p.node["id"], lo, p.bound, lo),
-                    ).fetchone()[0]
-                    full += p.summary["covered_bytes"] - stale
             blips: list[Row] = []
             summaries: list[Row] = []
             room, more, cursor = limit, False, ""
             for p in reversed(parts):
-                if room <= 0:
-                    more = more or self._has_entries(r, p, before)
-                    continue
                 lo = p.summary["upto"] if p.summary is not None else ""
-                got = r.execute(
-                    "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? AND id <= ? AND id < ?"
-                    " AND (superseded_by IS NULL OR superseded_by > ?) ORDER BY id DESC LIMIT ?",
-                    (p.node["id"], lo, p.bound, before, p.bound, room + 1),
-                ).fetchall()
-                if len(got) > room:
-                    more, got = True, got[:room]
-                blips.extend(got)
-                room -= len(got)
-                if got:
-                    cursor = got[-1]["id"]
-                if p.summary is not None and p.summary["upto"] < before:
-                    if room <= 0:
-                        more = True
-                        continue
-                    # A summary and the pinned blips beside it are one entry: never split by a page.
-                    summaries.append(p.summary)
-                    blips.extend(reversed(p.pinned))
-                    room -= 1 + len(p.pinned)
-                    cursor = p.pinned[0]["id"] if p.pinned else p.summary["upto"]
+                got: list[Row] = []
+                whole = False
+                if room > 0:
+                    got = r.execute(
+                        "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? AND id <= ? AND id < ?"
+                        " AND (superseded_by IS NULL OR superseded_by > ?) ORDER BY id DESC LIMIT ?",
+                        (p.node["id"], lo, p.bound, before, p.bound, room + 1),
+                    ).fetchall()
+                    whole = before == _END and len(got) <= room  # the page holds this part's whole tail
+                    if len(got) > room:
+                        more, got = True, got[:room]
+                    blips.extend(got)
+                    room -= len(got)
+                    if got:
+                        cursor = got[-1]["id"]
+                    if p.summary is not None and p.summary["upto"] < before:
+                        if room <= 0:
+                            more = True
+                        else:  # a summary and the pinned blips beside it: one entry, never split
+                            summaries.append(p.summary)
+                            blips.extend(reversed(p.pinned))
+                            room -= 1 + len(p.pinned)
+                            cursor = p.pinned[0]["id"] if p.pinned else p.summary["upto"]
+                else:
+                    more = more or self._has_entries(r, p, before)
+                size_, full_ = self._sizes(r, p, lo, got if whole else None)
+                size += size_
+                full += full_
             blips.sort(key=lambda b: b["id"])
             summaries.sort(key=lambda s: s["upto"])
             wave_name = str(r.execute("SELECT name FROM waves WHERE id = ?", (wl["wave_id"],)).fetchone()[0])
+            shown = _wavelets(r, visible, wave_name)
             return Context(
-                wavelet=rows.wavelet(r, wl, wave_name),
-                path=[rows.wavelet(r, n, wave_name) for n in visible],
+                wavelet=shown[-1],  # the wavelet itself is always visible: it was resolved for who
+                path=shown,
                 blips=[rows.blip(b) for b in blips],
                 summaries=[summary_of(s) for s in summaries],
                 bytes=size,
@@ -425,6 +435,34 @@ class Summaries:
                 more=more,
                 cursor=cursor,
             )
+
+    @staticmethod
+    def _sizes(r: sqlite3.Connection, p: _Part, lo: str, tail: list[Row] | None) -> tuple[int, int]:
+        """(assembled, full walk) text bytes of one part; ``tail``: its whole tail, when fetched."""
+        if tail is not None:
+            size = sum(text_bytes(b["text"]) for b in tail)
+            replacing = any(b["replaces"] is not None and b["replaces"] <= lo for b in tail)
+        else:
+            size = r.execute(
+                "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0) FROM blips WHERE wavelet_id = ?"
+                " AND id > ? AND id <= ? AND (superseded_by IS NULL OR superseded_by > ?)",
+                (p.node["id"], lo, p.bound, p.bound),
+            ).fetchone()[0]
+            replacing = True
+        if p.summary is None:
+            return size, size
+        shown = size + text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
+        stale = 0
+        if replacing:
+            # The summary counted the versions current at its upto; those replaced in the tail since
+            # are not in the full walk (their replacement is, in the tail).
+            stale = r.execute(
+                "SELECT coalesce(sum(length(CAST(o.text AS BLOB))), 0) FROM blips t JOIN blips o"
+                " ON o.id = t.replaces WHERE t.wavelet_id = ? AND t.id > ? AND t.id <= ?"
+                " AND t.replaces <= ?",
+                (p.node["id"], lo, p.bound, lo),
+            ).fetchone()[0]
+        return shown, size + p.summary["covered_bytes"] - stale
 
     def _parts(self, r: sqlite3.Connection, who: Principal, path: list[Row]) -> list[_Part]:
         """The visible parts of a context, root first, each with its latest summary under its bound."""
