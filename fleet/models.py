@@ -139,7 +139,8 @@ class Context:
     blips: list[Blip]
     """This page's blips, oldest first (ids ascend across the whole context)."""
     summaries: list[Summary] = field(default_factory=list)
-    """The summaries standing in for covered ranges on this page, root first (by ``upto``)."""
+    """The summaries standing in for covered ranges on this page, root first (by ``upto``); their
+    ``load_bearing`` is left empty here (``GET …/summaries`` carries it)."""
     bytes: int = 0
     """UTF-8 bytes of the texts of the whole assembled context (every page: blips and summaries)."""
     full_bytes: int = 0

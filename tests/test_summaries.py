@@ -357,7 +357,8 @@ def test_a_summarizer_that_drops_a_surface_is_rejected_and_logged_with_the_missi
     (summary,) = op.summaries(main)
     assert summary.author_kind == "summarizer" and summary.cites == [surfaced.id]
     ctx: Context = op.context(main)
-    assert ctx.summaries == [summary] and ctx.blips == [] and ctx.saved_bytes > 0
+    assert [x.id for x in ctx.summaries] == [summary.id] and ctx.blips == [] and ctx.saved_bytes > 0
+    assert ctx.summaries[0].cites == summary.cites and ctx.summaries[0].load_bearing == []
 
 
 # ---------------------------------------------------------------- the MCP tools, through the official SDK

@@ -88,7 +88,8 @@ def is_load_bearing(kind: str, text: str, names: re.Pattern[str] | None) -> bool
     return names is not None and names.search(text) is not None
 
 
-def summary_of(s: Row) -> Summary:
+def summary_of(s: Row, *, load_bearing: bool = True) -> Summary:
+    """A summary row as its record; ``load_bearing=False`` leaves that list empty (a context's)."""
     return Summary(
         id=s["id"],
         wavelet_id=s["wavelet_id"],
@@ -98,7 +99,7 @@ def summary_of(s: Row) -> Summary:
         author=s["author"],
         author_kind=s["author_kind"],
         cites=json.loads(s["cites"]),
-        load_bearing=json.loads(s["load_bearing"]),
+        load_bearing=json.loads(s["load_bearing"]) if load_bearing else [],
         covered_blips=s["covered_blips"],
         covered_bytes=s["covered_bytes"],
         created_at=s["created_at"],
@@ -125,6 +126,17 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str) -> lis
         )
         for wl in nodes
     ]  # fmt: skip
+
+
+def _ancestry(conn: sqlite3.Connection, wl: Row) -> list[Row]:
+    """``wl``'s path from the root, ``wl`` last, in one query (as :meth:`Access.ancestry`)."""
+    got = conn.execute(
+        "WITH RECURSIVE up(id, depth) AS (SELECT ?, 0 UNION ALL SELECT w.parent_id, up.depth + 1"
+        " FROM wavelets w JOIN up ON w.id = up.id WHERE w.parent_id IS NOT NULL)"
+        " SELECT w.* FROM up JOIN wavelets w ON w.id = up.id ORDER BY up.depth DESC",
+        (wl["id"],),
+    ).fetchall()
+    return list(got)
 
 
 @dataclass
@@ -383,7 +395,7 @@ class Summaries:
         before = before or _END
         with self._db.snapshot() as r:
             wl = self.access.wavelet(who, ref)
-            path = self.access.ancestry(wl)
+            path = _ancestry(r, wl)
             visible = [n for n in path if self.access.can_see(who, n)]
             parts = self._parts(r, who, path)
             size = full = 0
@@ -428,7 +440,7 @@ class Summaries:
                 wavelet=shown[-1],  # the wavelet itself is always visible: it was resolved for who
                 path=shown,
                 blips=[rows.blip(b) for b in blips],
-                summaries=[summary_of(s) for s in summaries],
+                summaries=[summary_of(s, load_bearing=False) for s in summaries],
                 bytes=size,
                 full_bytes=full,
                 saved_bytes=full - size,
@@ -474,7 +486,17 @@ class Summaries:
                     continue
             else:
                 bound = _END
-            parts.append(_Part(node, bound, self._latest(r, node["id"], bound), []))
+            parts.append(_Part(node, bound, None, []))
+        if parts:  # each part's latest summary under its bound, in one query
+            values = ",".join("(?,?,?)" for _ in parts)
+            args = [x for i, p in enumerate(parts) for x in (i, p.node["id"], p.bound)]
+            for s in r.execute(
+                f"WITH p(i, wid, bound) AS (VALUES {values}) SELECT p.i AS part, s.* FROM p JOIN summaries s"
+                " ON s.id = (SELECT id FROM summaries WHERE wavelet_id = p.wid AND upto <= p.bound"
+                " ORDER BY upto DESC LIMIT 1)",
+                args,
+            ):
+                parts[s["part"]].summary = s
         summarized = [p for p in parts if p.summary is not None]
         if summarized:
             pins: dict[str, list[Row]] = {}
