@@ -420,3 +420,53 @@ def test_wavelet_summarize_pin_and_read_through_the_mcp_sdk(
     anyio.run(scenario)
     outcomes = [(e.outcome, e.missing) for e in world.log("alice") if isinstance(e, SummaryEntry)]
     assert outcomes == [("rejected", [surfaced.id]), ("accepted", [])]
+
+
+# ---------------------------------------------------------------- the route and the CLI
+
+
+def test_the_context_route_caps_a_page_at_500_by_default_and_refuses_a_bad_limit(op: Client) -> None:
+    main = op.resolve("w/main").id
+    for i in range(520):
+        op.post(main, f"m{i}", as_="alice")
+    page = op.context(main)
+    assert len(page.blips) == 500 and page.more and page.blips[-1].text == "m519"
+    rest = op.context(main, before=page.cursor)
+    assert not rest.more and len(rest.blips) == 21  # m0..m19 and the wave's system blip
+    assert op.full_context(main).blips == rest.blips + page.blips
+    for bad in ("0", "x"):
+        with pytest.raises(errors.UsageError, match="limit"):
+            op._call("GET", f"/v1/wavelets/{main}/context?limit={bad}", Context)
+
+
+def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon: Daemon) -> None:
+    from test_cli import base_env, fails, fleet, ok
+
+    env = base_env(FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
+    main = op.resolve("w/main").id
+    done = op.post(main, "DONE: parser merged", as_="alice")
+    quiet = op.post(main, "a quiet fact", as_="bob")
+    assert "no summary yet" in ok("summary", "show", "w/main", env=env)
+    assert "accepted (extractive)" in ok("summary", "write", "w/main", env=env)
+    (shown,) = json.loads(ok("summary", "show", "w/main", "--json", env=env))
+    assert shown["author"] == "fleet" and shown["cites"] == [done.id] and shown["upto"] == quiet.id
+    ctx = json.loads(ok("read", "w/main", "--context", "--json", env=env))
+    assert ctx["blips"] == [] and ctx["saved_bytes"] == ctx["full_bytes"] - ctx["bytes"] > 0
+    human = fleet("read", "w/main", "--context", env=env)
+    assert human.returncode == 0 and "[summary of w/main" in human.stdout and "saved" in human.stderr
+    assert "nothing new to summarize" in ok("summary", "write", "w/main", env=env)
+    ok("pin", quiet.id, env=env)
+    gap = fleet("summary", "check", "w/main", env=env)
+    assert gap.returncode == 1 and f"not cited: {quiet.id}" in gap.stdout
+    op.post(main, "one more", as_="alice")
+    assert "w/main: accepted (extractive)" in ok("summary", "run", "w", "--once", "--every", "1", env=env)
+    assert "cites 2 of 2" in ok("summary", "check", "w/main", env=env)
+    # bad input: a clear message, the documented exit code, nothing changed
+    before = op.summaries(main)
+    assert "--context" in fails(2, "read", "w/main", "--context", "--follow", env=env)
+    assert "empty" in fails(2, "summary", "write", "w/main", "--command", "", env=env)
+    assert "at least 1" in fails(2, "summary", "run", "w", "--every", "0", env=env)
+    op.post(main, "and more", as_="alice")
+    broken = fleet("summary", "write", "w/main", "--command", "/nonexistent/summarizer", env=env)
+    assert broken.returncode == 1 and "error" in broken.stdout and "Traceback" not in broken.stderr
+    assert op.summaries(main) == before
