@@ -470,3 +470,42 @@ def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon
     broken = fleet("summary", "write", "w/main", "--command", "/nonexistent/summarizer", env=env)
     assert broken.returncode == 1 and "error" in broken.stdout and "Traceback" not in broken.stderr
     assert op.summaries(main) == before
+
+
+def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Daemon) -> None:
+    import os
+    import stat
+    import subprocess
+
+    from conftest import retry_until
+    from test_cli import REPO, base_env, ok
+
+    from fleet.delivery.attention import routing_log_path
+    from fleet.delivery.state import StateFile
+    from fleet.paths import get_paths
+
+    env = base_env(FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
+    main = op.resolve("w/main").id
+    op.post(main, "x" * 100, as_="alice")
+    # below both thresholds: nothing; over the byte threshold: rolled
+    assert ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "10000", env=env) == ""
+    assert "accepted" in ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "50", env=env)
+    # running: rolls once every 3 new blips arrived since the last summary
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleet", "summary", "run", "w", "--every", "3"],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        op.post(main, "one", as_="alice")
+        op.post(main, "two", as_="bob")
+        assert len(op.summaries(main)) == 1
+        last = op.post(main, "three", as_="alice")
+        retry_until(lambda: len(op.summaries(main)) == 2, timeout=20, what="the runner's second summary")
+        assert op.summaries(main)[-1].upto == last.id
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    log = routing_log_path(StateFile(get_paths().channels, daemon.url, "w", "summarizer"))
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    entries = [parse_entry(line) for line in log.read_bytes().splitlines()]
+    assert [e.outcome for e in entries if isinstance(e, SummaryEntry)] == ["accepted", "accepted"]
