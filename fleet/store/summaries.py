@@ -147,6 +147,9 @@ class _Part:
     summary: Row | None
     pinned: list[Row]
     """Blips the summary covers but does not cite that were pinned: shown in full beside it."""
+    stale: int = 0
+    """Bytes of covered versions replaced in the tail since the summary: in its ``covered_bytes``,
+    not in the full walk (their replacement is, in the tail)."""
 
 
 class Summaries:
@@ -453,28 +456,16 @@ class Summaries:
         """(assembled, full walk) text bytes of one part; ``tail``: its whole tail, when fetched."""
         if tail is not None:
             size = sum(text_bytes(b["text"]) for b in tail)
-            replacing = any(b["replaces"] is not None and b["replaces"] <= lo for b in tail)
         else:
             size = r.execute(
                 "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0) FROM blips WHERE wavelet_id = ?"
                 " AND id > ? AND id <= ? AND (superseded_by IS NULL OR superseded_by > ?)",
                 (p.node["id"], lo, p.bound, p.bound),
             ).fetchone()[0]
-            replacing = True
         if p.summary is None:
             return size, size
         shown = size + text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
-        stale = 0
-        if replacing:
-            # The summary counted the versions current at its upto; those replaced in the tail since
-            # are not in the full walk (their replacement is, in the tail).
-            stale = r.execute(
-                "SELECT coalesce(sum(length(CAST(o.text AS BLOB))), 0) FROM blips t JOIN blips o"
-                " ON o.id = t.replaces WHERE t.wavelet_id = ? AND t.id > ? AND t.id <= ?"
-                " AND t.replaces <= ?",
-                (p.node["id"], lo, p.bound, lo),
-            ).fetchone()[0]
-        return shown, size + p.summary["covered_bytes"] - stale
+        return shown, size + p.summary["covered_bytes"] - p.stale
 
     def _parts(self, r: sqlite3.Connection, who: Principal, path: list[Row]) -> list[_Part]:
         """The visible parts of a context, root first, each with its latest summary under its bound."""
@@ -497,6 +488,18 @@ class Summaries:
                 args,
             ):
                 parts[s["part"]].summary = s
+        rolled = [(i, p.node["id"], p.summary["upto"], p.bound) for i, p in enumerate(parts) if p.summary]
+        if rolled:  # covered versions replaced in the tail since: one query for every part
+            values = ",".join("(?,?,?,?)" for _ in rolled)
+            args = [x for row in rolled for x in row]
+            for i, stale in r.execute(
+                f"WITH p(i, wid, lo, bound) AS (VALUES {values}) SELECT p.i, (SELECT"
+                " coalesce(sum(length(CAST(o.text AS BLOB))), 0) FROM blips t JOIN blips o ON o.id ="
+                " t.replaces WHERE t.wavelet_id = p.wid AND t.id > p.lo AND t.id <= p.bound"
+                " AND t.replaces <= p.lo) FROM p",
+                args,
+            ):
+                parts[i].stale = stale
         summarized = [p for p in parts if p.summary is not None]
         if summarized:
             pins: dict[str, list[Row]] = {}
