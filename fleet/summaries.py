@@ -255,7 +255,7 @@ def roll(
             verdict = client.summarize(wavelet_id, proposal)
         except errors.Conflict as exc:
             outcome, detail = "conflict", exc.message
-        except errors.UsageError as exc:
+        except (errors.UsageError, errors.PayloadTooLarge) as exc:
             outcome, detail = "invalid", exc.message
         else:
             outcome = "accepted" if verdict.accepted else "rejected"

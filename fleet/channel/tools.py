@@ -567,7 +567,7 @@ class Tools:
             ctx = c.context(w.id, limit=args.limit, before=args.before.strip() or None)
             chain, blips = ctx.path, ctx.blips
         labels = {x.id: x.path for x in chain}
-        omitted = max(0, len(blips) - args.limit)
+        omitted = max(0, len(blips) - args.limit) if ctx is None else 0  # the daemon pages a context
         if self.host.routing is not None:
             self.host.routing.misses(blips[omitted:], "read", labels)
         shown = [_blip_out(b, labels.get(b.wavelet_id, b.wavelet_id)) for b in blips[omitted:]]
