@@ -62,8 +62,10 @@ from fleet.models import (
     NewBlip,
     NewFork,
     NewMachine,
+    NewPin,
     NewSeat,
     NewSession,
+    NewSummary,
     NewSurface,
     NewSystemBlip,
     NewWave,
@@ -79,6 +81,11 @@ from fleet.models import (
     SeatAnswer,
     SessionList,
     SessionRecord,
+    Summary,
+    SummaryCheck,
+    SummaryInput,
+    SummaryList,
+    SummaryVerdict,
     TokenInfo,
     TokenList,
     Wave,
@@ -586,9 +593,47 @@ class Client:
         path = f"/v1/wavelets/{_q(wavelet_id)}/blips?{urlencode(query)}"
         return self._call("GET", path, BlipPage, wait=wait)
 
-    def context(self, wavelet_id: str) -> Context:
-        """What a participant sees reading this wavelet: ancestors up to each fork point, then it."""
-        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/context", Context)
+    def context(self, wavelet_id: str, *, limit: int | None = None, before: str | None = None) -> Context:
+        """One page of what a participant sees reading this wavelet: each ancestor's latest summary
+        and blips up to the fork point, then its own summary and live tail. The newest ``limit``
+        entries (the daemon's default: 500) older than ``before``; ``more``: pass ``cursor`` back."""
+        query: dict[str, str] = {}
+        if limit is not None:
+            query["limit"] = str(limit)
+        if before:
+            query["before"] = before
+        tail = f"?{urlencode(query)}" if query else ""
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/context{tail}", Context)
+
+    def full_context(self, wavelet_id: str, *, page: int = 5000) -> Context:
+        """Every page of the context, stitched (blips and summaries oldest first)."""
+        ctx = self.context(wavelet_id, limit=page)
+        while ctx.more:
+            older = self.context(wavelet_id, limit=page, before=ctx.cursor)
+            ctx.blips[:0] = older.blips
+            ctx.summaries[:0] = older.summaries
+            ctx.more, ctx.cursor = older.more, older.cursor
+        return ctx
+
+    def summaries(self, wavelet_id: str) -> list[Summary]:
+        """Every summary of the wavelet, oldest first."""
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/summaries", SummaryList).summaries
+
+    def summarize(self, wavelet_id: str, summary: NewSummary) -> SummaryVerdict:
+        """Offer a summary: recorded if it cites every load-bearing blip of its range, else rejected."""
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/summaries", SummaryVerdict, summary)
+
+    def summary_check(self, wavelet_id: str) -> SummaryCheck:
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/summaries/check", SummaryCheck)
+
+    def summary_pending(self, wavelet_id: str, limit: int | None = None) -> SummaryInput:
+        """The latest summary, the blips after it, and the ids a summary up to the last must cite."""
+        tail = f"?limit={limit}" if limit is not None else ""
+        return self._call("GET", f"/v1/wavelets/{_q(wavelet_id)}/summaries/pending{tail}", SummaryInput)
+
+    def pin(self, blip_id: str, as_: str | None = None) -> Blip:
+        """Pin a blip: load-bearing from now on (every summary of its wavelet must cite it)."""
+        return self._call("POST", f"/v1/blips/{_q(blip_id)}/pin", Blip, NewPin(as_=as_))
 
     def get_blip(self, blip_id: str) -> Blip:
         return self._call("GET", f"/v1/blips/{_q(blip_id)}", Blip)

@@ -58,8 +58,10 @@ from fleet.models import (
     NewBlip,
     NewFork,
     NewMachine,
+    NewPin,
     NewSeat,
     NewSession,
+    NewSummary,
     NewSurface,
     NewSystemBlip,
     NewWave,
@@ -73,6 +75,7 @@ from fleet.models import (
     RosterChange,
     SeatAnswer,
     SessionList,
+    SummaryList,
     TokenList,
     Wavelet,
     WaveList,
@@ -81,6 +84,8 @@ from fleet.models import (
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
 from fleet.store.faults import open_store, storage_faults
+from fleet.store.summaries import CONTEXT_PAGE
+from fleet.store.summaries import INPUT_MAX as SUMMARY_INPUT_MAX
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, load, loads
 
@@ -870,7 +875,27 @@ class Daemon:
         return 200, self._s.activity(r.who, r.arg)
 
     def _context(self, r: Request) -> Answer:
-        return 200, self._s.context(r.who, r.arg)
+        """One page of the assembled context: ``limit`` entries (default 500), older than ``before``."""
+        limit = r.q_int("limit", CONTEXT_PAGE)
+        if limit < 1:
+            raise errors.UsageError(f"limit={limit} must be at least 1")
+        return 200, self._s.context(r.who, r.arg, limit=limit, before=r.query.get("before") or None)
+
+    def _summaries(self, r: Request) -> Answer:
+        return 200, SummaryList(summaries=self._s.summaries.of(r.who, r.arg))
+
+    def _summarize(self, r: Request) -> Answer:
+        verdict = self._s.summaries.summarize(r.who, r.arg, r.model(NewSummary))
+        return (201 if verdict.accepted else 200), verdict
+
+    def _summary_check(self, r: Request) -> Answer:
+        return 200, self._s.summaries.check(r.who, r.arg)
+
+    def _summary_pending(self, r: Request) -> Answer:
+        return 200, self._s.summaries.pending(r.who, r.arg, limit=r.q_int("limit", SUMMARY_INPUT_MAX))
+
+    def _pin(self, r: Request) -> Answer:
+        return 200, self._s.summaries.pin(r.who, r.arg, as_=r.model(NewPin).as_)
 
     def _get_blip(self, r: Request) -> Answer:
         return 200, self._s.get_blip(r.who, r.arg)
@@ -1018,6 +1043,11 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system),
     Route("POST", "/v1/wavelets/{wavelet}/surface", Daemon._surface, console=True),
     Route("GET", "/v1/wavelets/{wavelet}/context", Daemon._context, console=True),
+    Route("GET", "/v1/wavelets/{wavelet}/summaries", Daemon._summaries, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/summaries", Daemon._summarize),
+    Route("GET", "/v1/wavelets/{wavelet}/summaries/check", Daemon._summary_check, console=True),
+    Route("GET", "/v1/wavelets/{wavelet}/summaries/pending", Daemon._summary_pending),
+    Route("POST", "/v1/blips/{blip}/pin", Daemon._pin),
     Route("GET", "/v1/blips/{blip}", Daemon._get_blip, console=True),
     Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
     Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True),

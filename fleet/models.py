@@ -100,14 +100,102 @@ class BlipPage:
     """The greatest id the reader has now seen (pass it back as ``after``); unchanged if none."""
 
 
+SummaryAuthorKind = Literal["participant", "summarizer", "extractive"]
+
+
+@record
+class Summary:
+    """A rolling summary: it stands in for its wavelet's blips up to ``upto`` (inclusive) in a context.
+
+    Recorded only if ``cites`` names every id in ``load_bearing`` (surfaces, ``DONE:`` blips, pinned
+    blips, blips naming a participant, in its range when it was written)."""
+
+    id: str
+    wavelet_id: str
+    after: str
+    """The ``upto`` of the summary it rolled forward from ('' for the wavelet's first)."""
+    upto: str
+    text: str
+    author: str
+    """The participant, the summarizer command's name, or ``fleet`` (the extractive default)."""
+    author_kind: SummaryAuthorKind
+    cites: list[str]
+    load_bearing: list[str]
+    covered_blips: int
+    covered_bytes: int
+    """UTF-8 bytes of the blip texts it stands in for."""
+    created_at: str
+
+
 @record
 class Context:
-    """What a participant sees when it reads a wavelet: ancestors up to each fork point, then it."""
+    """What a participant sees when it reads a wavelet: for each ancestor, its latest summary up to
+    the fork point and the blips after it up to the fork point; then this wavelet's own latest
+    summary and live tail. One page of it: the newest ``limit`` blips older than ``before``."""
 
     wavelet: Wavelet
     path: list[Wavelet]
     """Root first, this wavelet last."""
     blips: list[Blip]
+    """This page's blips, oldest first (ids ascend across the whole context)."""
+    summaries: list[Summary] = field(default_factory=list)
+    """The summaries standing in for covered ranges on this page, root first (by ``upto``); their
+    ``load_bearing`` is left empty here (``GET …/summaries`` carries it)."""
+    bytes: int = 0
+    """UTF-8 bytes of the texts of the whole assembled context (every page: blips and summaries)."""
+    full_bytes: int = 0
+    """UTF-8 bytes the full walk (every blip, no summary) would be."""
+    saved_bytes: int = 0
+    """``full_bytes - bytes``: what the summaries saved."""
+    more: bool = False
+    """Older entries remain: ask again with ``before=cursor``."""
+    cursor: str = ""
+    """The oldest position on this page (a blip id or a summary's ``upto``); '' on an empty page."""
+
+
+@record
+class SummaryList:
+    summaries: list[Summary]
+
+
+@record
+class SummaryVerdict:
+    """The answer to a summary: recorded, or rejected with the load-bearing ids it failed to cite."""
+
+    accepted: bool
+    summary: Summary | None = None
+    missing: list[str] = field(default_factory=list)
+    """Load-bearing blip ids in its range it does not cite (a rejection)."""
+    reason: str = ""
+
+
+@record
+class SummaryCheck:
+    """``GET …/summaries/check``: the wavelet's latest summary against its range's load-bearing blips
+    now (pins may have been added since), and what is not yet summarized."""
+
+    wavelet_id: str
+    summary: Summary | None = None
+    load_bearing: list[str] = field(default_factory=list)
+    """Load-bearing ids up to the summary's ``upto`` (every id, pinned after it was written too)."""
+    missing: list[str] = field(default_factory=list)
+    """Of those, the ones the summary does not cite (they are shown in full in a context)."""
+    pending_blips: int = 0
+    """Current blips after the latest summary (the live tail)."""
+    pending_bytes: int = 0
+
+
+@record
+class SummaryInput:
+    """What a summary writer is given: the previous summary and the blips after it (oldest first),
+    with the ids a new summary must cite."""
+
+    wavelet_id: str
+    previous: Summary | None = None
+    blips: list[Blip] = field(default_factory=list)
+    load_bearing: list[str] = field(default_factory=list)
+    more: bool = False
+    """More blips remain after these (a writer covers these; the next run covers the rest)."""
 
 
 @record
@@ -308,6 +396,24 @@ class RosterChange:
 @record(extra="forbid")
 class NewBlip:
     text: str
+    as_: str | None = field(default=None, key="as")
+
+
+@record(extra="forbid")
+class NewSummary:
+    """``POST /v1/wavelets/{wavelet}/summaries``: a summary of the wavelet's blips up to ``upto``."""
+
+    text: str
+    upto: str
+    cites: list[str] = field(default_factory=list)
+    author_kind: SummaryAuthorKind = "participant"
+    author: str | None = None
+    """Operator only: who wrote it (a summarizer's name, ``fleet``); a participant writes as itself."""
+    as_: str | None = field(default=None, key="as")
+
+
+@record(extra="forbid")
+class NewPin:
     as_: str | None = field(default=None, key="as")
 
 

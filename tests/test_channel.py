@@ -43,6 +43,8 @@ TOOLS = {
     "wavelet_invite",
     "wavelet_leave",
     "wavelet_ping",
+    "wavelet_summarize",
+    "wavelet_pin",
 }
 
 

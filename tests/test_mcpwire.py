@@ -107,7 +107,7 @@ def test_requests_before_initialize_are_refused_but_ping_is_answered(chan: RawMc
         assert reply["error"]["code"] == -32600
         assert "initialize" in reply["error"]["message"]
     chan.handshake()
-    assert len(chan.request("tools/list")["result"]["tools"]) == 8
+    assert len(chan.request("tools/list")["result"]["tools"]) == 10
 
 
 def test_unknown_requests_get_method_not_found_with_their_id(chan: RawMcp) -> None:

@@ -49,6 +49,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0004_token_grants",
         "0005_store_identity",
         "0006_seats",
+        "0008_summaries",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -388,6 +389,7 @@ DATA = Path(__file__).parent / "data"
 def _every_event_type(store: Store) -> None:
     """A history that writes each event type at least once."""
     from fleet.models import CloseSeat, NewSeat, NewSession
+    from fleet.summaries import extractive
 
     _exercise(store)
     store.fork(OP, "demo/main", "public", ["bob"])
@@ -397,6 +399,10 @@ def _every_event_type(store: Store) -> None:
     store.record_session(OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id))
     store.claim_seat(OP, "demo", NewSeat(participant="resident", session_id=sid, host="h", pid=42))
     store.close_seat(OP, "demo", CloseSeat(why="stopped"))
+    last = store.post(OP, "demo/main", "DONE: the demo", as_="alice")
+    store.summaries.pin(OP, last.id)
+    proposal = extractive(store.summaries.pending(OP, "demo/main"))
+    assert proposal is not None and store.summaries.summarize(OP, "demo/main", proposal).accepted
 
 
 def test_replay_covers_every_event_type(store: Store, tmp_path: Path) -> None:
@@ -418,7 +424,12 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     from fleet.store.events import parse, payload_of
 
     old = json.loads((DATA / "log-0003.json").read_text(encoding="utf-8"))
-    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {"seat.claimed", "seat.closed"}
+    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {
+        "seat.claimed",
+        "seat.closed",
+        "summary.recorded",
+        "blip.pinned",
+    }
     src = connect(tmp_path / "old.sqlite3")
     migrate(src)
     src.executemany("INSERT INTO events(type, created_at, payload) VALUES (?,?,?)", old["events"])
@@ -426,7 +437,12 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     replay(tmp_path / "old.sqlite3", tmp_path / "new.sqlite3")
     new = connect(tmp_path / "new.sqlite3")
     expected = {k: [tuple(r) for r in rows] for k, rows in old["tables"].items()}
-    assert dump_tables(new) == expected | {"token_grants": [], "seats": []}  # these came after this log
+    assert dump_tables(new) == expected | {
+        "token_grants": [],
+        "seats": [],
+        "summaries": [],
+        "pins": [],
+    }  # these came after this log
     new.close()
     # and today's code writes the very same payload text for the same events
     for etype, _at, payload in old["events"]:

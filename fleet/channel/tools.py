@@ -1,12 +1,12 @@
-"""The channel's eight tools and its instructions: what a session can do in its wave.
+"""The channel's ten tools and its instructions: what a session can do in its wave.
 
 Each tool has an input schema, an output schema, ``structuredContent`` and a text rendering:
-``wavelet_post``, ``wavelet_read``, ``wavelet_list``, ``wavelet_fork``, ``wavelet_surface``,
-``wavelet_invite``, ``wavelet_leave``, ``wavelet_ping``. Wavelets are named as ``WAVE/WAVELET``, a
-wavelet name in the channel's wave, or an id (prefix). Every failure (bad arguments, unknown
-wavelet, oversized text, revoked token, daemon down) is an ``isError`` result whose text says what
-to do. The arguments and results are :mod:`fleet.wire` records; their JSON Schemas are derived from
-them (:func:`fleet.wire.schema`).
+``wavelet_post``, ``wavelet_read``, ``wavelet_summarize``, ``wavelet_pin``, ``wavelet_list``,
+``wavelet_fork``, ``wavelet_surface``, ``wavelet_invite``, ``wavelet_leave``, ``wavelet_ping``.
+Wavelets are named as ``WAVE/WAVELET``, a wavelet name in the channel's wave, or an id (prefix).
+Every failure (bad arguments, unknown wavelet, oversized text, revoked token, daemon down) is an
+``isError`` result whose text says what to do. The arguments and results are :mod:`fleet.wire`
+records; their JSON Schemas are derived from them (:func:`fleet.wire.schema`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from fleet.client import Client
 from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention
 from fleet.mcpwire import Tool, ToolResult
-from fleet.models import Blip, Context, Wavelet
+from fleet.models import Blip, Context, NewSummary, Summary, Wavelet
 from fleet.wire import RecordError, field, load, record, schema
 
 if TYPE_CHECKING:  # loaded under targeted attention only
     from fleet.delivery.attention import RoutingLog
+    from fleet.delivery.state import StateFile
 
 READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 2000
 
@@ -51,7 +52,9 @@ Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip
 wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \
 wave's wavelets and rosters. wavelet_fork starts a sub-conversation with chosen participants (private \
 if asked). wavelet_surface reports a sub-wavelet's conclusion to its parent. wavelet_invite and \
-wavelet_leave change a roster. wavelet_ping checks the connection and who is working.
+wavelet_leave change a roster. wavelet_ping checks the connection and who is working. \
+wavelet_summarize rolls a long wavelet's summary forward (it must cite every load-bearing blip it \
+covers); wavelet_pin marks a blip every summary must cite.
 
 Rules:
 1. Never post merely to acknowledge, agree or thank. Post only to add information, a decision, a \
@@ -103,6 +106,31 @@ class ReadArgs:
         doc="Only this blip, in full (for example an id from a digest line); "
         "after and limit are then ignored.",
     )
+    before: str = field(
+        default="",
+        doc="The context's older entries: those before this position (the `before` of a previous read).",
+    )
+
+
+@record(extra="forbid")
+class SummarizeArgs:
+    wavelet: str = field(min_length=1, doc=_WAVELET)
+    text: str = field(
+        default="",
+        doc="The summary: what the covered blips established, rolled forward from the previous summary. "
+        "Empty: show the blips to cover and the ids the summary must cite.",
+    )
+    cites: list[str] = field(
+        default_factory=list,
+        doc="The blip ids it relies on: every id in must_cite (surfaces, DONE: blips, pinned blips, "
+        "blips naming a participant), or it is rejected.",
+    )
+    upto: str = field(default="", doc="The last blip id it covers. Default: the wavelet's newest blip.")
+
+
+@record(extra="forbid")
+class PinArgs:
+    blip_id: str = field(min_length=1, doc="The blip to pin: every summary of its wavelet must cite it.")
 
 
 @record(extra="forbid")
@@ -185,12 +213,42 @@ class PostOut:
 
 
 @record(extra="forbid")
+class SummaryOut:
+    id: str
+    wavelet: str = field(doc="WAVE/WAVELET it summarizes.")
+    upto: str = field(doc="The last blip id it covers.")
+    author: str
+    author_kind: str
+    text: str
+    cites: list[str]
+    covered_blips: int
+
+
+@record(extra="forbid")
 class ReadOut:
     wavelet: WaveletOut
     path: list[str] = field(doc="The ancestor chain, root first, ending with this wavelet.")
     blips: list[BlipOut]
-    omitted: int = field(doc="Older blips left out by ``limit``.")
+    omitted: int = field(doc="Older blips left out by ``limit`` (with ``after``).")
     cursor: str = field(doc="The newest blip id shown (pass as ``after`` to read only what is newer).")
+    summaries: list[SummaryOut] = field(
+        default_factory=list, doc="Summaries standing in for older blips (their cited ids stay readable)."
+    )
+    more: bool = field(default=False, doc="Older context entries remain: read again with ``before``.")
+    before: str = field(default="", doc="Pass as ``before`` to read the older entries.")
+    bytes: int = field(default=0, doc="Bytes of text in the whole assembled context.")
+    saved_bytes: int = field(default=0, doc="Bytes the summaries saved against the full walk.")
+
+
+@record(extra="forbid")
+class SummarizeOut:
+    wavelet: str
+    accepted: bool
+    summary: SummaryOut | None = None
+    missing: list[str] = field(default_factory=list, doc="Load-bearing ids the summary did not cite.")
+    blips: list[BlipOut] = field(default_factory=list, doc="Without text: the blips to cover.")
+    must_cite: list[str] = field(default_factory=list)
+    previous: str = field(default="", doc="The previous summary's text (roll it forward).")
 
 
 @record(extra="forbid")
@@ -278,6 +336,19 @@ def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
     )
 
 
+def _summary_out(s: Summary, label: str) -> SummaryOut:
+    return SummaryOut(
+        id=s.id, wavelet=label, upto=s.upto, author=s.author, author_kind=s.author_kind, text=s.text,
+        cites=s.cites, covered_blips=s.covered_blips,
+    )  # fmt: skip
+
+
+def _summary_block(s: SummaryOut) -> str:
+    head = f"[summary of {s.wavelet} up to {s.upto} by {s.author} ({s.author_kind}):"
+    head += f" {s.covered_blips} blip(s)"
+    return f"{head}, cites {', '.join(s.cites) or 'nothing'}]\n{s.text}"
+
+
 def _blip_line(b: BlipOut) -> str:
     return blip_block(b.wavelet, b.author, b.kind, b.id, b.text, b.replaces)
 
@@ -300,6 +371,7 @@ class Host(Protocol):
     token_file: str
     session_id: str
     routing: RoutingLog | None
+    state_file: StateFile
 
     def client(self) -> Client: ...
 
@@ -353,6 +425,23 @@ class Tools:
                 ReadOut,
                 self._read,
                 read_only=True,
+            ),
+            tool(
+                "wavelet_summarize",
+                "Roll a wavelet's summary forward so its context stays short. Without text: see the blips "
+                "to cover, the previous summary and the ids you must cite. With text and cites: record it; "
+                "it is rejected unless it cites every surface, DONE: blip, pinned blip and blip naming a "
+                "participant it covers.",
+                SummarizeArgs,
+                SummarizeOut,
+                self._summarize,
+            ),
+            tool(
+                "wavelet_pin",
+                "Pin a blip that must survive summaries: every summary of its wavelet has to cite it.",
+                PinArgs,
+                PostOut,
+                self._pin,
             ),
             tool(
                 "wavelet_list",
@@ -470,17 +559,20 @@ class Tools:
         c = self.host.client()
         if args.blip_id:
             return self._read_blip(w, args.blip_id.strip())
+        ctx: Context | None = None
         if args.after:
             page = c.read(w.id, after=args.after, limit=args.limit)
             chain, blips = [w], page.blips
         else:
-            ctx: Context = c.context(w.id)
+            ctx = c.context(w.id, limit=args.limit, before=args.before.strip() or None)
             chain, blips = ctx.path, ctx.blips
         labels = {x.id: x.path for x in chain}
-        omitted = max(0, len(blips) - args.limit)
+        omitted = max(0, len(blips) - args.limit) if ctx is None else 0  # the daemon pages a context
         if self.host.routing is not None:
             self.host.routing.misses(blips[omitted:], "read", labels)
         shown = [_blip_out(b, labels.get(b.wavelet_id, b.wavelet_id)) for b in blips[omitted:]]
+        covered = ctx.summaries if ctx else []
+        summaries = [_summary_out(x, labels.get(x.wavelet_id, x.wavelet_id)) for x in covered]
         cursor = shown[-1].id if shown else args.after
         out = ReadOut(
             wavelet=_wavelet_out(w, self.host.participant),
@@ -488,14 +580,83 @@ class Tools:
             blips=shown,
             omitted=omitted,
             cursor=cursor,
+            summaries=summaries,
+            more=ctx.more if ctx else False,
+            before=ctx.cursor if ctx and ctx.more else "",
+            bytes=ctx.bytes if ctx else 0,
+            saved_bytes=ctx.saved_bytes if ctx else 0,
         )
         head = f"{w.path}: {len(shown)} blip(s)"
         if len(chain) > 1:
             head += f", with context from {' > '.join(x.path for x in chain[:-1])}"
+        if summaries:
+            full = out.bytes + out.saved_bytes
+            head += f"; {len(summaries)} summary(ies) saved {out.saved_bytes} of {full} bytes"
         if omitted:
             head += f"; {omitted} older blip(s) omitted (raise limit to see them)"
-        body = "\n\n".join(_blip_line(b) for b in shown) or "(no blips)"
+        if out.more:
+            head += f"; older entries remain (read again with before={out.before})"
+        entries = [(b.id, _blip_line(b)) for b in shown] + [(x.upto, _summary_block(x)) for x in summaries]
+        entries.sort(key=lambda kv: kv[0])
+        body = "\n\n".join(text for _key, text in entries) or "(no blips)"
         return ToolResult.ok(f"{head}\n\n{body}", out)
+
+    def _summarize(self, args: SummarizeArgs) -> ToolResult:
+        w = self._resolve(args.wavelet)
+        c = self.host.client()
+        me = self.host.participant
+        inp = c.summary_pending(w.id)
+        if not args.text.strip():
+            out = SummarizeOut(
+                wavelet=w.path,
+                accepted=False,
+                blips=[_blip_out(b, w.path) for b in inp.blips],
+                must_cite=inp.load_bearing,
+                previous=inp.previous.text if inp.previous is not None else "",
+            )
+            if not inp.blips:
+                return ToolResult.ok(f"{w.path}: nothing new to summarize", out)
+            body = "\n\n".join(_blip_line(b) for b in out.blips)
+            prev = f"Previous summary (roll it forward):\n{out.previous}\n\n" if out.previous else ""
+            return ToolResult.ok(
+                f"{w.path}: {len(out.blips)} blip(s) to cover{' (more after these)' if inp.more else ''};"
+                f" cite every one of: {', '.join(inp.load_bearing) or '(none)'}\n\n{prev}{body}",
+                out,
+            )
+        upto = args.upto.strip() or (inp.blips[-1].id if inp.blips else "")
+        if not upto:
+            return ToolResult.error(f"wavelet_summarize: {w.path} has nothing new to summarize")
+        verdict = c.summarize(w.id, NewSummary(text=args.text, upto=upto, cites=args.cites, as_=me))
+        self._log_summary(w, upto, verdict.accepted, verdict.missing, verdict.reason)
+        if not verdict.accepted:
+            return ToolResult.error(
+                f"wavelet_summarize: rejected, {verdict.reason}. Missing: {', '.join(verdict.missing)}. "
+                "Cite them (and say what they established) and call again; the full text stays meanwhile."
+            )
+        assert verdict.summary is not None
+        out = SummarizeOut(wavelet=w.path, accepted=True, summary=_summary_out(verdict.summary, w.path))
+        return ToolResult.ok(f"recorded a summary of {w.path} up to {verdict.summary.upto}", out)
+
+    def _log_summary(self, w: Wavelet, upto: str, accepted: bool, missing: list[str], detail: str) -> None:
+        from fleet.delivery.attention import RoutingLog, SummaryEntry, routing_log_path
+
+        h = self.host
+        routing = h.routing or RoutingLog(routing_log_path(h.state_file), h.participant, h.wave)
+        routing.append(
+            [
+                SummaryEntry(
+                    participant=h.participant, wave=h.wave, wavelet_id=w.id, wavelet=w.path,
+                    author_kind="participant", outcome="accepted" if accepted else "rejected", upto=upto,
+                    missing=missing, detail=detail,
+                )
+            ]
+        )  # fmt: skip
+
+    def _pin(self, args: PinArgs) -> ToolResult:
+        c = self.host.client()
+        blip = c.pin(args.blip_id.strip(), as_=self.host.participant)
+        label = self.host.label(blip.wavelet_id) or c.get_wavelet(blip.wavelet_id).path
+        return ToolResult.ok(f"pinned blip {blip.id} in {label}", PostOut(blip=_blip_out(blip, label)))
 
     def _read_blip(self, w: Wavelet, blip_id: str) -> ToolResult:
         """One blip in full (typically from a digest line): in ``w`` or in its fork context."""

@@ -99,6 +99,8 @@ COMMANDS: dict[str, str] = {
     "export": "store",
     "import": "store",
     "replay": "store",
+    "summary": "summary",
+    "pin": "summary",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

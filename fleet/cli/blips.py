@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, text_arg, wavelet
 from fleet.models import Blip, BlipPage
@@ -47,15 +48,39 @@ def read(
         bool, typer.Option("--history", help="Include replaced versions of edited blips.")
     ] = False,
     ids: Annotated[bool, typer.Option("--ids", help="Start each line with the blip's short id.")] = False,
+    context: Annotated[
+        bool,
+        typer.Option(
+            "--context",
+            help="The assembled context instead: ancestors' summaries and blips up to each fork point,"
+            " then WAVELET's summary and live tail, with the bytes the summaries saved.",
+        ),
+    ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", metavar="N", help="--context: only the newest N entries (one page)."),
+    ] = None,
     wave: WaveOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print WAVELET's blips, oldest first.
 
-    With --json: a BlipPage (blips + cursor); with --follow --json: one Blip object per line.
+    With --json: a BlipPage (blips + cursor); with --follow --json: one Blip object per line; with
+    --context --json: a Context.
     """
     c = client()
     wl = wavelet(wavelet_ref, wave)
+    if context:
+        if follow or after or history:
+            raise errors.UsageError(
+                "--context reads the assembled context: drop --follow, --after and --history"
+            )
+        ctx = c.context(wl.id, limit=limit) if limit is not None else c.full_context(wl.id)
+        if as_json:
+            render.dump(ctx)
+        else:
+            render.context(ctx, with_ids=ids)
+        return
     cursor = after
     if after and len(after) < 36:  # a prefix compares below its own blip: find the full id
         cursor = c.get_blip(after).id

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from fleet import wire
-from fleet.models import Blip, Member, TokenInfo, Wave, Wavelet
+from fleet.models import Blip, Context, Member, Summary, TokenInfo, Wave, Wavelet
 
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
     from fleet.doctor import Check
@@ -105,6 +105,28 @@ def blips(items: Sequence[Blip], *, with_ids: bool = False) -> None:
     ids = [b.id for b in items]
     for b in items:
         out(blip_line(b, with_id=with_ids, among=ids))
+
+
+def context(ctx: Context, *, with_ids: bool = False) -> None:
+    """An assembled context: each summary where its covered range was, the blips around it, then
+    one stderr note with the bytes it saved against the full walk."""
+    labels = {w.id: w.path for w in ctx.path}
+    items: list[tuple[str, Blip | Summary]] = [(b.id, b) for b in ctx.blips]
+    items += [(s.upto, s) for s in ctx.summaries]
+    items.sort(key=lambda kv: (kv[0], isinstance(kv[1], Blip)))
+    for _key, item in items:
+        if isinstance(item, Blip):
+            out(blip_line(item, with_id=with_ids))
+            continue
+        where = labels.get(item.wavelet_id, item.wavelet_id)
+        out(
+            f"[summary of {where} up to {short(item.upto)} by {item.author} ({item.author_kind}),"
+            f" {item.covered_blips} blip(s), cites {len(item.cites)}]"
+        )
+        for line in item.text.splitlines():
+            out(f"  {line}")
+    more = "; older entries remain (--limit)" if ctx.more else ""
+    note(f"context {ctx.bytes} bytes, full walk {ctx.full_bytes}, saved {ctx.saved_bytes}{more}")
 
 
 def posted(blip: Blip, where: Wavelet | None = None, verb: str = "posted") -> None:

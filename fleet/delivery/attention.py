@@ -9,7 +9,9 @@ holds what touches the outside world, for the transports to call:
   line per committed routing decision (:class:`RouteEntry`: blip, wavelet, the rule that fired,
   ``full`` or ``digest``, and what the cap made of its frame), one per read-after-digest miss
   (:class:`MissEntry`: the agent read, with ``wavelet_read``, a blip it had only been given as a
-  digest line; at most one per blip), and one per attendant run (:class:`AttendantEntry`). Only
+  digest line; at most one per blip), one per attendant run (:class:`AttendantEntry`), and one per
+  summary offered (:class:`SummaryEntry`: accepted, or rejected with the missing load-bearing ids, or
+  the summarizer's failure). Only
   targeted attention writes decisions; a blip decided twice (a batch retried after a failed push) is
   logged once, when its batch commits. Each append is a single ``write`` on an ``O_APPEND`` file,
   so the channel and ``fleet watch --hook`` can share one log. It is the training corpus for a
@@ -129,8 +131,33 @@ class AttendantEntry(Entry):
     elapsed_ms: float = 0.0
 
 
-LogEntry = RouteEntry | MissEntry | AttendantEntry
-_ENTRIES: dict[str, type[LogEntry]] = {"route": RouteEntry, "miss": MissEntry, "attendant": AttendantEntry}
+SummaryOutcome = Literal["accepted", "rejected", "exit", "timeout", "invalid", "error", "conflict"]
+
+
+@record(extra="forbid")
+class SummaryEntry(Entry):
+    """One summary offered for a wavelet (by a summarizer run, the extractive default or an agent's
+    ``wavelet_summarize``). Every outcome but ``accepted`` leaves the full text in context;
+    ``rejected`` names the load-bearing ids the summary failed to cite."""
+
+    event: Literal["summary"] = "summary"
+    wavelet_id: str
+    wavelet: str
+    author_kind: Literal["participant", "summarizer", "extractive"]
+    outcome: SummaryOutcome
+    upto: str = ""
+    missing: list[str] = field(default_factory=list)
+    detail: str = ""
+    elapsed_ms: float = 0.0
+
+
+LogEntry = RouteEntry | MissEntry | AttendantEntry | SummaryEntry
+_ENTRIES: dict[str, type[LogEntry]] = {
+    "route": RouteEntry,
+    "miss": MissEntry,
+    "attendant": AttendantEntry,
+    "summary": SummaryEntry,
+}
 
 
 def parse_entry(line: str | bytes) -> LogEntry:
@@ -142,7 +169,7 @@ def parse_entry(line: str | bytes) -> LogEntry:
         raise RecordError([("", f"not valid JSON ({exc})")]) from None
     cls = _ENTRIES.get(str(data.get("event"))) if isinstance(data, dict) else None
     if cls is None:
-        raise RecordError([("event", 'must be one of "route", "miss", "attendant"')])
+        raise RecordError([("event", 'must be one of "route", "miss", "attendant", "summary"')])
     return load(cls, data)
 
 

@@ -39,7 +39,8 @@ thread (WAL lets readers proceed while the writer commits).
 The package, one module per concern: :mod:`~fleet.store.schema` (connections, migrations),
 :mod:`~fleet.store.events` (the event models, apply, replay), :mod:`~fleet.store.access` (principals,
 visibility, permissions, references), :mod:`~fleet.store.checks` (names and text),
-:mod:`~fleet.store.rows` (rows to records), and here the :class:`Store` facade.
+:mod:`~fleet.store.rows` (rows to records), :mod:`~fleet.store.summaries` (rolling summaries, pins,
+context assembly), and here the :class:`Store` facade.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ from fleet.store.events import (
 )
 from fleet.store.schema import MATERIALISED, MIGRATIONS, Connections, connect, dump_tables, migrate, now
 from fleet.store.schema import store_id as read_store_id
+from fleet.store.summaries import CONTEXT_PAGE, Summaries
 
 __all__ = [
     "EVENT_TYPES",
@@ -154,6 +156,8 @@ class Store:
         self.ids.observe(self._largest_id())
         self.store_id = read_store_id(self._db.writer)
         """Minted once per database (migration 0005): the store's identity across restarts and moves."""
+        self.summaries = Summaries(self._db, self.access, self.ids, self._text)
+        """Rolling summaries, pins, and context assembly over them (:mod:`fleet.store.summaries`)."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
@@ -689,39 +693,18 @@ class Store:
             )
         return [rows.blip(b) for b in chain]
 
-    def context(self, who: Principal, ref: str) -> Context:
-        """What ``who`` sees reading ``ref``: each ancestor's blips up to its fork point, then ``ref``'s.
+    def context(
+        self, who: Principal, ref: str, *, limit: int = CONTEXT_PAGE, before: str | None = None
+    ) -> Context:
+        """What ``who`` sees reading ``ref``: each visible ancestor's latest summary up to its fork
+        point and the blips after it up to the fork point, then ``ref``'s own summary and live tail;
+        one page of it (:meth:`fleet.store.summaries.Summaries.context`).
 
-        Assembled per call. Ancestors the caller cannot see contribute no blips and are left out of
+        Assembled per call. Ancestors the caller cannot see contribute nothing and are left out of
         ``path``. Within each part, replaced versions are hidden when their replacement falls inside
-        the same part.
+        the same part. With no summary it is the full walk.
         """
-        wl = self.access.wavelet(who, ref)
-        path = self.access.ancestry(wl)
-        r = self._r()
-        blips: list[Blip] = []
-        for i, node in enumerate(path):
-            if i < len(path) - 1:
-                upto = path[i + 1]["fork_blip_id"]
-                if not upto or not self.access.can_see(who, node):
-                    continue
-                got = r.execute(
-                    "SELECT * FROM blips WHERE wavelet_id = ? AND id <= ? AND"
-                    " (superseded_by IS NULL OR superseded_by > ?) ORDER BY id",
-                    (node["id"], upto, upto),
-                ).fetchall()
-            else:
-                got = r.execute(
-                    "SELECT * FROM blips WHERE wavelet_id = ? AND superseded_by IS NULL ORDER BY id",
-                    (node["id"],),
-                ).fetchall()
-            blips.extend(rows.blip(b) for b in got)
-        wave_name = self.wave_name(who, wl["wave_id"])
-        return Context(
-            wavelet=self._wavelet(wl, wave_name),
-            path=[self._wavelet(n, wave_name) for n in path if self.access.can_see(who, n)],
-            blips=blips,
-        )
+        return self.summaries.context(who, ref, limit=limit, before=before)
 
     def feed(
         self, who: Principal, wave: str, participant: str, cursors: dict[str, str], *, limit: int = 200

@@ -198,6 +198,43 @@ class SeatClosed(_Shape):
     why: str
 
 
+SummaryAuthorKind = Literal["participant", "summarizer", "extractive"]
+
+
+class SummaryRecorded(_Shape):
+    """A rolling summary of a wavelet's blips up to ``upto`` (inclusive), checked before it was
+    recorded: ``cites`` holds every id of ``load_bearing`` (docs/design.md, rolling summaries).
+
+    ``after``: the ``upto`` of the summary it rolled forward from ('' for the first); ``covered_*``:
+    the blips (current as of ``upto``) it stands in for and their UTF-8 text bytes."""
+
+    type: Literal["summary.recorded"] = Field(default="summary.recorded", exclude=True)
+    summary_id: str
+    wavelet_id: str
+    wave_id: str
+    after: str
+    upto: str
+    text: str
+    author: str
+    author_kind: SummaryAuthorKind
+    cites: list[str]
+    load_bearing: list[str]
+    covered_blips: int
+    covered_bytes: int
+    created_at: str
+
+
+class BlipPinned(_Shape):
+    """A participant pinned a blip: load-bearing from then on (every summary must cite it)."""
+
+    type: Literal["blip.pinned"] = Field(default="blip.pinned", exclude=True)
+    blip_id: str
+    wavelet_id: str
+    wave_id: str
+    by: str
+    at: str
+
+
 Event = Annotated[
     WaveCreated
     | WaveletForked
@@ -210,7 +247,9 @@ Event = Annotated[
     | TokenRevoked
     | SessionRecorded
     | SeatClaimed
-    | SeatClosed,
+    | SeatClosed
+    | SummaryRecorded
+    | BlipPinned,
     Field(discriminator="type"),
 ]
 """Any event. ``type`` tells them apart; it is stored in its own column, not in the payload."""
@@ -228,6 +267,8 @@ MODELS: tuple[type[_Shape], ...] = (
     SessionRecorded,
     SeatClaimed,
     SeatClosed,
+    SummaryRecorded,
+    BlipPinned,
 )
 EVENT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in MODELS)
 """Every event type this fleet writes and replays."""
@@ -444,6 +485,37 @@ def _seat_closed(conn: sqlite3.Connection, e: SeatClosed) -> None:
     conn.execute(
         "UPDATE seats SET closed_at = ?, closed_why = ? WHERE wave_id = ? AND closed_at IS NULL",
         (e.closed_at, e.why, e.wave_id),
+    )
+
+
+@_on(SummaryRecorded)
+def _summary_recorded(conn: sqlite3.Connection, e: SummaryRecorded) -> None:
+    conn.execute(
+        "INSERT INTO summaries(id, wavelet_id, wave_id, after, upto, text, author, author_kind, cites,"
+        " load_bearing, covered_blips, covered_bytes, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            e.summary_id,
+            e.wavelet_id,
+            e.wave_id,
+            e.after,
+            e.upto,
+            e.text,
+            e.author,
+            e.author_kind,
+            json.dumps(e.cites),
+            json.dumps(e.load_bearing),
+            e.covered_blips,
+            e.covered_bytes,
+            e.created_at,
+        ),
+    )
+
+
+@_on(BlipPinned)
+def _blip_pinned(conn: sqlite3.Connection, e: BlipPinned) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO pins(wavelet_id, blip_id, pinned_by, pinned_at) VALUES (?,?,?,?)",
+        (e.wavelet_id, e.blip_id, e.by, e.at),
     )
 
 

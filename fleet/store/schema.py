@@ -197,6 +197,39 @@ def _m0006_seats(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0008_summaries(conn: sqlite3.Connection) -> None:
+    """Rolling summaries of wavelets (each stands in for its wavelet's blips up to ``upto`` in a
+    context) and pinned blips (load-bearing: every summary must cite them)."""
+    _script(
+        conn,
+        """
+        CREATE TABLE summaries (
+            id            TEXT PRIMARY KEY,
+            wavelet_id    TEXT NOT NULL REFERENCES wavelets(id),
+            wave_id       TEXT NOT NULL REFERENCES waves(id),
+            after         TEXT NOT NULL,
+            upto          TEXT NOT NULL REFERENCES blips(id),
+            text          TEXT NOT NULL,
+            author        TEXT NOT NULL,
+            author_kind   TEXT NOT NULL,
+            cites         TEXT NOT NULL,
+            load_bearing  TEXT NOT NULL,
+            covered_blips INTEGER NOT NULL,
+            covered_bytes INTEGER NOT NULL,
+            created_at    TEXT NOT NULL
+        );
+        CREATE INDEX summaries_by_wavelet ON summaries(wavelet_id, upto);
+        CREATE TABLE pins (
+            wavelet_id TEXT NOT NULL REFERENCES wavelets(id),
+            blip_id    TEXT NOT NULL REFERENCES blips(id),
+            pinned_by  TEXT NOT NULL,
+            pinned_at  TEXT NOT NULL,
+            PRIMARY KEY (wavelet_id, blip_id)
+        );
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -204,6 +237,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_token_grants", _m0004_token_grants),
     ("0005_store_identity", _m0005_store_identity),
     ("0006_seats", _m0006_seats),
+    ("0008_summaries", _m0008_summaries),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -217,6 +251,8 @@ MATERIALISED = (
     "sessions",
     "token_grants",
     "seats",
+    "summaries",
+    "pins",
 )
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 

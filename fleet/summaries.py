@@ -1,0 +1,318 @@
+"""Who writes rolling summaries: fleet's extractive default, an external summarizer, and the loop
+that runs them (``fleet summary run``). The store checks every summary (:mod:`fleet.store.summaries`);
+this module only proposes them.
+
+What a caller may rely on:
+
+- :func:`extractive` needs no model and is deterministic: the previous summary's text, then one line
+  per load-bearing blip (surfaces, ``DONE:`` blips, pinned blips, blips naming a participant) and per
+  latest version of a replaced blip, each ``[id] author: first line``; it cites every load-bearing id.
+- :class:`Summarizer` runs an external command (split like a shell would, run without one, in its own
+  process group) with a :class:`SummarizerRequest` as JSON on stdin; it answers on stdout with
+  ``{"text": ..., "cites": [ids]}``. Fallback-open like the attendant: a non-zero exit, a timeout
+  (the process group is killed), or output that is not such an answer gives no summary, and the
+  full text stays in context.
+- :func:`roll` offers one summary for one wavelet and logs the outcome (accepted, rejected with the
+  missing ids, or the summarizer's failure) as a ``summary`` line of the routing log.
+- :class:`Runner` is ``fleet summary run``: it follows the wave's blip stream and rolls a wavelet's
+  summary once ``every`` new blips or ``bytes`` new bytes arrived since its last summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Literal
+
+from fleet import errors
+from fleet.client import Client
+from fleet.delivery.attention import RoutingLog, SummaryEntry, SummaryOutcome
+from fleet.models import Blip, NewSummary, SummaryInput
+from fleet.wire import RecordError, dumps, field, loads, record
+
+log = logging.getLogger(__name__)
+
+SUMMARIZER_TIMEOUT = 30.0
+"""Seconds a summarizer run may take before its answer is ignored (and the process group killed)."""
+SUMMARIZER_OUTPUT_MAX = 1 << 20
+LINE_CHARS = 200
+"""Characters of a blip's first line an extractive line keeps."""
+EVERY = 50
+"""Default: roll a wavelet's summary after this many new blips."""
+BYTES = 64 * 1024
+"""Default: or after this many new bytes of text."""
+
+AuthorKind = Literal["participant", "summarizer", "extractive"]
+
+
+# ---------------------------------------------------------------- the extractive default
+
+
+def _line(b: Blip) -> str:
+    first = b.text.strip().splitlines()[0] if b.text.strip() else ""
+    if len(first) > LINE_CHARS:
+        first = first[: LINE_CHARS - 1] + "…"
+    tag = f" ({b.kind})" if b.kind != "message" else ""
+    return f"[{b.id}] {b.author}{tag}: {first}"
+
+
+def extractive(inp: SummaryInput) -> NewSummary | None:
+    """fleet's deterministic summary of ``inp`` (None when there is nothing to cover)."""
+    if not inp.blips:
+        return None
+    need = set(inp.load_bearing)
+    lines = [inp.previous.text] if inp.previous is not None else []
+    lines += [_line(b) for b in inp.blips if b.id in need or b.replaces is not None]
+    if len(lines) == (1 if inp.previous is not None else 0):
+        lines.append(f"({len(inp.blips)} blip(s) with nothing load-bearing)")
+    return NewSummary(
+        text="\n".join(lines),
+        upto=inp.blips[-1].id,
+        cites=sorted(need),
+        author_kind="extractive",
+        author="fleet",
+    )
+
+
+# ---------------------------------------------------------------- the external summarizer
+
+
+@record(extra="forbid")
+class SummarizerBlip:
+    id: str
+    author: str
+    kind: str
+    text: str
+    created_at: str
+    replaces: str | None = None
+
+
+@record(extra="forbid")
+class SummarizerRequest:
+    """What a summarizer reads on stdin: a wavelet's previous summary and the blips after it."""
+
+    version: Literal[1] = 1
+    wave: str
+    wavelet: str
+    """WAVE/WAVELET."""
+    wavelet_id: str
+    previous: str = ""
+    """The previous summary's text ('' for the first): the new one replaces it, so roll it forward."""
+    previous_cites: list[str] = field(default_factory=list)
+    blips: list[SummarizerBlip]
+    must_cite: list[str] = field(default_factory=list)
+    """The load-bearing ids the summary must cite, or it is rejected."""
+
+
+@record(extra="forbid")
+class SummarizerAnswer:
+    """What a summarizer prints on stdout."""
+
+    text: str = field(min_length=1)
+    cites: list[str] = field(default_factory=list)
+    """The blip ids the summary relies on."""
+
+
+class Summarizer:
+    """An external summarizer command, fallback-open (see the module docstring)."""
+
+    def __init__(self, command: str, timeout: float = SUMMARIZER_TIMEOUT) -> None:
+        self.argv = shlex.split(command)
+        if not self.argv:
+            raise errors.UsageError("the summarizer command is empty: pass its command line")
+        self.name = os.path.basename(self.argv[0])[:64]
+        self.timeout = timeout
+
+    def run(self, inp: SummaryInput, wave: str, label: str) -> tuple[NewSummary | None, SummaryOutcome, str]:
+        """The summary the command wrote for ``inp``, or None with the reason it gave none."""
+        if not inp.blips:
+            return None, "invalid", "nothing to summarize"
+        request = SummarizerRequest(
+            wave=wave,
+            wavelet=label,
+            wavelet_id=inp.wavelet_id,
+            previous=inp.previous.text if inp.previous is not None else "",
+            previous_cites=inp.previous.cites if inp.previous is not None else [],
+            blips=[
+                SummarizerBlip(
+                    id=b.id,
+                    author=b.author,
+                    kind=b.kind,
+                    text=b.text,
+                    created_at=b.created_at,
+                    replaces=b.replaces,
+                )
+                for b in inp.blips
+            ],
+            must_cite=inp.load_bearing,
+        )
+        out, outcome, detail = self._run(dumps(request).encode())
+        if out is None:
+            return None, outcome, detail
+        try:
+            answer = loads(SummarizerAnswer, out)
+        except RecordError as exc:
+            where, msg = exc.problems[0]
+            return None, "invalid", f"not a summary ({where or 'output'}: {msg}): {out[:120]!r}"
+        summary = NewSummary(
+            text=answer.text,
+            upto=inp.blips[-1].id,
+            cites=answer.cites,
+            author_kind="summarizer",
+            author=self.name,
+        )
+        return summary, "accepted", ""
+
+    def _run(self, payload: bytes) -> tuple[bytes | None, SummaryOutcome, str]:
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return None, "error", f"cannot run {self.argv[0]!r}: {exc.strerror or exc}"
+        out, err = bytearray(), bytearray()
+        pumps = [
+            threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stdout, out, SUMMARIZER_OUTPUT_MAX), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err, 4096), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        try:
+            proc.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(2.0)
+            return None, "timeout", f"no summary within {self.timeout:g}s; killed"
+        finally:
+            for t in pumps:
+                t.join(1.0)
+        if proc.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip()[-300:]
+            return None, "exit", f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
+        if len(out) > SUMMARIZER_OUTPUT_MAX:
+            return None, "invalid", f"more than {SUMMARIZER_OUTPUT_MAX} bytes of output"
+        return bytes(out), "accepted", ""
+
+
+def _feed(stream: IO[bytes] | None, data: bytes) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(OSError):
+        stream.write(data)
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def _drain(stream: IO[bytes] | None, into: bytearray, limit: int) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := os.read(stream.fileno(), 65536):
+            if len(into) <= limit:
+                into += chunk[: limit + 1 - len(into)]
+
+
+# ---------------------------------------------------------------- one roll, and the loop
+
+
+def roll(
+    client: Client,
+    wave: str,
+    wavelet_id: str,
+    label: str,
+    routing: RoutingLog | None,
+    summarizer: Summarizer | None = None,
+) -> SummaryEntry | None:
+    """Offer one summary of ``wavelet_id`` (the summarizer's, or the extractive default's) covering
+    the blips since its last summary; log and return the outcome (None: nothing new to cover)."""
+    t0 = time.monotonic()
+    inp = client.summary_pending(wavelet_id)
+    if not inp.blips:
+        return None
+    kind: AuthorKind = "summarizer" if summarizer is not None else "extractive"
+    if summarizer is not None:
+        proposal, outcome, detail = summarizer.run(inp, wave, label)
+    else:
+        proposal, outcome, detail = extractive(inp), "accepted", ""
+    missing: list[str] = []
+    upto = inp.blips[-1].id
+    if proposal is not None:
+        try:
+            verdict = client.summarize(wavelet_id, proposal)
+        except errors.Conflict as exc:
+            outcome, detail = "conflict", exc.message
+        except (errors.UsageError, errors.PayloadTooLarge) as exc:
+            outcome, detail = "invalid", exc.message
+        else:
+            outcome = "accepted" if verdict.accepted else "rejected"
+            missing, detail = verdict.missing, verdict.reason
+    if outcome != "accepted":
+        log.warning("no summary of %s: %s (%s)", label, outcome, detail)
+    entry = SummaryEntry(
+        participant=routing.participant if routing is not None else "summarizer",
+        wave=wave,
+        wavelet_id=wavelet_id,
+        wavelet=label,
+        author_kind=kind,
+        outcome=outcome,
+        upto=upto,
+        missing=missing,
+        detail=detail,
+        elapsed_ms=round((time.monotonic() - t0) * 1000, 1),
+    )
+    if routing is not None:
+        routing.append([entry])
+    return entry
+
+
+@dataclass
+class Runner:
+    """``fleet summary run``: follow ``wave`` (as the operator) and roll each wavelet's summary once
+    ``every`` blips or ``bytes`` bytes arrived since its last one."""
+
+    client: Client
+    wave: str
+    routing: RoutingLog | None
+    summarizer: Summarizer | None = None
+    every: int = EVERY
+    bytes: int = BYTES
+    wait: float = 30.0
+
+    def due(self, wavelet_id: str) -> bool:
+        check = self.client.summary_check(wavelet_id)
+        return check.pending_blips >= self.every or check.pending_bytes >= self.bytes
+
+    def once(self) -> list[SummaryEntry]:
+        """One pass over every wavelet of the wave: roll those that are due."""
+        wave = self.client.get_wave(self.wave)
+        done = []
+        for wl in wave.wavelets:
+            if self.due(wl.id):
+                entry = roll(self.client, wave.name, wl.id, wl.path, self.routing, self.summarizer)
+                if entry is not None:
+                    done.append(entry)
+        return done
+
+    def forever(self) -> None:
+        """Pass once, then after every batch of new blips (long-polls the wave's stream)."""
+        cursor = self.client.activity(self.wave).head
+        self.once()
+        while True:
+            page = self.client.read_wave(self.wave, after=cursor, wait=self.wait)
+            if page.blips:
+                cursor = page.cursor
+                self.once()
