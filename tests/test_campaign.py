@@ -5,6 +5,7 @@ lock and its overruling of the fields it owns, and the prompts shipped in the pa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,63 @@ def test_the_prompts_are_shipped_in_the_package() -> None:
     verifier = prompts.text("verifier")
     for phrase in ("PLAN OK", "PLAN PATCHED", "PLAN REWRITTEN", "USER QUESTION:", "wave verify:"):
         assert phrase in verifier, phrase
+
+
+# ---------------------------------------------------------------- the cancelled guard
+
+
+def test_a_cancelled_wave_stays_cancelled_whatever_an_agent_writes(tmp_path: Path) -> None:
+    """The interrupted session may still write STATE.md after `interrupt` (a Bash child that outlives
+    its pane, a write already under way): it cannot clear the cancellation, only `clear` can."""
+    c = planned(tmp_path)
+    done = fleet(c.root, "campaign", "interrupt")
+    assert done.returncode == 0 and "wave 0 cancelled" in done.stdout, done.stderr
+    # the interrupted agent's late write, as its protocol would make it on success
+    s = c.read()
+    s.wave_status, s.failure_kind, s.current_wave = "pending", "", 0
+    c.write(s)
+    assert fleet(c.root, "campaign", "resume").returncode == 0
+    s, o = lp.read_state(c)
+    assert (s.loop_state, s.wave_status, s.failure_kind) == ("armed", "failed", "cancelled")
+    d = machine.decide(s)
+    assert d.spawn is None and "cancelled" in d.why, d
+    assert c.read().failure_kind == "cancelled"  # written back over the agent's edit
+    status = json.loads(fleet(c.root, "campaign", "status", "--json").stdout)
+    assert status["state"]["failure_kind"] == "cancelled"
+    assert fleet(c.root, "campaign", "clear").returncode == 0
+    s, o = lp.read_state(c)
+    assert (s.wave_status, s.failure_kind, o.cancelled) == ("pending", "", False)
+    assert machine.decide(s).spawn == "verifier"
+
+
+def test_the_cancel_commit_carries_the_cancelled_state(tmp_path: Path) -> None:
+    """It was made before STATE.md was written, so it held the state from before the interrupt."""
+    c = planned(tmp_path)
+    assert fleet(c.root, "campaign", "interrupt").returncode == 0
+    assert log(c.root)[-1] == "wave 0 (failed): cancelled by the operator"
+    committed = st.parse(git(c.root, "show", f"HEAD:{c.rel(c.state_file)}"))
+    assert (committed.wave_status, committed.failure_kind) == ("failed", "cancelled")
+
+
+def test_a_loop_that_does_not_answer_in_time_is_not_raced_by_an_offline_edit(tmp_path: Path) -> None:
+    """A loop busy starting a session answers late: the CLI says so and edits nothing itself (it used
+    to fall back to editing STATE.md on any socket error, a timeout included); the loop applies the
+    command when it is free."""
+    c = planned(tmp_path)
+    loop = lp.Loop(c, lp.Launcher(None, None, None))  # listening, holding the lock, busy: not serving
+    loop.start(arm=False)
+    try:
+        before = snapshot(c.root)
+        done = subprocess.run(
+            [sys.executable, "-m", "fleet", "campaign", "interrupt"], cwd=c.root, capture_output=True,
+            text=True, env={**os.environ, "FLEET_CAMPAIGN_CONTROL_TIMEOUT": "0.5"},
+        )  # fmt: skip
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "did not answer `interrupt` within 0.5 s" in done.stderr, done.stderr
+        assert "fleet campaign status" in done.stderr
+        assert snapshot(c.root) == before
+        loop._serve_one()  # free again: the queued command is applied by the loop, once
+        s = c.read()
+        assert (s.wave_status, s.failure_kind) == ("failed", "cancelled")
+    finally:
+        loop.close()

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from campaignhelp import (
+    HOLD,
     bash,
     commit_cmd,
     git,
@@ -389,7 +390,7 @@ def one_wave(real_fleet: RealFleetFactory) -> Iterator[Callable[..., OneWave]]:
 def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script)
-    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("printf partial > a.txt", "sleep 600",
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("printf partial > a.txt", HOLD,
                                                                        phrase="never")))  # fmt: skip
     script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
     c.run()
@@ -446,7 +447,7 @@ def test_a_loop_killed_mid_wave_resumes_exactly_when_started_again(one_wave: Cal
 def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script)
-    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("sleep 600", phrase="never")))
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn(HOLD, phrase="never")))
     script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
     c.run()
     c.busy("executor-w0-s1")
@@ -460,6 +461,8 @@ def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[...
         "idle",
         None,
     )
+    # it was the busy session that was cancelled (not a retry spawned after it settled on its own)
+    assert s.session_count == 1 and s.row(0).get("Session") == "executor-w0-s1", s
     panes = c.real.srv.cmd("list-panes", "-a", "-F", "#{pane_id}").stdout
     assert pane not in panes, "the interrupted session was ended"
     assert c.fleet("resume").returncode == 0
@@ -478,7 +481,7 @@ def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[...
 def test_a_third_verifier_crash_asks_the_user(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script, wave_status="plan_undoable", failure_kind="undoable", verify_count=2)
-    script.add("verifier-s1", rule(kickoff("verifier-s1"), turn("sleep 600", phrase="never")))
+    script.add("verifier-s1", rule(kickoff("verifier-s1"), turn(HOLD, phrase="never")))
     c.run()
     c.busy("verifier-s1")
     os.kill(c.real.pane_pid("verifier-s1"), signal.SIGKILL)

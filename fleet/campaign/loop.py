@@ -41,6 +41,10 @@ from fleet.campaign.disk import Campaign
 
 log = logging.getLogger(__name__)
 
+CONTROL_TIMEOUT = float(os.environ.get("FLEET_CAMPAIGN_CONTROL_TIMEOUT", "150"))
+"""Seconds `fleet campaign pause|…` waits for the loop's answer: longer than a session's start (the
+loop serves commands between events, and starting a session is one)."""
+
 COMMANDS = ("poke", "settle", "pause", "resume", "next", "interrupt", "stop", "clear", "dismiss", "ping")
 
 
@@ -65,6 +69,10 @@ class Owned:
     verify_floor: int = 0
     """verify_count never goes below the verifier sessions the loop saw settle."""
     last_error: str = ""
+    cancelled: bool = False
+    """The operator cancelled the current wave (`interrupt`, `dismiss`): failure_kind stays
+    ``cancelled`` whatever an agent writes (a late write of the interrupted session included), until
+    `clear`."""
 
 
 def socket_path(c: Campaign) -> Path:
@@ -187,6 +195,9 @@ def overrule(s: st.State, o: Owned) -> st.State:
     s.active_session_id = o.active_session_id
     s.active_session_kind = o.active_session_kind
     s.verify_count = max(s.verify_count, o.verify_floor)
+    if o.cancelled:
+        s.wave_status = "failed"
+        s.failure_kind = "cancelled"
     return s
 
 
@@ -194,7 +205,10 @@ def read_state(c: Campaign) -> tuple[st.State, Owned]:
     s = c.read()
     o = load_owned(c)
     if o is None:
-        o = Owned(s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count)
+        o = Owned(
+            s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count,
+            cancelled=s.failure_kind == "cancelled",
+        )  # fmt: skip
     return overrule(s, o), o
 
 
@@ -244,6 +258,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
                 f"wave {s.current_wave} is not cancelled (failure_kind {s.failure_kind or 'empty'}):"
                 " nothing to clear"
             )
+        o.cancelled = False
         s.failure_kind = ""
         s.wave_status = "pending"
         s.row(s.current_wave).set("Status", "pending")
@@ -257,7 +272,10 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
+        o.cancelled = True
         s.row(s.current_wave).set("Status", "cancelled")
+        save_owned(c, o)  # before the commit: the cancellation is in it, and holds if we die here
+        c.write(overrule(s, o))
         sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
         if sha:
             s.row(s.current_wave).set("Commit", sha)
@@ -274,6 +292,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
+        o.cancelled = True
         s.row(s.current_wave).set("Status", "cancelled")
         return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped"
     raise errors.UsageError(f"unknown loop command {op!r}")
@@ -461,8 +480,8 @@ class Loop:
         _s, o = read_state(self.c)
         if self.pidfd >= 0:
             os.close(self.pidfd)
-        self.pidfd, self.pidfd_of = -1, ""
-        if o.active_session_id:
+        watched, self.pidfd, self.pidfd_of = self.pidfd_of, -1, ""
+        if o.active_session_id and watched in ("", o.active_session_id):
             self.catch_up()  # a last Stop hook may have come first
             _s, o = read_state(self.c)
             if o.active_session_id:
