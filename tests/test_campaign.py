@@ -10,12 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import libtmux
 import pytest
 from campaignhelp import THREE_WAVES, git, init_repo, log
 
 from fleet.campaign import disk, machine, prompts
 from fleet.campaign import loop as lp
 from fleet.campaign import state as st
+from fleet.client import Client
+from fleet.paths import Paths
+from fleet.tmux import Tmux
 
 
 def fleet(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -322,3 +326,32 @@ def test_a_loop_that_does_not_answer_in_time_is_not_raced_by_an_offline_edit(tmp
         assert (s.wave_status, s.failure_kind) == ("failed", "cancelled")
     finally:
         loop.close()
+
+
+# ---------------------------------------------------------------- a loop that cannot spawn
+
+
+def test_a_loop_that_cannot_spawn_pauses_and_tells_the_operator_in_a_blip(
+    tmp_path: Path, operator: Client, tmux_server: libtmux.Server, fleet_env: Paths
+) -> None:
+    c = planned(tmp_path)
+    layout = tmp_path / "broken.toml"
+    layout.write_text('arrangement = "tiled"\n[defaults]\nagent = "/nonexistent/agent"\n')
+    loop = lp.Loop(c, lp.Launcher(operator, Tmux(tmux_server), fleet_env), layout=str(layout))
+    loop.start(arm=True)
+    try:
+        loop.step()
+        first = lp.read_state(c)[1].last_error
+        loop.command("resume")  # not fixed: the same error again (its wavelet is reused, not a conflict)
+    finally:
+        loop.close()
+    s, o = lp.read_state(c)
+    assert o.last_error == first
+    assert (s.loop_state, s.wave_status, s.session_count) == ("paused", "pending", 0)
+    assert s.active_session_id is None
+    assert o.last_error.startswith("spawning the verifier failed: agent command '/nonexistent/agent'")
+    blips = [b for b in operator.read_wave(c.id).blips if b.kind == "system"]
+    told = [b.text for b in blips if "spawning the verifier failed" in b.text]
+    assert len(told) == 2, [b.text for b in blips]  # one per failure
+    assert told[0].startswith(f"operator: campaign {c.id}: spawning the verifier failed: agent command")
+    assert f"fleet campaign resume --repo {c.root} --campaign {c.id}" in told[0]

@@ -41,6 +41,8 @@ from fleet.campaign.disk import Campaign
 
 log = logging.getLogger(__name__)
 
+OPERATOR = "operator"  # fleet.models.OPERATOR, without loading pydantic into the Stop hook
+
 CONTROL_TIMEOUT = float(os.environ.get("FLEET_CAMPAIGN_CONTROL_TIMEOUT", "150"))
 """Seconds `fleet campaign pause|…` waits for the loop's answer: longer than a session's start (the
 loop serves commands between events, and starting a session is one)."""
@@ -266,7 +268,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
     if op == "interrupt":
         if kill and o.active_session_id:
             kill(o)
-        was = o.active_session_id
+        was = o.participant or o.active_session_id
         _clear_active(o)
         s.wave_status = "failed"
         s.failure_kind = "cancelled"
@@ -396,8 +398,25 @@ class Loop:
         print(f"fleet campaign loop: {exc.message}", file=sys.stderr, flush=True)
         with contextlib.suppress(errors.FleetError):
             o = load_owned(self.c) or Owned()
+            if o.last_error == exc.message:
+                return  # told already
             o.last_error = exc.message
             save_owned(self.c, o)
+        self._tell_operator(
+            f"the loop cannot go on: {exc.message}. It spawns nothing until that is fixed; then"
+            f" `{self._cli('resume')}`"
+        )
+
+    def _cli(self, op: str) -> str:
+        return shlex.join(["fleet", "campaign", op, "--repo", str(self.c.root), "--campaign", self.c.id])
+
+    def _tell_operator(self, text: str) -> None:
+        """An error the operator must act on, as a blip naming them in the campaign's wave (where the
+        agents' questions arrive too); the loop carries on if the daemon cannot take it."""
+        try:
+            self.launcher.tell(self.c, f"{OPERATOR}: campaign {self.c.id}: {text}")
+        except (errors.FleetError, OSError) as exc:
+            log.warning("could not tell the operator %r: %s", text, exc)
 
     def _serve_one(self) -> None:
         assert self.sock is not None
@@ -606,6 +625,10 @@ class Loop:
             o.last_error = f"spawning the {d.spawn} failed: {exc.message}"
             self._commit_state(s, o)
             log.error("%s", o.last_error)
+            self._tell_operator(
+                f"{o.last_error}. The loop is paused and spawns nothing: fix that, then"
+                f" `{self._cli('resume')}` (`{self._cli('status')}` shows the error)"
+            )
             return
         o.active_session_id = started.session_id
         o.active_session_kind = d.spawn
@@ -675,8 +698,11 @@ class Launcher:
             if kind == "executor"
             else f"{kind}-s{s.session_count}"
         )
-        main = self.client.resolve(f"{wave.name}/main")
-        wl = self.client.fork(main.id, name, with_=[name])
+        try:  # a launch that failed before left its wavelet (the session count is the same again)
+            wl = self.client.resolve(f"{wave.name}/{name}")
+        except errors.NotFound:
+            main = self.client.resolve(f"{wave.name}/main")
+            wl = self.client.fork(main.id, name, with_=[name])
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
@@ -735,6 +761,11 @@ class Launcher:
         )
         wl = self.client.resolve(started.wavelet)
         self.client.post(wl.id, text)
+
+    def tell(self, c: Campaign, text: str) -> None:
+        """A system blip in the campaign wave's main wavelet."""
+        wave = self._wave(c)
+        self.client.post_system(wave.root_id, text)
 
     def pane_pid(self, pane_id: str) -> int | None:
         for p in self.tmux.panes():
