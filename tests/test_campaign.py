@@ -14,7 +14,7 @@ import libtmux
 import pytest
 from campaignhelp import THREE_WAVES, git, init_repo, log
 
-from fleet.campaign import disk, machine, prompts
+from fleet.campaign import disk, machine, prompts, registry
 from fleet.campaign import loop as lp
 from fleet.campaign import state as st
 from fleet.client import Client
@@ -337,8 +337,12 @@ def test_a_loop_that_cannot_spawn_pauses_and_tells_the_operator_in_a_blip(
     c = planned(tmp_path)
     layout = tmp_path / "broken.toml"
     layout.write_text('arrangement = "tiled"\n[defaults]\nagent = "/nonexistent/agent"\n')
+    assert registry.lookup(fleet_env.state, c.id) is not None  # `plan` recorded it for the console
+    (fleet_env.state / "campaigns" / f"{c.id}.json").unlink()
     loop = lp.Loop(c, lp.Launcher(operator, Tmux(tmux_server), fleet_env), layout=str(layout))
     loop.start(arm=True)
+    found = registry.lookup(fleet_env.state, c.id)  # and so does the loop
+    assert found is not None and found.root == c.root.resolve()
     try:
         loop.step()
         first = lp.read_state(c)[1].last_error

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet import errors
-from fleet.campaign import disk, machine
+from fleet.campaign import disk, machine, registry
 from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
 
@@ -340,6 +340,10 @@ class Loop:
                 o.loop_state = "armed"
             self._commit_state(s, o)
             self._listen()
+            paths = getattr(self.launcher, "paths", None)
+            if paths is not None:  # where the console finds it (fleet.campaign.registry)
+                with contextlib.suppress(OSError):
+                    registry.remember(paths.state, self.c)
         except BaseException:
             self.lock.release()
             raise

@@ -88,11 +88,25 @@ def plan(
         c, state = disk.plan_by_headings(root, plan_file, executor=executor, model=model)
     else:
         c, state = _plan_with_planner(root, plan_file, executor, model, layout, socket, wait, timeout)
+    _remember(c)
     if as_json:
         render.out(json.dumps({"campaign_id": c.id, "dir": str(c.dir), "total_waves": state.total_waves}))
     else:
         render.out(f"planned campaign {c.id}: {state.total_waves} waves in {c.dir}")
         render.note("arm it with `fleet campaign run` (add --detach to give the loop its own tmux window)")
+
+
+def _remember(c: Campaign) -> None:
+    """Record where the campaign lives, for the console's campaign view (fleet.campaign.registry)."""
+    from fleet.campaign import registry
+    from fleet.paths import get_paths
+
+    try:
+        registry.remember(get_paths().state, c)
+    except OSError as exc:
+        render.note(
+            f"the console will not find campaign {c.id} ({exc}); `fleet campaign run` records it again"
+        )
 
 
 def _plan_with_planner(
