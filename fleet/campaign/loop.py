@@ -376,10 +376,16 @@ class Loop:
             self.step()
         except errors.FleetError as exc:
             self._trouble(exc)
+        stuck = False  # trouble while watching: wait for a command (a fixed file), do not spin
         while not self.quit:
-            self._watch_active()
+            if not stuck:
+                try:
+                    self._watch_active()
+                except errors.FleetError as exc:
+                    self._trouble(exc)
+                    stuck = True
             fds: list[Any] = [self.sock]
-            if self.pidfd >= 0:
+            if self.pidfd >= 0 and not stuck:
                 fds.append(self.pidfd)
             try:
                 ready, _, _ = select.select(fds, [], [])
@@ -389,9 +395,11 @@ class Loop:
                 if self.pidfd >= 0 and self.pidfd in ready:
                     self._pane_exited()
                 if self.sock in ready:
+                    stuck = False
                     self._serve_one()
             except errors.FleetError as exc:
                 self._trouble(exc)
+                stuck = True
 
     # ------------------------------------------------------------ events
 
@@ -427,6 +435,7 @@ class Loop:
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(5.0)
+            op = ""
             try:
                 buf = b""
                 while not buf.endswith(b"\n") and len(buf) < 65536:
@@ -435,9 +444,12 @@ class Loop:
                         break
                     buf += chunk
                 msg = json.loads(buf or b"{}")
-                answer = self.command(str(msg.get("op", "")))
+                op = str(msg.get("op", ""))
+                answer = self.command(op)
             except errors.FleetError as exc:
                 answer = {"ok": False, "error": exc.message, "kind": exc.kind}
+                if op == "poke":  # from a Stop hook, which shows no one: the operator must hear it
+                    self._trouble(exc)
             except (ValueError, OSError) as exc:
                 answer = {"ok": False, "error": str(exc), "kind": "usage"}
             with contextlib.suppress(OSError):
@@ -451,6 +463,7 @@ class Loop:
             self.step()
             return {"ok": True}
         if op == "next":
+            self.catch_up()
             s, o = read_state(self.c)
             d = machine.decide(s)
             if d.spawn is None and not d.escalate:
@@ -463,6 +476,10 @@ class Loop:
         if op == "stop":
             self.quit = True
         else:
+            # the operator's command first, then any settle not handled yet (one whose poke is
+            # still queued, or one STATE.md could not take then): a pause or an interrupt is never
+            # overtaken by a spawn the settle would have made
+            self.catch_up()
             self.step()
         return {"ok": True, "message": msg}
 
@@ -471,12 +488,14 @@ class Loop:
         settles = read_settles(self.c)
         _s, o = read_state(self.c)
         for rec in settles[o.handled_settles :]:
-            o.handled_settles += 1
-            save_owned(self.c, o)
+            # counted once handled: a settle that raised (a STATE.md that does not parse) is handled
+            # again on the next event; one handled twice is ignored (its session is no longer active)
             self.settle(
                 str(rec.get("session_id", "")), pane_exited=False, transcript=rec.get("transcript_path")
             )
             _s, o = read_state(self.c)
+            o.handled_settles += 1
+            save_owned(self.c, o)
 
     def _watch_active(self) -> None:
         """Hold a pidfd on the active session's pane process (a dead pane is a settle)."""
