@@ -410,3 +410,20 @@ def test_a_settle_while_state_md_does_not_parse_is_told_and_handled_once_it_does
         loop.terminate()
         loop.wait(10)
         out.close()
+
+
+def test_interrupt_without_a_loop_does_not_claim_it_ended_the_session(tmp_path: Path) -> None:
+    """A loop killed with its session alive: `interrupt` cancels the wave on disk but holds no pane,
+    so it says how to end the session instead of saying it did."""
+    c = planned(tmp_path)
+    s, o = lp.read_state(c)
+    o.active_session_id, o.active_session_kind, o.participant = "s-1", "executor", "executor-w0-s1"
+    o.wavelet = f"{c.id}/executor-w0-s1"
+    lp.save_owned(c, o)
+    done = fleet(c.root, "campaign", "interrupt")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        f"wave 0 cancelled; no loop runs to end session executor-w0-s1: end it with `fleet kill {o.wavelet}`"
+    )
+    s, o = lp.read_state(c)
+    assert (s.failure_kind, o.active_session_id, o.cancelled) == ("cancelled", None, True)

@@ -269,6 +269,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         if kill and o.active_session_id:
             kill(o)
         was = o.participant or o.active_session_id
+        o_wavelet = o.wavelet
         _clear_active(o)
         s.wave_status = "failed"
         s.failure_kind = "cancelled"
@@ -281,7 +282,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
         if sha:
             s.row(s.current_wave).set("Commit", sha)
-        return f"wave {s.current_wave} cancelled" + (f" (session {was} ended)" if was else "")
+        return f"wave {s.current_wave} cancelled" + _ended(was, o_wavelet, kill)
     if op == "dismiss":
         if s.wave_status != "awaiting_user":
             raise errors.UsageError(
@@ -289,6 +290,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
             )
         if kill and o.active_session_id:
             kill(o)
+        was, o_wavelet = o.participant or o.active_session_id, o.wavelet
         _clear_active(o)
         s.wave_status = "failed"
         s.failure_kind = "cancelled"
@@ -296,8 +298,20 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         o.loop_state = "idle"
         o.cancelled = True
         s.row(s.current_wave).set("Status", "cancelled")
-        return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped"
+        return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped" + _ended(
+            was, o_wavelet, kill
+        )
     raise errors.UsageError(f"unknown loop command {op!r}")
+
+
+def _ended(was: str | None, wavelet: str, kill: Callable[[Owned], None] | None) -> str:
+    if not was:
+        return ""
+    if kill is not None:
+        return f" (session {was} ended)"
+    # no loop runs: nothing here holds the session's pane, and it would carry on unseen
+    how = f": end it with `fleet kill {wavelet}`" if wavelet else ""
+    return f"; no loop runs to end session {was}{how}"
 
 
 def _clear_active(o: Owned) -> None:
