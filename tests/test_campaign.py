@@ -404,7 +404,7 @@ def test_a_settle_while_state_md_does_not_parse_is_told_and_handled_once_it_does
         s, o = lp.read_state(c)
         assert (s.wave_status, s.failure_kind, s.retry_count) == ("failed", "crash", 1)
         assert s.loop_state == "paused"
-        assert o.active_session_id is None and o.handled_settles == 1
+        assert o.active_session_id is None and o.handled_settles == 1 and o.last_error == ""
         assert log(c.root)[-1] == "wave 0 (crashed): session ended without state update"
     finally:
         loop.terminate()

@@ -47,6 +47,10 @@ CONTROL_TIMEOUT = float(os.environ.get("FLEET_CAMPAIGN_CONTROL_TIMEOUT", "150"))
 """Seconds `fleet campaign pause|…` waits for the loop's answer: longer than a session's start (the
 loop serves commands between events, and starting a session is one)."""
 
+SPAWN_FAILED = "spawning the "
+"""How ``last_error`` begins for a failed spawn (it stays until a spawn succeeds; other trouble
+goes with the next command that reads STATE.md)."""
+
 COMMANDS = ("poke", "settle", "pause", "resume", "next", "interrupt", "stop", "clear", "dismiss", "ping")
 
 
@@ -472,6 +476,14 @@ class Loop:
     def command(self, op: str) -> dict[str, Any]:
         if op == "ping":
             return {"ok": True, "pid": os.getpid()}
+        answer = self._command(op)
+        o = load_owned(self.c)
+        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED):
+            o.last_error = ""  # the trouble is over: this command read and wrote STATE.md
+            save_owned(self.c, o)
+        return answer
+
+    def _command(self, op: str) -> dict[str, Any]:
         if op == "poke":
             self.catch_up()
             self.step()
@@ -659,7 +671,7 @@ class Loop:
             if d.spawn == "executor":
                 s.wave_status = "pending" if s.retry_count == 0 and s.failure_kind == "" else "failed"
             o.loop_state = "paused"
-            o.last_error = f"spawning the {d.spawn} failed: {exc.message}"
+            o.last_error = f"{SPAWN_FAILED}{d.spawn} failed: {exc.message}"
             self._commit_state(s, o)
             log.error("%s", o.last_error)
             self._tell_operator(
