@@ -451,6 +451,10 @@ def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[...
     script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
     c.run()
     c.busy("executor-w0-s1")
+    # its first turn carried the kickoff (posted before the session started, not raced by the
+    # fork's system blip arriving alone as a turn of its own)
+    first = next(r for r in c.real.requests("executor-w0-s1") if r.kind == "turn")
+    assert "executor-w0-s1: you are the executor" in json.dumps(first.messages)
     pane = c.real.pane("executor-w0-s1")
     done = c.fleet("interrupt")
     assert done.returncode == 0 and "wave 0 cancelled (session executor-w0-s1 ended)" in done.stdout, done

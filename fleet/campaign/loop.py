@@ -688,7 +688,6 @@ class Loop:
         o.spawned_on = snapshot(overrule(s, o))
         s.row(wave).set("Session", started.participant)
         self._commit_state(s, o)
-        self.launcher.kickoff(self.c, s, started)
 
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
@@ -747,11 +746,16 @@ class Launcher:
             if kind == "executor"
             else f"{kind}-s{s.session_count}"
         )
-        try:  # a launch that failed before left its wavelet (the session count is the same again)
+        try:  # a launch that failed before left its wavelet and kickoff (the same session count)
             wl = self.client.resolve(f"{wave.name}/{name}")
         except errors.NotFound:
             main = self.client.resolve(f"{wave.name}/main")
             wl = self.client.fork(main.id, name, with_=[name])
+            if kind != "planner":  # (fleet.campaign.planner posts its own)
+                # before the session starts: its first turn carries it. Posted after, the fork's
+                # system blip could reach the session alone and be a turn of its own, which the
+                # loop would take for the session's whole work (a crash, a retry)
+                self.client.post(wl.id, kickoff_text(c, s, name))
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
@@ -797,20 +801,6 @@ class Launcher:
 
         return settings
 
-    def kickoff(self, c: Campaign, s: st.State, started: Started) -> None:
-        from fleet.campaign import prompts
-
-        role = "executor" if started.participant.startswith("executor") else "verifier"
-        attempt = f" (attempt {s.retry_count + 1})" if role == "executor" else ""
-        text = (
-            f"{started.participant}: you are the {role} of campaign {c.id}, wave {s.current_wave}{attempt}."
-            f" Follow your protocol in {prompts.path(role)} and {c.rel(c.plan / 'AGENT_INSTRUCTIONS.md')};"
-            f" the state is {c.rel(c.state_file)}. Ask the operator on this wavelet if you must;"
-            " end your turn with your set phrase."
-        )
-        wl = self.client.resolve(started.wavelet)
-        self.client.post(wl.id, text)
-
     def tell(self, c: Campaign, text: str) -> None:
         """A system blip in the campaign wave's main wavelet."""
         wave = self._wave(c)
@@ -842,6 +832,20 @@ class Launcher:
             if phrase or time.monotonic() > deadline:
                 return phrase
             time.sleep(0.05)
+
+
+def kickoff_text(c: Campaign, s: st.State, participant: str) -> str:
+    """The blip, from the operator, that starts an executor's or verifier's work."""
+    from fleet.campaign import prompts
+
+    role = "executor" if participant.startswith("executor") else "verifier"
+    attempt = f" (attempt {s.retry_count + 1})" if role == "executor" else ""
+    return (
+        f"{participant}: you are the {role} of campaign {c.id}, wave {s.current_wave}{attempt}."
+        f" Follow your protocol in {prompts.path(role)} and {c.rel(c.plan / 'AGENT_INSTRUCTIONS.md')};"
+        f" the state is {c.rel(c.state_file)}. Ask the operator on this wavelet if you must;"
+        " end your turn with your set phrase."
+    )
 
 
 def planner_permissions(c: Campaign) -> dict[str, list[str]]:
