@@ -34,6 +34,7 @@ from campaignhelp import (
 from realclaude import RealFleet
 from scripted_model import Script, on_message, rule, steps
 
+from fleet import procs
 from fleet.campaign import disk
 from fleet.campaign import state as st
 
@@ -396,6 +397,7 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
     c.run()
     c.busy("executor-w0-s1")
     c.real.wait(lambda: (c.root / "a.txt").exists(), "the partial work on disk")
+    assert len(procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")) > 1  # Claude Code and its Bash
     os.kill(c.real.pane_pid("executor-w0-s1"), signal.SIGKILL)
     final = c.wait_state(
         lambda s: s.wave_status == "all_complete" and not s.active_session_id, "the retry done"
@@ -408,6 +410,9 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
     crashed = state_at(c.root, "HEAD~1", c.cid)
     assert (crashed.wave_status, crashed.failure_kind, crashed.retry_count) == ("failed", "crash", 1)
     assert git(c.root, "show", "HEAD~1:a.txt") == "partial"  # the dirty tree, committed by the loop
+    # what the killed session left running (its Bash command's own process group) was ended too
+    left = procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")
+    c.real.wait(lambda: not [p for p in left if procs.pid_alive(p)], "the killed session's Bash ended")
     notes = c.fleet("notes", "0").stdout
     assert "## Attempt 1 — crashed" in notes and "executor-w0-s1" in notes
     # the retry was a fresh session, told it is attempt 2

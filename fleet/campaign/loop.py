@@ -816,11 +816,13 @@ class Launcher:
         self.end(o)
 
     def end(self, o: Owned) -> None:
-        """End a settled session: its window goes (its transcript stays on disk)."""
+        """End a settled session: its window goes (its transcript stays on disk), and so does what
+        it left running (see :func:`end_leftovers`)."""
         for p in self.tmux.panes():
             if p.pane_id == o.pane_id:
                 self.tmux.kill_window(p.window_id)
-                return
+                break
+        end_leftovers(o.wavelet)
 
     def last_phrase(self, transcript: str | None, o: Owned) -> str:
         """The last line of the session's last assistant text (its set phrase), from its transcript."""
@@ -832,6 +834,31 @@ class Launcher:
             if phrase or time.monotonic() > deadline:
                 return phrase
             time.sleep(0.05)
+
+
+def end_leftovers(wavelet: str) -> list[int]:
+    """SIGTERM the process groups still running with the session's ``FLEET_WAVELET``: Claude Code
+    runs each Bash command in a group of its own, which outlives a session killed with -9 (a crash)
+    and would go on writing the tree, STATE.md included, under the next session. The pids ended."""
+    from fleet import procs
+
+    if not wavelet:
+        return []
+    mine = {os.getpid(), os.getppid()}
+    ended = []
+    for pid in procs.with_env("FLEET_WAVELET", wavelet):
+        st_ = procs.stat(pid)
+        if pid in mine or st_ is None or st_.state in ("Z", "X"):
+            continue
+        with contextlib.suppress(OSError):
+            if st_.pgrp > 1 and st_.pgrp != os.getpgrp():
+                os.killpg(st_.pgrp, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+            ended.append(pid)
+    if ended:
+        log.info("ended what session %s left running: %s", wavelet, ended)
+    return ended
 
 
 def kickoff_text(c: Campaign, s: st.State, participant: str) -> str:
