@@ -41,10 +41,8 @@ class StubLauncher(lp.Launcher):
     def launch(self, c: disk.Campaign, s: st.State, kind: str, layout_ref: str) -> lp.Started:
         sid = str(uuid.uuid4())
         self.procs[sid] = subprocess.Popen(["sleep", "1000"])
+        print(f"LAUNCH {sid} {time.time():.6f} {s.current_wave}", flush=True)
         return lp.Started(sid, f"{kind}-s{s.session_count}", "", str(self.procs[sid].pid))
-
-    def kickoff(self, c: disk.Campaign, s: st.State, started: lp.Started) -> None:
-        print(f"LAUNCH {started.session_id} {time.time():.6f} {s.current_wave}", flush=True)
 
     def pane_pid(self, pane_id: str) -> int | None:
         return int(pane_id) if pane_id else None

@@ -36,6 +36,9 @@ CDN). What a caller (and an operator) may rely on:
 - **Usage.** ``GET /api/console/waves/{wave}/usage`` is ``fleet usage WAVE --json`` (tokens, turns,
   estimated cost per participant and wavelet) from the transcripts on the daemon's machine; the page
   shows each participant's beside its presence and refreshes it when presence changes.
+- **Campaigns.** ``GET /api/console/waves/{wave}/campaign`` is ``fleet campaign status --json`` for
+  the campaign the wave carries out (``…/campaign/notes/{n}``: wave n's NOTES.md), read-only; the
+  page shows it above the transcript (:mod:`fleet.campaign.consoleview`, ``campaign.js``).
 - **History pages.** ``GET /api/console/wavelets/{wavelet}/tail?before=ID&limit=N`` returns the newest
   ``N`` current blips before ``ID`` (the page renders the tail and pages back on scroll).
 """
@@ -57,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
+from fleet.campaign import consoleview
 from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
@@ -83,6 +87,7 @@ Bounds how long a client that vanished without a word can hold a thread."""
 ASSETS: dict[str, str] = {
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "campaign.js": "text/javascript; charset=utf-8",
 }
 
 CSP = (
@@ -626,6 +631,8 @@ class _ConsoleHandler(Handler):
             except (BrokenPipeError, ConnectionResetError, TimeoutError):
                 log.debug("console: event stream client went away")
             self.close_connection = True
+        elif method == "GET" and consoleview.ROUTE.fullmatch(path):
+            self._json(200, consoleview.serve(console._store(), console.daemon.paths, path))
         else:
             raise errors.NotFound(f"no such console path {method} {path}")
 

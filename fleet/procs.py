@@ -97,3 +97,19 @@ def looks_like_fleet(pid: int) -> bool:
         return b"fleet" in (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+def with_env(name: str, value: str) -> list[int]:
+    """The pids (of this user, readable) whose environment has ``name=value``."""
+    want = f"{name}={value}".encode()
+    found = []
+    for entry in PROC.iterdir() if PROC.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if want in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found

@@ -75,6 +75,13 @@ def commit_cmd(message: str) -> str:
     return f"git add -A && git commit -qm {shlex.quote(message)}"
 
 
+HOLD = "while [ $SECONDS -lt 300 ]; do sleep 0.2; done"
+"""A Bash step that keeps the agent busy until its pane is killed (at most 5 minutes: a Bash child
+of a session killed with -9 is not ended with it). Not ``sleep 600``: Claude Code refuses a command
+that starts with a long sleep ("Blocked: standalone sleep 600 …") at once, so the turn would end on
+its own and race whatever the test does next."""
+
+
 def bash(*commands: str) -> Call:
     return call("Bash", command=" && ".join(commands), description="campaign step")
 

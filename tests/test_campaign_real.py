@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from campaignhelp import (
+    HOLD,
     bash,
     commit_cmd,
     git,
@@ -33,6 +34,7 @@ from campaignhelp import (
 from realclaude import RealFleet
 from scripted_model import Script, on_message, rule, steps
 
+from fleet import procs
 from fleet.campaign import disk
 from fleet.campaign import state as st
 
@@ -389,12 +391,13 @@ def one_wave(real_fleet: RealFleetFactory) -> Iterator[Callable[..., OneWave]]:
 def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script)
-    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("printf partial > a.txt", "sleep 600",
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("printf partial > a.txt", HOLD,
                                                                        phrase="never")))  # fmt: skip
     script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
     c.run()
     c.busy("executor-w0-s1")
     c.real.wait(lambda: (c.root / "a.txt").exists(), "the partial work on disk")
+    assert len(procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")) > 1  # Claude Code and its Bash
     os.kill(c.real.pane_pid("executor-w0-s1"), signal.SIGKILL)
     final = c.wait_state(
         lambda s: s.wave_status == "all_complete" and not s.active_session_id, "the retry done"
@@ -407,6 +410,9 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
     crashed = state_at(c.root, "HEAD~1", c.cid)
     assert (crashed.wave_status, crashed.failure_kind, crashed.retry_count) == ("failed", "crash", 1)
     assert git(c.root, "show", "HEAD~1:a.txt") == "partial"  # the dirty tree, committed by the loop
+    # what the killed session left running (its Bash command's own process group) was ended too
+    left = procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")
+    c.real.wait(lambda: not [p for p in left if procs.pid_alive(p)], "the killed session's Bash ended")
     notes = c.fleet("notes", "0").stdout
     assert "## Attempt 1 — crashed" in notes and "executor-w0-s1" in notes
     # the retry was a fresh session, told it is attempt 2
@@ -446,13 +452,17 @@ def test_a_loop_killed_mid_wave_resumes_exactly_when_started_again(one_wave: Cal
 def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script)
-    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn("sleep 600", phrase="never")))
+    script.add("executor-w0-s1", rule(kickoff("executor-w0-s1"), turn(HOLD, phrase="never")))
     script.add("executor-w0-s2", rule(kickoff("executor-w0-s2"), c.complete_turn()))
     c.run()
     c.busy("executor-w0-s1")
+    # its first turn carried the kickoff (posted before the session started, not raced by the
+    # fork's system blip arriving alone as a turn of its own)
+    first = next(r for r in c.real.requests("executor-w0-s1") if r.kind == "turn")
+    assert "executor-w0-s1: you are the executor" in json.dumps(first.messages)
     pane = c.real.pane("executor-w0-s1")
     done = c.fleet("interrupt")
-    assert done.returncode == 0 and "cancelled" in done.stdout, done.stderr
+    assert done.returncode == 0 and "wave 0 cancelled (session executor-w0-s1 ended)" in done.stdout, done
     s = c.state()
     assert (s.wave_status, s.failure_kind, s.loop_state, s.active_session_id) == (
         "failed",
@@ -460,6 +470,8 @@ def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[...
         "idle",
         None,
     )
+    # it was the busy session that was cancelled (not a retry spawned after it settled on its own)
+    assert s.session_count == 1 and s.row(0).get("Session") == "executor-w0-s1", s
     panes = c.real.srv.cmd("list-panes", "-a", "-F", "#{pane_id}").stdout
     assert pane not in panes, "the interrupted session was ended"
     assert c.fleet("resume").returncode == 0
@@ -478,7 +490,7 @@ def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[...
 def test_a_third_verifier_crash_asks_the_user(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script, wave_status="plan_undoable", failure_kind="undoable", verify_count=2)
-    script.add("verifier-s1", rule(kickoff("verifier-s1"), turn("sleep 600", phrase="never")))
+    script.add("verifier-s1", rule(kickoff("verifier-s1"), turn(HOLD, phrase="never")))
     c.run()
     c.busy("verifier-s1")
     os.kill(c.real.pane_pid("verifier-s1"), signal.SIGKILL)

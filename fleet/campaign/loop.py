@@ -35,11 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from fleet import errors
-from fleet.campaign import disk, machine
+from fleet.campaign import disk, machine, registry
 from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
 
 log = logging.getLogger(__name__)
+
+OPERATOR = "operator"  # fleet.models.OPERATOR, without loading pydantic into the Stop hook
+
+CONTROL_TIMEOUT = float(os.environ.get("FLEET_CAMPAIGN_CONTROL_TIMEOUT", "150"))
+"""Seconds `fleet campaign pause|…` waits for the loop's answer: longer than a session's start (the
+loop serves commands between events, and starting a session is one)."""
+
+SPAWN_FAILED = "spawning the "
+"""How ``last_error`` begins for a failed spawn (it stays until a spawn succeeds; other trouble
+goes with the next command that reads STATE.md)."""
 
 COMMANDS = ("poke", "settle", "pause", "resume", "next", "interrupt", "stop", "clear", "dismiss", "ping")
 
@@ -65,6 +75,10 @@ class Owned:
     verify_floor: int = 0
     """verify_count never goes below the verifier sessions the loop saw settle."""
     last_error: str = ""
+    cancelled: bool = False
+    """The operator cancelled the current wave (`interrupt`, `dismiss`): failure_kind stays
+    ``cancelled`` whatever an agent writes (a late write of the interrupted session included), until
+    `clear`."""
 
 
 def socket_path(c: Campaign) -> Path:
@@ -187,6 +201,9 @@ def overrule(s: st.State, o: Owned) -> st.State:
     s.active_session_id = o.active_session_id
     s.active_session_kind = o.active_session_kind
     s.verify_count = max(s.verify_count, o.verify_floor)
+    if o.cancelled:
+        s.wave_status = "failed"
+        s.failure_kind = "cancelled"
     return s
 
 
@@ -194,7 +211,10 @@ def read_state(c: Campaign) -> tuple[st.State, Owned]:
     s = c.read()
     o = load_owned(c)
     if o is None:
-        o = Owned(s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count)
+        o = Owned(
+            s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count,
+            cancelled=s.failure_kind == "cancelled",
+        )  # fmt: skip
     return overrule(s, o), o
 
 
@@ -244,6 +264,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
                 f"wave {s.current_wave} is not cancelled (failure_kind {s.failure_kind or 'empty'}):"
                 " nothing to clear"
             )
+        o.cancelled = False
         s.failure_kind = ""
         s.wave_status = "pending"
         s.row(s.current_wave).set("Status", "pending")
@@ -251,17 +272,21 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
     if op == "interrupt":
         if kill and o.active_session_id:
             kill(o)
-        was = o.active_session_id
+        was = o.participant or o.active_session_id
+        o_wavelet = o.wavelet
         _clear_active(o)
         s.wave_status = "failed"
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
+        o.cancelled = True
         s.row(s.current_wave).set("Status", "cancelled")
+        save_owned(c, o)  # before the commit: the cancellation is in it, and holds if we die here
+        c.write(overrule(s, o))
         sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
         if sha:
             s.row(s.current_wave).set("Commit", sha)
-        return f"wave {s.current_wave} cancelled" + (f" (session {was} ended)" if was else "")
+        return f"wave {s.current_wave} cancelled" + _ended(was, o_wavelet, kill)
     if op == "dismiss":
         if s.wave_status != "awaiting_user":
             raise errors.UsageError(
@@ -269,14 +294,28 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
             )
         if kill and o.active_session_id:
             kill(o)
+        was, o_wavelet = o.participant or o.active_session_id, o.wavelet
         _clear_active(o)
         s.wave_status = "failed"
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
+        o.cancelled = True
         s.row(s.current_wave).set("Status", "cancelled")
-        return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped"
+        return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped" + _ended(
+            was, o_wavelet, kill
+        )
     raise errors.UsageError(f"unknown loop command {op!r}")
+
+
+def _ended(was: str | None, wavelet: str, kill: Callable[[Owned], None] | None) -> str:
+    if not was:
+        return ""
+    if kill is not None:
+        return f" (session {was} ended)"
+    # no loop runs: nothing here holds the session's pane, and it would carry on unseen
+    how = f": end it with `fleet kill {wavelet}`" if wavelet else ""
+    return f"; no loop runs to end session {was}{how}"
 
 
 def _clear_active(o: Owned) -> None:
@@ -319,6 +358,10 @@ class Loop:
                 o.loop_state = "armed"
             self._commit_state(s, o)
             self._listen()
+            paths = getattr(self.launcher, "paths", None)
+            if paths is not None:  # where the console finds it (fleet.campaign.registry)
+                with contextlib.suppress(OSError):
+                    registry.remember(paths.state, self.c)
         except BaseException:
             self.lock.release()
             raise
@@ -351,10 +394,16 @@ class Loop:
             self.step()
         except errors.FleetError as exc:
             self._trouble(exc)
+        stuck = False  # trouble while watching: wait for a command (a fixed file), do not spin
         while not self.quit:
-            self._watch_active()
+            if not stuck:
+                try:
+                    self._watch_active()
+                except errors.FleetError as exc:
+                    self._trouble(exc)
+                    stuck = True
             fds: list[Any] = [self.sock]
-            if self.pidfd >= 0:
+            if self.pidfd >= 0 and not stuck:
                 fds.append(self.pidfd)
             try:
                 ready, _, _ = select.select(fds, [], [])
@@ -364,9 +413,11 @@ class Loop:
                 if self.pidfd >= 0 and self.pidfd in ready:
                     self._pane_exited()
                 if self.sock in ready:
+                    stuck = False
                     self._serve_one()
             except errors.FleetError as exc:
                 self._trouble(exc)
+                stuck = True
 
     # ------------------------------------------------------------ events
 
@@ -377,14 +428,32 @@ class Loop:
         print(f"fleet campaign loop: {exc.message}", file=sys.stderr, flush=True)
         with contextlib.suppress(errors.FleetError):
             o = load_owned(self.c) or Owned()
+            if o.last_error == exc.message:
+                return  # told already
             o.last_error = exc.message
             save_owned(self.c, o)
+        self._tell_operator(
+            f"the loop cannot go on: {exc.message}. It spawns nothing until that is fixed; then"
+            f" `{self._cli('resume')}`"
+        )
+
+    def _cli(self, op: str) -> str:
+        return shlex.join(["fleet", "campaign", op, "--repo", str(self.c.root), "--campaign", self.c.id])
+
+    def _tell_operator(self, text: str) -> None:
+        """An error the operator must act on, as a blip naming them in the campaign's wave (where the
+        agents' questions arrive too); the loop carries on if the daemon cannot take it."""
+        try:
+            self.launcher.tell(self.c, f"{OPERATOR}: campaign {self.c.id}: {text}")
+        except (errors.FleetError, OSError) as exc:
+            log.warning("could not tell the operator %r: %s", text, exc)
 
     def _serve_one(self) -> None:
         assert self.sock is not None
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(5.0)
+            op = ""
             try:
                 buf = b""
                 while not buf.endswith(b"\n") and len(buf) < 65536:
@@ -393,9 +462,12 @@ class Loop:
                         break
                     buf += chunk
                 msg = json.loads(buf or b"{}")
-                answer = self.command(str(msg.get("op", "")))
+                op = str(msg.get("op", ""))
+                answer = self.command(op)
             except errors.FleetError as exc:
                 answer = {"ok": False, "error": exc.message, "kind": exc.kind}
+                if op == "poke":  # from a Stop hook, which shows no one: the operator must hear it
+                    self._trouble(exc)
             except (ValueError, OSError) as exc:
                 answer = {"ok": False, "error": str(exc), "kind": "usage"}
             with contextlib.suppress(OSError):
@@ -404,11 +476,20 @@ class Loop:
     def command(self, op: str) -> dict[str, Any]:
         if op == "ping":
             return {"ok": True, "pid": os.getpid()}
+        answer = self._command(op)
+        o = load_owned(self.c)
+        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED):
+            o.last_error = ""  # the trouble is over: this command read and wrote STATE.md
+            save_owned(self.c, o)
+        return answer
+
+    def _command(self, op: str) -> dict[str, Any]:
         if op == "poke":
             self.catch_up()
             self.step()
             return {"ok": True}
         if op == "next":
+            self.catch_up()
             s, o = read_state(self.c)
             d = machine.decide(s)
             if d.spawn is None and not d.escalate:
@@ -421,6 +502,10 @@ class Loop:
         if op == "stop":
             self.quit = True
         else:
+            # the operator's command first, then any settle not handled yet (one whose poke is
+            # still queued, or one STATE.md could not take then): a pause or an interrupt is never
+            # overtaken by a spawn the settle would have made
+            self.catch_up()
             self.step()
         return {"ok": True, "message": msg}
 
@@ -429,12 +514,14 @@ class Loop:
         settles = read_settles(self.c)
         _s, o = read_state(self.c)
         for rec in settles[o.handled_settles :]:
-            o.handled_settles += 1
-            save_owned(self.c, o)
+            # counted once handled: a settle that raised (a STATE.md that does not parse) is handled
+            # again on the next event; one handled twice is ignored (its session is no longer active)
             self.settle(
                 str(rec.get("session_id", "")), pane_exited=False, transcript=rec.get("transcript_path")
             )
             _s, o = read_state(self.c)
+            o.handled_settles += 1
+            save_owned(self.c, o)
 
     def _watch_active(self) -> None:
         """Hold a pidfd on the active session's pane process (a dead pane is a settle)."""
@@ -461,8 +548,8 @@ class Loop:
         _s, o = read_state(self.c)
         if self.pidfd >= 0:
             os.close(self.pidfd)
-        self.pidfd, self.pidfd_of = -1, ""
-        if o.active_session_id:
+        watched, self.pidfd, self.pidfd_of = self.pidfd_of, -1, ""
+        if o.active_session_id and watched in ("", o.active_session_id):
             self.catch_up()  # a last Stop hook may have come first
             _s, o = read_state(self.c)
             if o.active_session_id:
@@ -584,9 +671,13 @@ class Loop:
             if d.spawn == "executor":
                 s.wave_status = "pending" if s.retry_count == 0 and s.failure_kind == "" else "failed"
             o.loop_state = "paused"
-            o.last_error = f"spawning the {d.spawn} failed: {exc.message}"
+            o.last_error = f"{SPAWN_FAILED}{d.spawn} failed: {exc.message}"
             self._commit_state(s, o)
             log.error("%s", o.last_error)
+            self._tell_operator(
+                f"{o.last_error}. The loop is paused and spawns nothing: fix that, then"
+                f" `{self._cli('resume')}` (`{self._cli('status')}` shows the error)"
+            )
             return
         o.active_session_id = started.session_id
         o.active_session_kind = d.spawn
@@ -597,7 +688,6 @@ class Loop:
         o.spawned_on = snapshot(overrule(s, o))
         s.row(wave).set("Session", started.participant)
         self._commit_state(s, o)
-        self.launcher.kickoff(self.c, s, started)
 
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
@@ -656,8 +746,16 @@ class Launcher:
             if kind == "executor"
             else f"{kind}-s{s.session_count}"
         )
-        main = self.client.resolve(f"{wave.name}/main")
-        wl = self.client.fork(main.id, name, with_=[name])
+        try:  # a launch that failed before left its wavelet and kickoff (the same session count)
+            wl = self.client.resolve(f"{wave.name}/{name}")
+        except errors.NotFound:
+            main = self.client.resolve(f"{wave.name}/main")
+            wl = self.client.fork(main.id, name, with_=[name])
+            if kind != "planner":  # (fleet.campaign.planner posts its own)
+                # before the session starts: its first turn carries it. Posted after, the fork's
+                # system blip could reach the session alone and be a turn of its own, which the
+                # loop would take for the session's whole work (a crash, a retry)
+                self.client.post(wl.id, kickoff_text(c, s, name))
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
@@ -703,19 +801,10 @@ class Launcher:
 
         return settings
 
-    def kickoff(self, c: Campaign, s: st.State, started: Started) -> None:
-        from fleet.campaign import prompts
-
-        role = "executor" if started.participant.startswith("executor") else "verifier"
-        attempt = f" (attempt {s.retry_count + 1})" if role == "executor" else ""
-        text = (
-            f"{started.participant}: you are the {role} of campaign {c.id}, wave {s.current_wave}{attempt}."
-            f" Follow your protocol in {prompts.path(role)} and {c.rel(c.plan / 'AGENT_INSTRUCTIONS.md')};"
-            f" the state is {c.rel(c.state_file)}. Ask the operator on this wavelet if you must;"
-            " end your turn with your set phrase."
-        )
-        wl = self.client.resolve(started.wavelet)
-        self.client.post(wl.id, text)
+    def tell(self, c: Campaign, text: str) -> None:
+        """A system blip in the campaign wave's main wavelet."""
+        wave = self._wave(c)
+        self.client.post_system(wave.root_id, text)
 
     def pane_pid(self, pane_id: str) -> int | None:
         for p in self.tmux.panes():
@@ -727,11 +816,13 @@ class Launcher:
         self.end(o)
 
     def end(self, o: Owned) -> None:
-        """End a settled session: its window goes (its transcript stays on disk)."""
+        """End a settled session: its window goes (its transcript stays on disk), and so does what
+        it left running (see :func:`end_leftovers`)."""
         for p in self.tmux.panes():
             if p.pane_id == o.pane_id:
                 self.tmux.kill_window(p.window_id)
-                return
+                break
+        end_leftovers(o.wavelet)
 
     def last_phrase(self, transcript: str | None, o: Owned) -> str:
         """The last line of the session's last assistant text (its set phrase), from its transcript."""
@@ -743,6 +834,45 @@ class Launcher:
             if phrase or time.monotonic() > deadline:
                 return phrase
             time.sleep(0.05)
+
+
+def end_leftovers(wavelet: str) -> list[int]:
+    """SIGTERM the process groups still running with the session's ``FLEET_WAVELET``: Claude Code
+    runs each Bash command in a group of its own, which outlives a session killed with -9 (a crash)
+    and would go on writing the tree, STATE.md included, under the next session. The pids ended."""
+    from fleet import procs
+
+    if not wavelet:
+        return []
+    mine = {os.getpid(), os.getppid()}
+    ended = []
+    for pid in procs.with_env("FLEET_WAVELET", wavelet):
+        st_ = procs.stat(pid)
+        if pid in mine or st_ is None or st_.state in ("Z", "X"):
+            continue
+        with contextlib.suppress(OSError):
+            if st_.pgrp > 1 and st_.pgrp != os.getpgrp():
+                os.killpg(st_.pgrp, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+            ended.append(pid)
+    if ended:
+        log.info("ended what session %s left running: %s", wavelet, ended)
+    return ended
+
+
+def kickoff_text(c: Campaign, s: st.State, participant: str) -> str:
+    """The blip, from the operator, that starts an executor's or verifier's work."""
+    from fleet.campaign import prompts
+
+    role = "executor" if participant.startswith("executor") else "verifier"
+    attempt = f" (attempt {s.retry_count + 1})" if role == "executor" else ""
+    return (
+        f"{participant}: you are the {role} of campaign {c.id}, wave {s.current_wave}{attempt}."
+        f" Follow your protocol in {prompts.path(role)} and {c.rel(c.plan / 'AGENT_INSTRUCTIONS.md')};"
+        f" the state is {c.rel(c.state_file)}. Ask the operator on this wavelet if you must;"
+        " end your turn with your set phrase."
+    )
 
 
 def planner_permissions(c: Campaign) -> dict[str, list[str]]:

@@ -88,11 +88,25 @@ def plan(
         c, state = disk.plan_by_headings(root, plan_file, executor=executor, model=model)
     else:
         c, state = _plan_with_planner(root, plan_file, executor, model, layout, socket, wait, timeout)
+    _remember(c)
     if as_json:
         render.out(json.dumps({"campaign_id": c.id, "dir": str(c.dir), "total_waves": state.total_waves}))
     else:
         render.out(f"planned campaign {c.id}: {state.total_waves} waves in {c.dir}")
         render.note("arm it with `fleet campaign run` (add --detach to give the loop its own tmux window)")
+
+
+def _remember(c: Campaign) -> None:
+    """Record where the campaign lives, for the console's campaign view (fleet.campaign.registry)."""
+    from fleet.campaign import registry
+    from fleet.paths import get_paths
+
+    try:
+        registry.remember(get_paths().state, c)
+    except OSError as exc:
+        render.note(
+            f"the console will not find campaign {c.id} ({exc}); `fleet campaign run` records it again"
+        )
 
 
 def _plan_with_planner(
@@ -262,8 +276,16 @@ def _control(op: str, campaign: str | None, repo: Path | None) -> None:
     c = _campaign(repo, campaign)
     c.read()
     try:
-        answer = lp.send(c, {"op": op})
-    except OSError:
+        answer = lp.send(c, {"op": op}, timeout=lp.CONTROL_TIMEOUT)
+    except TimeoutError:
+        # the loop is there but busy (starting a session): it still applies the command when it
+        # is free, so editing STATE.md behind its back here would race it
+        raise errors.FleetError(
+            f"the loop of campaign {c.id} did not answer `{op}` within {lp.CONTROL_TIMEOUT:g} s (it may"
+            " be starting a session): it may still apply it when it is free, so check `fleet campaign"
+            " status` before you repeat it (STATE.md was not edited here)"
+        ) from None
+    except (FileNotFoundError, ConnectionRefusedError):  # no loop listens: edit STATE.md ourselves
         if op == "next":
             raise errors.UsageError(
                 f"no loop runs for campaign {c.id}: `next` spawns through the loop; start it with"
@@ -272,6 +294,10 @@ def _control(op: str, campaign: str | None, repo: Path | None) -> None:
         msg = lp.offline(c, op)
         render.out(msg + (" (no loop runs: `fleet campaign run` starts it)" if op == "resume" else ""))
         return
+    except OSError as exc:  # the loop went away mid-command: what it did is on disk
+        raise errors.FleetError(
+            f"the loop of campaign {c.id} broke off `{op}` ({exc}): check `fleet campaign status`"
+        ) from None
     if not answer.get("ok"):
         raise errors.from_kind(str(answer.get("kind", "error")), str(answer.get("error", "the loop refused")))
     render.out(str(answer.get("message", "ok")))
