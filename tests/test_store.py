@@ -49,6 +49,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0004_token_grants",
         "0005_store_identity",
         "0006_seats",
+        "0007_budgets",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -397,6 +398,12 @@ def _every_event_type(store: Store) -> None:
     store.record_session(OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id))
     store.claim_seat(OP, "demo", NewSeat(participant="resident", session_id=sid, host="h", pid=42))
     store.close_seat(OP, "demo", CloseSeat(why="stopped"))
+    from fleet.budgets import BudgetReport, SetBudget
+
+    b = store.set_budget(OP, "demo", SetBudget(participant="alice", tokens=100))
+    assert b is not None
+    report = BudgetReport(participant="alice", wavelet_id="", scope="alice", set_at=b.set_at, spent="120")
+    assert store.budget_reached(participant(store, "demo", "alice"), "demo", report).first
 
 
 def test_replay_covers_every_event_type(store: Store, tmp_path: Path) -> None:
@@ -418,7 +425,12 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     from fleet.store.events import parse, payload_of
 
     old = json.loads((DATA / "log-0003.json").read_text(encoding="utf-8"))
-    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {"seat.claimed", "seat.closed"}
+    assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {
+        "seat.claimed",
+        "seat.closed",
+        "budget.set",
+        "budget.reached",
+    }
     src = connect(tmp_path / "old.sqlite3")
     migrate(src)
     src.executemany("INSERT INTO events(type, created_at, payload) VALUES (?,?,?)", old["events"])
@@ -426,7 +438,13 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     replay(tmp_path / "old.sqlite3", tmp_path / "new.sqlite3")
     new = connect(tmp_path / "new.sqlite3")
     expected = {k: [tuple(r) for r in rows] for k, rows in old["tables"].items()}
-    assert dump_tables(new) == expected | {"token_grants": [], "seats": []}  # these came after this log
+    later: dict[str, list[tuple[object, ...]]] = {
+        "token_grants": [],
+        "seats": [],
+        "budgets": [],
+        "budget_marks": [],
+    }
+    assert dump_tables(new) == expected | later  # these came after this log
     new.close()
     # and today's code writes the very same payload text for the same events
     for etype, _at, payload in old["events"]:
