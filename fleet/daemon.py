@@ -973,7 +973,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
     Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
     Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
-    Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets, console=True),
+    Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets),
     Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget),
     Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
