@@ -297,6 +297,7 @@ class BudgetWatch:
                 held |= scope
                 self._report(b, spent_text(b, tokens, cost), labels, scope)
         self.held = frozenset(held)
+        log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
         return self.held
 
     def _report(self, b: Budget, spent: str, labels: Mapping[str, str], scope: Iterable[str]) -> None:

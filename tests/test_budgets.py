@@ -354,8 +354,38 @@ def test_held_back_wavelets_stay_uncommitted_and_are_delivered_whole_when_releas
     again = Engine(Delivery("alice", state), feed, ListSink(), wave="w", hold_back=hold_back)
     again.step(0)
     assert not again.sink.take()  # type: ignore[attr-defined]
-    held.clear()  # raised
-    e.step(0)  # the look that releases them
+    held.clear()  # raised, and a new blip comes with the look that releases the wavelet: it must
+    late = feed.post(side, "bob", "side 3")  # not jump the held ones (committing it would skip them)
     e.step(0)
-    assert texts(sink.take()) == ["side 0", "side 1", "side 2"]
-    assert state.cursors[side] == kept[-1].id and e.poll_wait(30.0) == 30.0
+    assert not sink.take() and side not in state.cursors
+    e.step(0)
+    assert texts(sink.take()) == ["side 0", "side 1", "side 2", "side 3"]
+    assert state.cursors[side] == late.id and e.poll_wait(30.0) == 30.0
+
+
+def test_spawn_records_a_layouts_budgets_and_keeps_what_the_operator_set(
+    daemon: Daemon, operator: Client
+) -> None:
+    from fleet.budgets import apply_layout_budgets
+
+    operator.create_wave("w", ["alice", "bob"])
+    main = operator.resolve("w/main")
+    layout = parse(
+        "budget = { cost = 2.5 }\n[defaults]\nbudget = { tokens = 100 }\n"
+        "[participants.bob]\nbudget = { tokens = 7 }",
+        "team.toml",
+        "team",
+    )
+    apply_layout_budgets(operator, main.wave_id, main.id, layout, ["alice", "bob"])
+    got = {(b.wavelet, b.participant): (b.tokens, b.cost, b.source) for b in operator.budgets("w")}
+    assert got == {
+        ("w/main", ""): (None, 2.5, "layout"),
+        ("", "alice"): (100, None, "layout"),
+        ("", "bob"): (7, None, "layout"),
+    }
+    operator.set_budget("w", SetBudget(participant="bob", tokens=70))  # the operator raised bob's
+    apply_layout_budgets(operator, main.wave_id, main.id, layout, ["alice", "bob"])  # spawned again
+    assert {b.participant: b.tokens for b in operator.budgets("w") if not b.wavelet} == {
+        "alice": 100,
+        "bob": 70,
+    }

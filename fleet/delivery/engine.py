@@ -166,11 +166,14 @@ class Engine:
         if self.hold_back is not None and (feed.blips or self._held_back):
             held_back = self.hold_back(labels)
         before_held = dict(self._held_back)
+        released = set(before_held) - set(held_back)
         blips: list[Blip] = []
         for b in feed.blips:
             if b.wavelet_id in held_back:
                 if b.id > self._held_back.get(b.wavelet_id, ""):
                     self._held_back[b.wavelet_id] = b.id
+            elif b.wavelet_id in released:
+                continue  # newer than what is held: delivered after it, from the cursor, next feed
             elif self.only is None or b.wavelet_id in self.only:
                 blips.append(b)
             elif b.id > self._skip.get(b.wavelet_id, ""):
