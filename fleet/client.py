@@ -42,6 +42,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import fleet
 from fleet import errors
+from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget
 from fleet.models import (
     Blip,
     BlipList,
@@ -733,6 +734,22 @@ class Client:
         """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only."""
         query = f"after={after}&limit={limit}" + (f"&wave={_q(wave)}" if wave else "")
         return self._call("GET", f"/v1/events?{query}", EventPage)
+
+    def budgets(self, wave: str, participant: str | None = None) -> list[Budget]:
+        """The wave's budgets this token may see; ``participant``: those that apply to it."""
+        query = f"?{urlencode({'participant': participant})}" if participant else ""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/budgets{query}", BudgetList).budgets
+
+    def set_budget(self, wave: str, req: SetBudget) -> Budget | None:
+        """Set or clear (neither tokens nor cost) a budget (operator only); the budget as it now is."""
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/budgets", BudgetList, req, idempotent=True).budgets
+        return got[0] if got else None
+
+    def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReached:
+        """Report a budget passed (the participant's channel); ``first`` for the report that counted."""
+        return self._call(
+            "POST", f"/v1/waves/{_q(wave)}/budgets/reached", BudgetReached, report, idempotent=True
+        )
 
 
 def _reason(exc: BaseException) -> str:

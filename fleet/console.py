@@ -434,12 +434,15 @@ class Console:
 
         store = self._store()
 
-        class _AsOperator:  # the two store reads wave_usage makes, as the operator
+        class _AsOperator:  # the store reads wave_usage makes, as the operator
             def get_wave(self, ref: str) -> Any:
                 return store.get_wave(OPERATOR_PRINCIPAL, ref)
 
             def sessions(self, wave_id: str) -> Any:
                 return store.sessions(OPERATOR_PRINCIPAL, wave_id)
+
+            def budgets(self, wave_id: str) -> Any:
+                return store.budgets(OPERATOR_PRINCIPAL, wave_id)
 
         return wave_usage(_AsOperator(), self.daemon.paths, wave).model_dump(mode="json")
 

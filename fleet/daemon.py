@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors
+from fleet.budgets import BudgetList, BudgetReport, SetBudget
 from fleet.console import Console
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
@@ -982,6 +983,20 @@ class Daemon:
             wave=wave.name, path=str(path), content=content, summary=said, blip_id=blip.id
         )
 
+    def _budgets(self, r: Request) -> Answer:
+        return 200, BudgetList(budgets=self._s.budgets(r.who, r.arg, r.query.get("participant") or None))
+
+    def _set_budget(self, r: Request) -> Answer:
+        got = self._s.set_budget(r.who, r.arg, r.model(SetBudget))
+        return 200, BudgetList(budgets=[got] if got is not None else [])
+
+    def _budget_reached(self, r: Request) -> Answer:
+        got = self._s.budget_reached(r.who, r.arg, r.model(BudgetReport))
+        if got.first and got.wavelet_id:
+            wave = self._s.get_wave(r.who, r.arg)
+            self._wrote(wave.id, "system", got.wavelet_id)
+        return 200, got
+
     def _mint(self, r: Request) -> Answer:
         body = r.model(MintRequest)
         secret = secrets.token_urlsafe(32)
@@ -1033,6 +1048,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
     Route("GET", "/v1/waves/{wave}/memory", Daemon._memory),
     Route("POST", "/v1/waves/{wave}/memory", Daemon._write_memory),
+    Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets),
+    Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget),
+    Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
     Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),

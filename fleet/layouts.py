@@ -5,6 +5,7 @@ A layout is a TOML file (read with the stdlib, validated here):
 .. code-block:: toml
 
     description = "a large lead pane, targeted specialists beside it"
+    budget = { cost = 10.0 }             # what each member may spend on the wavelet spawned
     arrangement = "main-vertical"        # any tmux layout: tiled, main-vertical, even-horizontal, ...
     main = "lead"                        # whose pane is the big one (else the first roster member)
     main_size = "60%"
@@ -17,6 +18,7 @@ A layout is a TOML file (read with the stdlib, validated here):
     cwd = "~/src/project"
     args = ["--verbose"]
     cap = 40                             # deliveries per wavelet before the cap notice (0: none)
+    budget = { tokens = 200000 }         # each participant's spend in the wave (or { cost = 2.5 }, USD)
     env = { ANTHROPIC_BASE_URL = "http://127.0.0.1:8080" }
     worktree = "participant"             # participant | wave | none (docs/worktrees.md)
     base = "main"                        # what a new worktree starts from (default: the checkout's HEAD)
@@ -33,7 +35,8 @@ only: they are never put on the command line, in a spawn report or in a log. ``c
 the participant's channel (``fleet channel --cap``) or, with ``--transport hook``, to its hook
 (``fleet watch --cap``); unset, the channel's default applies (DESIGN §3). ``worktree``, ``base`` and
 ``setup`` give a participant its own git worktree (or the wave's shared one): :mod:`fleet.worktrees`
-and docs/worktrees.md.
+and docs/worktrees.md. ``budget`` (exactly one of ``tokens``, a whole number above 0, or ``cost``,
+USD above 0) is recorded in the store at spawn: :mod:`fleet.budgets` and docs/budgets.md.
 
 Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
 data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
@@ -49,7 +52,16 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fleet import errors
 from fleet.models import PARTICIPANT_RE
@@ -63,6 +75,25 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 PermissionMode = Literal["acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"]
 
 DEFAULT_LAYOUT = "trio"
+
+
+class BudgetSpec(BaseModel):
+    """``budget = { tokens = N }`` or ``budget = { cost = USD }`` (:mod:`fleet.budgets`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: StrictInt | None = Field(default=None, gt=0)
+    cost: StrictFloat | StrictInt | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one(self) -> BudgetSpec:
+        if (self.tokens is None) == (self.cost is None):
+            raise ValueError(
+                "give exactly one of tokens = N (whole tokens) or cost = USD, for example { tokens = 200000 }"
+            )
+        if self.cost is not None:
+            self.cost = float(self.cost)
+        return self
 
 
 class Profile(BaseModel):
@@ -81,6 +112,7 @@ class Profile(BaseModel):
     worktree: WorktreeMode | None = None
     base: str | None = Field(default=None, min_length=1)
     setup: str | None = None
+    budget: BudgetSpec | None = None
 
     @field_validator("env")
     @classmethod
@@ -115,6 +147,8 @@ class ResolvedProfile(BaseModel):
     """Where the pane works: its own git worktree, the wave's shared one, or ``cwd`` itself."""
     base: str | None = None
     setup: str | None = None
+    budget: BudgetSpec | None = None
+    """The participant's budget in the wave (recorded at spawn); None: none from the layout."""
 
 
 class Layout(BaseModel):
@@ -126,6 +160,8 @@ class Layout(BaseModel):
     main_size: str | None = Field(default=None, pattern=r"^\d{1,3}%?$")
     defaults: Profile = Field(default_factory=Profile)
     participants: dict[str, Profile] = Field(default_factory=dict)
+    budget: BudgetSpec | None = None
+    """The spawned wavelet's budget: what each member may spend on its turns."""
 
     name: str = Field(default="", exclude=True)
     source: str = Field(default="", exclude=True)

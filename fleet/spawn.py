@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from fleet import errors, worktrees
+from fleet.budgets import apply_layout_budgets
 from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
@@ -384,6 +385,7 @@ class Spawner:
                 require_agent(agent_words(rec.agent if rec and rec.agent else layout.profile(name).agent))
         main = layout.main_pane(roster)
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
+        apply_layout_budgets(self.client, wave.id, wl.id, layout, roster)  # before any pane delivers
 
         panes = self.tmux.fleet_panes(wave.id)
         live_names = {p.participant for p in panes if p.alive}

@@ -121,6 +121,9 @@ class StatusRow(BaseModel):
     usage: Figures | None = None
     """Its tokens, turns and estimated cost in this wavelet (turns its blips woke), from its
     transcript on this machine; None when there is none here (``fleet usage`` says more)."""
+    budget: str | None = None
+    """The budget nearest to its limit of those that apply here (:mod:`fleet.budgets`), as
+    ``spent/limit`` and ``held`` once it stopped deliveries; None: no budget applies."""
     note: str = ""
 
 
@@ -210,6 +213,48 @@ def _usage_of(record: SessionRecord | None, paths: Paths, table: usage.PriceTabl
     return usage.participant_usage(record.participant, record.session_id, got, table, set())
 
 
+def _budgets(
+    client: Client, paths: Paths, wave_id: str, records: dict[str, SessionRecord], table: usage.PriceTable
+) -> Callable[[str, str], str | None]:
+    """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
+    its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
+    from fleet.budgets import applies, spent_of
+
+    budgets = client.budgets(wave_id)
+    counters: dict[str, usage.Counter | None] = {}
+
+    def column(wavelet_id: str, name: str) -> str | None:
+        best: tuple[float, str] | None = None
+        for b in budgets:
+            if not applies(b, name) or b.wavelet_id not in ("", wavelet_id):
+                continue
+            if name not in counters:
+                rec = records.get(name)
+                env = usage.session_env(rec.layout, name, paths) if rec else {}
+                counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
+            counter = counters[name]
+            tokens, cost = spent_of(b, counter, table) if counter is not None else (0, 0.0)
+            if b.tokens is not None:
+                text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
+            else:
+                limit = b.cost or 1.0
+                text, share = f"${cost:.2f}/${limit:.2f}", cost / limit
+            if name in (b.reached or []):
+                text, share = text + " held", share + 1e9
+            if best is None or share > best[0]:
+                best = (share, text)
+        return best[1] if best else None
+
+    return column
+
+
+def render_count(n: int) -> str:
+    """``950``, ``12.3k``, ``4.56M`` (as the CLI shows token counts)."""
+    if n < 1000:
+        return str(n)
+    return f"{n / 1000:.1f}k" if n < 1_000_000 else f"{n / 1_000_000:.2f}M"
+
+
 def _worktree_of(record: SessionRecord | None) -> WorktreeState | None:
     """The fleet worktree a recorded session works in, if it is on this machine."""
     if record is None or not record.cwd:
@@ -236,6 +281,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     trees: dict[str, WorktreeState | None] = {}
     spent: dict[str, ParticipantUsage | None] = {}
     table = usage.prices(paths)
+    budget_of = _budgets(client, paths, wave.id, records, table)
     rows: list[StatusRow] = []
     now = time.time()
     for wl in wave.wavelets:
@@ -285,6 +331,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     ahead=tree.ahead if tree else None,
                     dirty=tree.dirty if tree else None,
                     usage=(mine.wavelets.get(wl.path, Figures()) if mine else None),
+                    budget=budget_of(wl.id, name),
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )

@@ -320,6 +320,33 @@ class ParticipantUsage(BaseModel):
     """Why the transcript cannot be read ('' when it can)."""
 
 
+class BudgetSpent(BaseModel):
+    """What one participant spent in a budget's scope."""
+
+    participant: str
+    tokens: int = 0
+    cost_usd: float = 0.0
+    """Of the priced models only."""
+    passed: bool = False
+    """The spend is at or over the budget now."""
+    reached: bool = False
+    """Its channel reported the budget passed since it was set: deliveries in the scope are held."""
+
+
+class BudgetStatus(BaseModel):
+    """One budget of the wave (:mod:`fleet.budgets`) and what each participant it applies to spent."""
+
+    wavelet: str = ""
+    """WAVE/WAVELET, or ``""`` for the whole wave."""
+    participant: str = ""
+    """``""``: every participant, each on its own spend."""
+    tokens: int | None = None
+    cost: float | None = None
+    source: str = "operator"
+    set_at: str = ""
+    spent: list[BudgetSpent] = Field(default_factory=list)
+
+
 class WaveUsage(BaseModel):
     """``fleet usage WAVE --json``."""
 
@@ -330,6 +357,7 @@ class WaveUsage(BaseModel):
     unpriced: list[str] = Field(default_factory=list)
     """Models counted that the price table does not name (their cost is unknown)."""
     price_tables: list[str] = Field(default_factory=list)
+    budgets: list[BudgetStatus] = Field(default_factory=list)
 
     @property
     def unpriced_message(self) -> str:
@@ -421,12 +449,40 @@ def wave_usage(client: Any, paths: Paths, wave_ref: str) -> WaveUsage:
     table = prices(paths)
     unpriced: set[str] = set()
     out = WaveUsage(wave=wave.name, price_tables=table.sources)
+    counters: dict[str, Counter] = {}
     for rec in sorted(client.sessions(wave.id), key=lambda r: r.participant):
         got = read_session(paths, rec.session_id, session_env(rec.layout, rec.participant, paths))
+        counters[rec.participant] = got.counter
         p = participant_usage(rec.participant, rec.session_id, got, table, unpriced)
         out.participants.append(p)
         out.total.add(p.total)
         for label, fig in p.wavelets.items():
             out.wavelets.setdefault(label, Figures()).add(fig)
     out.unpriced = sorted(unpriced)
+    out.budgets = budget_statuses(client.budgets(wave.id), counters, table)
+    return out
+
+
+def budget_statuses(
+    budgets: list[Any], counters: Mapping[str, Counter], table: PriceTable
+) -> list[BudgetStatus]:
+    """Each budget with the spend of every participant it applies to (those with a session)."""
+    from fleet.budgets import applies, passed, spent_of
+
+    out = []
+    for b in budgets:
+        st = BudgetStatus(
+            wavelet=b.wavelet, participant=b.participant, tokens=b.tokens, cost=b.cost, source=b.source,
+            set_at=b.set_at,
+        )  # fmt: skip
+        for name, counter in sorted(counters.items()):
+            if applies(b, name):
+                tokens, cost = spent_of(b, counter, table)
+                st.spent.append(
+                    BudgetSpent(
+                        participant=name, tokens=tokens, cost_usd=cost, passed=passed(b, tokens, cost),
+                        reached=name in (b.reached or []),
+                    )
+                )  # fmt: skip
+        out.append(st)
     return out

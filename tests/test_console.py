@@ -866,6 +866,32 @@ def test_the_console_shows_each_participants_usage_from_its_transcript(
         ),
         what="alice's usage beside her presence",
     )
+    from fleet.budgets import BudgetReport, SetBudget
+
+    b = op.set_budget("demo", SetBudget(participant="alice", tokens=100))
+    assert b is not None
+    op.budget_reached(
+        "demo", BudgetReport(participant="alice", wavelet_id="", scope="alice", set_at=b.set_at, spent="376")
+    )
+    (st,) = request(d, "GET", "/api/console/waves/demo/usage", cookie=cookie).json()["budgets"]
+    assert st["spent"] == [
+        {
+            "participant": "alice",
+            "tokens": 376,
+            "cost_usd": pytest.approx(0.0015, abs=1e-4),
+            "passed": True,
+            "reached": True,
+        }
+    ]
+    page.goto("about:blank")
+    open_console(page, d)
+    retry_until(
+        lambda: (
+            page.eval("(document.querySelector('#presence li[data-name=alice] .budget') || {}).textContent")
+            == "held: budget spent"
+        ),
+        what="alice held by her budget, beside her usage",
+    )
     no_js_errors(page)
 
 

@@ -49,6 +49,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0004_token_grants",
         "0005_store_identity",
         "0006_seats",
+        "0007_budgets",
         "0008_summaries",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
@@ -404,6 +405,13 @@ def _every_event_type(store: Store) -> None:
     proposal = extractive(store.summaries.pending(OP, "demo/main"))
     assert proposal is not None and store.summaries.summarize(OP, "demo/main", proposal).accepted
 
+    from fleet.budgets import BudgetReport, SetBudget
+
+    b = store.set_budget(OP, "demo", SetBudget(participant="alice", tokens=100))
+    assert b is not None
+    report = BudgetReport(participant="alice", wavelet_id="", scope="alice", set_at=b.set_at, spent="120")
+    assert store.budget_reached(participant(store, "demo", "alice"), "demo", report).first
+
 
 def test_replay_covers_every_event_type(store: Store, tmp_path: Path) -> None:
     _every_event_type(store)
@@ -427,6 +435,8 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     assert {t for t, _at, _payload in old["events"]} == set(EVENT_TYPES) - {
         "seat.claimed",
         "seat.closed",
+        "budget.set",
+        "budget.reached",
         "summary.recorded",
         "blip.pinned",
     }
@@ -437,12 +447,15 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     replay(tmp_path / "old.sqlite3", tmp_path / "new.sqlite3")
     new = connect(tmp_path / "new.sqlite3")
     expected = {k: [tuple(r) for r in rows] for k, rows in old["tables"].items()}
-    assert dump_tables(new) == expected | {
+    later: dict[str, list[tuple[object, ...]]] = {
         "token_grants": [],
         "seats": [],
+        "budgets": [],
+        "budget_marks": [],
         "summaries": [],
         "pins": [],
-    }  # these came after this log
+    }
+    assert dump_tables(new) == expected | later  # these came after this log
     new.close()
     # and today's code writes the very same payload text for the same events
     for etype, _at, payload in old["events"]:

@@ -535,7 +535,7 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
         "wavelet", "wavelet_id", "participant", "member", "pane_id", "pane", "exit", "pane_wavelet",
         "presence", "last_blip_at", "blips", "delivered", "last_delivery", "cap_used", "cap", "capped",
         "route", "route_why", "unconfirmed", "oldest_unconfirmed", "receipts_problem",
-        "session_id", "host", "worktree", "branch", "ahead", "dirty", "usage", "note",
+        "session_id", "host", "worktree", "branch", "ahead", "dirty", "usage", "budget", "note",
     }  # fmt: skip
     every = json.loads(fleet(env, "status", "--json").stdout)
     assert [w["wave"] for w in every] == ["demo"]
@@ -545,7 +545,7 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     assert lines[0].startswith("wave demo  (tmux session $")
     assert lines[1].split() == [
         "WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
-        "HOST", "WORKTREE", "USAGE", "NOTE"
+        "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"
     ]  # fmt: skip
     alice = lines[2].split()
     assert alice[:4] == ["main", "alice", data["rows"][0]["pane_id"], "alive"]

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING
 
 import fleet
 from fleet import errors
+from fleet.budgets import BudgetWatch
 from fleet.channel.tools import DeliveryOut, DeliveryPhase, Tools, WaveletDelivery, instructions
 from fleet.client import Client
 from fleet.delivery.config import TransportConfig, read_token, receipts_on
@@ -39,6 +40,7 @@ from fleet.delivery.receipts import Transcript
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
+from fleet.paths import get_paths
 from fleet.procs import identity
 from fleet.wire import copy
 
@@ -394,7 +396,18 @@ class Channel:
             wave=self.wave,
             routing=self.routing,
             attendant=self._attendant,
+            hold_back=self._budget_watch(),
         )
+
+    def _budget_watch(self) -> BudgetWatch | None:
+        """The participant's budgets, checked at each delivery (:mod:`fleet.budgets`): a session
+        with a transcript only (without one, fleet sees no spend)."""
+        if not self.session_id:
+            return None
+        return BudgetWatch(
+            self.client, self.wave, self.participant, self.session_id, get_paths(),
+            lambda frame: self.server.notify(NOTIFICATION, notification(frame)),
+        )  # fmt: skip
 
     # ------------------------------------------------------------ receipts
 

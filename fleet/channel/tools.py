@@ -44,7 +44,8 @@ carry on from them as your own work, never answer them as if someone else wrote 
 Other participants' blips reach you as <channel source="fleet" ...> messages whose attributes are \
 wavelet (WAVE/WAVELET), wavelet_id, blip_id, author and kind. kind is "message" (a participant wrote \
 it), "system" (fleet records a fork, join or leave), "surface" (a conclusion reported up from a \
-sub-wavelet) or "cap" (a notice that delivery paused in that wavelet). Your own blips are never \
+sub-wavelet), "cap" (a notice that delivery paused in that wavelet) or "budget" (a notice that \
+your budget is spent and delivery to you paused). Your own blips are never \
 delivered back to you. fleet's own records (system blips) never wake you on their own: they come \
 along with the next blip that does (or read them with wavelet_read).
 {_targeted_paragraph(participant) if attention == "targeted" else ""}
@@ -61,7 +62,7 @@ Rules:
 question or a result.
 2. Finish a task with one blip that starts with "DONE:" and states the result, then stay silent until \
 someone gives you something new.
-3. Never reply to system or surface blips, nor to cap notices: they are records, not requests.
+3. Never reply to system or surface blips, nor to cap or budget notices: they are records, not requests.
 4. When you need someone's attention, name them in the blip (for example "bob: please check ...").
 5. Input typed into your terminal is the operator controlling you: answer it locally in the terminal \
 and do not post about it, unless the operator asks you to relay something; then post it as one blip \

@@ -93,6 +93,7 @@ COMMANDS: dict[str, str] = {
     "remote": "remote",
     "campaign": "campaign",
     "usage": "usage",
+    "budget": "budget",
     "resident": "resident",
     "memory": "resident",
     "backup": "store",

@@ -279,11 +279,12 @@ def status_table(st: WaveStatus) -> None:
                 r.host or "-",
                 tree or "-",
                 brief(r.usage) if r.usage else "-",
+                r.budget or "-",
                 note,
             ]
         )
     head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
-            "HOST", "WORKTREE", "USAGE", "NOTE"]  # fmt: skip
+            "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
 
 

@@ -40,6 +40,16 @@ def show(u: WaveUsage) -> None:
             render.note(f"{p.participant}: {p.problem}")
     if u.unpriced:
         render.note(u.unpriced_message)
+    for st in u.budgets:
+        limit = f"{st.tokens:,} tokens" if st.tokens is not None else f"${st.cost or 0:.2f}"
+        where = st.wavelet or u.wave
+        for s in st.spent:
+            spent = f"{s.tokens:,} tokens" if st.tokens is not None else f"${s.cost_usd:.4f}"
+            state = " — deliveries held" if s.reached else (" — passed" if s.passed else "")
+            render.out(
+                f"budget {limit} ({st.participant or 'each'} in {where}):"
+                f" {s.participant} spent {spent}{state}"
+            )
 
 
 def usage(

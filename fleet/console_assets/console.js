@@ -32,6 +32,7 @@
     unread: new Map(),
     presence: new Map(),
     usage: new Map(), // participant -> its usage totals (fleet usage)
+    held: new Map(), // participant -> the budget that holds its deliveries (docs/budgets.md)
     mention: { items: [], index: 0 },
   };
 
@@ -211,6 +212,11 @@
       const u = await api("GET", `/api/console/waves/${enc(ref)}/usage`);
       if (S.waveRef !== ref) return;
       S.usage = new Map(u.participants.map((p) => [p.participant, p.total]));
+      S.held = new Map();
+      for (const b of u.budgets || []) {
+        const limit = b.tokens !== null ? `${b.tokens} tokens` : `$${b.cost}`;
+        for (const s of b.spent) if (s.reached) S.held.set(s.participant, `${limit} in ${b.wavelet || u.wave}`);
+      }
       renderPresence();
     } catch (_) { /* usage is a nicety: presence stays as it is */ }
   }
@@ -509,7 +515,11 @@
       const usage = el("span", "usage", spent ? spentText(spent) : "");
       if (spent) usage.title = `${spent.turns} turns, ${spent.input_tokens} in, ${spent.output_tokens} out, ` +
         `${spent.cache_read_tokens} cache read, ${spent.cache_creation_tokens} cache write`;
-      li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), usage, el("span", "state", r.state));
+      const held = S.held.get(r.participant);
+      const budget = el("span", "budget", held ? "held: budget spent" : "");
+      if (held) budget.title = `budget ${held} reached: deliveries wait until the operator raises it (fleet budget set)`;
+      li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), usage, budget,
+        el("span", "state", r.state));
       ul.append(li);
     }
     if (!rows.length) ul.append(el("li", "muted", "nobody yet"));

@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from fleet.delivery.attention import Attendant, RoutingLog
 
 log = logging.getLogger(__name__)
+
+
+HOLD_BACK_RECHECK = 2.0
+"""Seconds between looks at ``hold_back`` while it holds blips: the feed does not end for a budget
+raised (it answers blips only), so the engine asks again this often."""
 
 
 class FeedSource(Protocol):
@@ -101,6 +106,7 @@ class Engine:
         attendant: Attendant | None = None,
         only: Iterable[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        hold_back: Callable[[Mapping[str, str]], Collection[str]] | None = None,
     ) -> None:
         self.core = core
         self.source = source
@@ -116,6 +122,13 @@ class Engine:
         """Wavelet id -> WAVE/WAVELET of the participant's memberships, as of the last feed."""
         self._skip: dict[str, str] = {}
         """Cursors of wavelets outside ``only``, for the request only, so they do not end a poll."""
+        self.hold_back = hold_back
+        """Given the memberships (id -> WAVE/WAVELET), the wavelet ids not to deliver now (a spent
+        budget, :class:`fleet.budgets.BudgetWatch`): their blips stay uncommitted."""
+        self._held_back: dict[str, str] = {}
+        """Held-back wavelet id -> the newest blip seen there: the feed is asked past it (so it does
+        not return them again) while the committed cursor stays; dropped when delivery resumes, and
+        the next feed hands them out from the cursor."""
 
     @property
     def participant(self) -> str:
@@ -124,10 +137,13 @@ class Engine:
     @property
     def feed_cursors(self) -> dict[str, str]:
         """What the next feed request sends: the core's cursors (past held blips) and the skips."""
-        return {**self.core.feed_cursors, **self._skip}
+        return {**self.core.feed_cursors, **self._skip, **self._held_back}
 
     def poll_wait(self, wait: float) -> float:
-        """``wait``, shortened so that a held digest is not kept past its deadline."""
+        """``wait``, shortened so that a held digest is not kept past its deadline, and while blips
+        are held back to :data:`HOLD_BACK_RECHECK` (a budget raised is seen that soon)."""
+        if self._held_back:
+            wait = min(wait, HOLD_BACK_RECHECK)
         deadline = self.core.hold_deadline()
         if deadline is None:
             return wait
@@ -145,14 +161,27 @@ class Engine:
         """Run one feed batch through the rules into the sink (see the module docstring)."""
         core = self.core
         pushed, complete = 0, True
+        labels = {w.id: f"{w.wave}/{w.name}" for w in feed.wavelets}
+        held_back: Collection[str] = ()
+        if self.hold_back is not None and (feed.blips or self._held_back):
+            held_back = self.hold_back(labels)
+        before_held = dict(self._held_back)
+        released = set(before_held) - set(held_back)
         blips: list[Blip] = []
         for b in feed.blips:
-            if self.only is None or b.wavelet_id in self.only:
+            if b.wavelet_id in held_back:
+                if b.id > self._held_back.get(b.wavelet_id, ""):
+                    self._held_back[b.wavelet_id] = b.id
+            elif b.wavelet_id in released:
+                continue  # newer than what is held: delivered after it, from the cursor, next feed
+            elif self.only is None or b.wavelet_id in self.only:
                 blips.append(b)
             elif b.id > self._skip.get(b.wavelet_id, ""):
                 self._skip[b.wavelet_id] = b.id
+        for wavelet in [w for w in self._held_back if w not in held_back]:
+            del self._held_back[wavelet]  # delivery resumes: the next feed starts at the cursor
         with self.lock:
-            self.labels = {w.id: f"{w.wave}/{w.name}" for w in feed.wavelets}
+            self.labels = labels
             core.retain(self.labels)
             before = self.feed_cursors
             if core.attention == "full":
@@ -166,7 +195,7 @@ class Engine:
                 pushed, complete = core.deliver(batches, self._push)
             if self.routing is not None:
                 self.routing.routed(core.take_routed(), self.labels)
-        stuck = bool(feed.blips) and self.feed_cursors == before
+        stuck = bool(feed.blips) and self.feed_cursors == before and self._held_back == before_held
         return Step(pushed=pushed, complete=complete, blips=len(feed.blips), stuck=stuck)
 
     def _push(self, decision: Decision) -> bool:

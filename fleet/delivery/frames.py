@@ -12,7 +12,8 @@ Every transport renders the same frame from it:
 
 Meta keys are identifiers (``wavelet``, ``wavelet_id``, ``blip_id``, ``author``, ``kind``, and
 ``replaces`` / ``blip_ids`` where they apply), values are strings. ``kind`` is ``message``,
-``system``, ``surface``, ``digest``, ``cap`` or ``error``.
+``system``, ``surface``, ``digest``, ``cap``, ``budget`` (:mod:`fleet.budgets`' one notice) or
+``error``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Frame:
     author: str
     """The blip's author; ``fleet`` for a cap notice, a digest or an error."""
     kind: str
-    """``message``, ``system``, ``surface``, ``cap``, ``digest`` or ``error``."""
+    """``message``, ``system``, ``surface``, ``cap``, ``budget``, ``digest`` or ``error``."""
     text: str
     created_at: str
     replaces: str | None = None
@@ -64,6 +65,8 @@ class Frame:
         if self.blip_ids is not None:
             del meta["blip_id"]
             meta["blip_ids"] = ",".join(self.blip_ids)
+        elif not self.id:  # a budget notice stands in for no blip: nothing for a receipt to confirm
+            del meta["blip_id"]
         return meta
 
 

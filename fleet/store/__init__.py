@@ -54,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet import errors
+from fleet.budgets import Budget, BudgetReport, SetBudget, check_limit, operator_text
+from fleet.budgets import BudgetReached as BudgetReachedAnswer
 from fleet.ids import IdMinter
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
@@ -85,6 +87,8 @@ from fleet.store.events import (
     BlipPosted,
     BlipReplaced,
     BlipSurfaced,
+    BudgetReached,
+    BudgetSet,
     Event,
     NewMember,
     RosterInvited,
@@ -1019,6 +1023,118 @@ class Store:
                 f" wave/{w['name']}/MEMORY.md in the repository, to edit by hand)"
             )
         return seat, self.get_wave(who, w["id"])
+
+    # ---------------------------------------------------------------- budgets
+
+    def budgets(self, who: Principal, wave: str, participant: str | None = None) -> list[Budget]:
+        """The wave's budgets ``who`` may see (a participant: those that apply to it), each with who
+        reached it since it was set; ``participant``: only those that apply to that participant."""
+        w = self.access.wave(who, wave)
+        r = self._r()
+        out: list[Budget] = []
+        for b in r.execute(
+            "SELECT * FROM budgets WHERE wave_id = ? ORDER BY wavelet_id, participant", (w["id"],)
+        ):
+            if not self.access.sees_budget(who, b):
+                continue
+            if participant and b["participant"] not in ("", participant):
+                continue
+            label = ""
+            if b["wavelet_id"]:
+                wl = r.execute("SELECT name FROM wavelets WHERE id = ?", (b["wavelet_id"],)).fetchone()
+                label = f"{w['name']}/{wl['name']}" if wl is not None else b["wavelet_id"]
+            reached = [
+                m["participant"]
+                for m in r.execute(
+                    "SELECT participant FROM budget_marks WHERE wave_id = ? AND wavelet_id = ? AND scope = ?"
+                    " AND set_at = ? ORDER BY participant",
+                    (w["id"], b["wavelet_id"], b["participant"], b["set_at"]),
+                )
+                if who.is_operator or m["participant"] == who.name
+            ]
+            out.append(rows.budget(b, label, reached))
+        return out
+
+    def set_budget(self, who: Principal, wave: str, req: SetBudget) -> Budget | None:
+        """Set (or clear: neither tokens nor cost) a budget: operator only. A layout's budget
+        (``source="layout"``) never replaces one the operator set; the budget as it now is is
+        returned (None: cleared)."""
+        self.access.require_budget_setter(who)
+        w = self.access.wave(who, wave)
+        if req.source not in ("operator", "layout"):
+            raise errors.UsageError(f"budget source {req.source!r}: use operator or layout")
+        check_limit(req.tokens, req.cost)
+        participant = checks.participant_name(req.participant) if req.participant else ""
+        wavelet_id = ""
+        if req.wavelet:
+            wl = self.access.wavelet(who, req.wavelet, wave=w["id"])
+            if wl["wave_id"] != w["id"]:
+                raise errors.UsageError(f"wavelet {req.wavelet!r} is not in wave {w['name']!r}")
+            wavelet_id = wl["id"]
+        key = (w["id"], wavelet_id, participant)
+        with self._db.write() as conn:
+            old = conn.execute(
+                "SELECT * FROM budgets WHERE wave_id = ? AND wavelet_id = ? AND participant = ?", key
+            ).fetchone()
+            keep = req.source == "layout" and old is not None and old["source"] == "operator"
+            same = old is not None and (old["tokens"], old["cost"]) == (req.tokens, req.cost)
+            if (
+                not keep
+                and not (same and req.source == "layout")
+                and (old is not None or req.tokens or req.cost)
+            ):
+                record(
+                    conn,
+                    BudgetSet(
+                        wave_id=w["id"], wavelet_id=wavelet_id, participant=participant, tokens=req.tokens,
+                        cost=None if req.cost is None else float(req.cost),
+                        source="layout" if req.source == "layout" else "operator",
+                        set_by=who.name, set_at=now(),
+                    ),
+                )  # fmt: skip
+        got = [b for b in self.budgets(who, wave) if (b.wavelet_id, b.participant) == key[1:]]
+        return got[0] if got else None
+
+    def budget_reached(self, who: Principal, wave: str, rep: BudgetReport) -> BudgetReachedAnswer:
+        """Record that ``rep.participant`` passed a budget, with one ``system`` blip naming the
+        operator; only the first report of the budget as set (``set_at``) does anything."""
+        self.access.require_budget_reporter(who, rep.participant)
+        w = self.access.wave(who, wave)
+        checks.participant_name(rep.participant)
+        key = (w["id"], rep.wavelet_id, rep.scope)
+        with self._db.write() as conn:
+            b = conn.execute(
+                "SELECT * FROM budgets WHERE wave_id = ? AND wavelet_id = ? AND participant = ?", key
+            ).fetchone()
+            if b is None or b["set_at"] != rep.set_at or b["participant"] not in ("", rep.participant):
+                return BudgetReachedAnswer(first=False)
+            if conn.execute(
+                "SELECT 1 FROM budget_marks WHERE wave_id = ? AND wavelet_id = ? AND scope = ?"
+                " AND participant = ?",
+                (*key, rep.participant),
+            ).fetchone():
+                return BudgetReachedAnswer(first=False)
+            where = rep.wavelet_id
+            if not where:
+                s = conn.execute(
+                    "SELECT wavelet_id FROM sessions WHERE wave_id = ? AND participant = ?",
+                    (w["id"], rep.participant),
+                ).fetchone()
+                where = s["wavelet_id"] if s is not None else w["root_id"]
+            wl = conn.execute("SELECT * FROM wavelets WHERE id = ?", (where,)).fetchone()
+            label = f"{w['name']}/{wl['name']}" if rep.wavelet_id else ""
+            budget = rows.budget(b, label, [])
+            text = operator_text(rep.participant, budget, rep.spent[:200], w["name"])
+            at = now()
+            blip = self._new_blip(wl, "system", "system", text, at, actor=rep.participant)
+            record(
+                conn,
+                BudgetReached(
+                    wave_id=w["id"], wavelet_id=rep.wavelet_id, scope=rep.scope, participant=rep.participant,
+                    set_at=rep.set_at, reached_at=at, blip=blip,
+                ),
+            )  # fmt: skip
+        return BudgetReachedAnswer(first=True, blip_id=blip.id, wavelet_id=blip.wavelet_id)
 
     # ---------------------------------------------------------------- the log
 

@@ -198,6 +198,33 @@ class Access:
                 f"only {old['author']!r} (its author) or the operator may replace blip {old['id']}"
             )
 
+    @staticmethod
+    def require_budget_setter(who: Principal) -> None:
+        """Budgets are the operator's (a machine token's within its waves): a participant never
+        sets its own or another's."""
+        if not who.is_operator:
+            raise errors.Forbidden(f"only the operator sets budgets: {who.name!r} holds a participant token")
+
+    @staticmethod
+    def require_budget_reporter(who: Principal, participant: str) -> None:
+        """A budget passed is reported by the participant's own channel (or the operator)."""
+        if not who.is_operator and participant != who.name:
+            raise errors.Forbidden(f"{who.name!r} cannot report a budget of {participant!r}")
+
+    def sees_budget(self, who: Principal, b: Row) -> bool:
+        """The operator sees every budget of its waves; a participant those that apply to it (its own
+        and everyone's) in the wave and the wavelets it can see."""
+        if not who.in_scope(b["wave_id"]):
+            return False
+        if who.is_operator:
+            return True
+        if b["participant"] not in ("", who.name):
+            return False
+        if not b["wavelet_id"]:
+            return True
+        wl = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (b["wavelet_id"],)).fetchone()
+        return wl is not None and self.can_see(who, wl)
+
     # ---------------------------------------------------------------- visibility
 
     def is_member(self, wavelet_id: str, name: str) -> bool:

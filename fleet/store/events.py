@@ -235,6 +235,35 @@ class BlipPinned(_Shape):
     at: str
 
 
+class BudgetSet(_Shape):
+    """A budget set (or, with neither ``tokens`` nor ``cost``, cleared) by the operator or a layout
+    at spawn; whoever had reached the scope's previous budget starts over."""
+
+    type: Literal["budget.set"] = Field(default="budget.set", exclude=True)
+    wave_id: str
+    wavelet_id: str
+    participant: str
+    tokens: int | None
+    cost: float | None
+    source: Literal["operator", "layout"]
+    set_by: str
+    set_at: str
+
+
+class BudgetReached(_Shape):
+    """A participant's channel reported a budget passed (the first report of it as set): the
+    ``system`` blip naming the operator goes with it."""
+
+    type: Literal["budget.reached"] = Field(default="budget.reached", exclude=True)
+    wave_id: str
+    wavelet_id: str
+    scope: str
+    participant: str
+    set_at: str
+    reached_at: str
+    blip: BlipData
+
+
 Event = Annotated[
     WaveCreated
     | WaveletForked
@@ -249,7 +278,9 @@ Event = Annotated[
     | SeatClaimed
     | SeatClosed
     | SummaryRecorded
-    | BlipPinned,
+    | BlipPinned
+    | BudgetSet
+    | BudgetReached,
     Field(discriminator="type"),
 ]
 """Any event. ``type`` tells them apart; it is stored in its own column, not in the payload."""
@@ -269,6 +300,8 @@ MODELS: tuple[type[_Shape], ...] = (
     SeatClosed,
     SummaryRecorded,
     BlipPinned,
+    BudgetSet,
+    BudgetReached,
 )
 EVENT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in MODELS)
 """Every event type this fleet writes and replays."""
@@ -517,6 +550,30 @@ def _blip_pinned(conn: sqlite3.Connection, e: BlipPinned) -> None:
         "INSERT OR IGNORE INTO pins(wavelet_id, blip_id, pinned_by, pinned_at) VALUES (?,?,?,?)",
         (e.wavelet_id, e.blip_id, e.by, e.at),
     )
+
+
+@_on(BudgetSet)
+def _budget_set(conn: sqlite3.Connection, e: BudgetSet) -> None:
+    key = (e.wave_id, e.wavelet_id, e.participant)
+    if e.tokens is None and e.cost is None:
+        conn.execute("DELETE FROM budgets WHERE wave_id = ? AND wavelet_id = ? AND participant = ?", key)
+    else:
+        conn.execute(
+            "INSERT OR REPLACE INTO budgets(wave_id, wavelet_id, participant, tokens, cost, source, set_by,"
+            " set_at) VALUES (?,?,?,?,?,?,?,?)",
+            (*key, e.tokens, e.cost, e.source, e.set_by, e.set_at),
+        )
+    conn.execute("DELETE FROM budget_marks WHERE wave_id = ? AND wavelet_id = ? AND scope = ?", key)
+
+
+@_on(BudgetReached)
+def _budget_reached(conn: sqlite3.Connection, e: BudgetReached) -> None:
+    conn.execute(
+        "INSERT INTO budget_marks(wave_id, wavelet_id, scope, participant, set_at, reached_at, blip_id)"
+        " VALUES (?,?,?,?,?,?,?)",
+        (e.wave_id, e.wavelet_id, e.scope, e.participant, e.set_at, e.reached_at, e.blip.id),
+    )
+    _insert_blip(conn, e.blip)
 
 
 assert set(_HANDLERS) == set(MODELS), "every event model needs exactly one handler"

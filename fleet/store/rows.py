@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from fleet.budgets import Budget
 from fleet.models import Blip, Member, Seat, SessionRecord, TokenInfo, Wave, Wavelet
 from fleet.store.events import BlipData
 
@@ -120,4 +121,19 @@ def seat(s: Row) -> Seat:
         claimed_at=s["claimed_at"],
         closed_at=s["closed_at"],
         closed_why=s["closed_why"],
+    )
+
+
+def budget(b: Row, wavelet: str, reached: list[str]) -> Budget:
+    return Budget(
+        wave_id=b["wave_id"],
+        wavelet_id=b["wavelet_id"],
+        participant=b["participant"],
+        tokens=b["tokens"],
+        cost=b["cost"],
+        source=b["source"],
+        set_by=b["set_by"],
+        set_at=b["set_at"],
+        wavelet=wavelet,
+        reached=reached,
     )

@@ -197,6 +197,37 @@ def _m0006_seats(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0007_budgets(conn: sqlite3.Connection) -> None:
+    """Budgets per wave, wavelet and participant (``''``: all), and who reached one since it was
+    set (docs/design.md §6, :mod:`fleet.budgets`)."""
+    _script(
+        conn,
+        """
+        CREATE TABLE budgets (
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            wavelet_id  TEXT NOT NULL,
+            participant TEXT NOT NULL,
+            tokens      INTEGER,
+            cost        REAL,
+            source      TEXT NOT NULL,
+            set_by      TEXT NOT NULL,
+            set_at      TEXT NOT NULL,
+            PRIMARY KEY (wave_id, wavelet_id, participant)
+        );
+        CREATE TABLE budget_marks (
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            wavelet_id  TEXT NOT NULL,
+            scope       TEXT NOT NULL,
+            participant TEXT NOT NULL,
+            set_at      TEXT NOT NULL,
+            reached_at  TEXT NOT NULL,
+            blip_id     TEXT NOT NULL,
+            PRIMARY KEY (wave_id, wavelet_id, scope, participant)
+        )
+        """,
+    )
+
+
 def _m0008_summaries(conn: sqlite3.Connection) -> None:
     """Rolling summaries of wavelets (each stands in for its wavelet's blips up to ``upto`` in a
     context) and pinned blips (load-bearing: every summary must cite them)."""
@@ -237,6 +268,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_token_grants", _m0004_token_grants),
     ("0005_store_identity", _m0005_store_identity),
     ("0006_seats", _m0006_seats),
+    ("0007_budgets", _m0007_budgets),
     ("0008_summaries", _m0008_summaries),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
@@ -251,6 +283,8 @@ MATERIALISED = (
     "sessions",
     "token_grants",
     "seats",
+    "budgets",
+    "budget_marks",
     "summaries",
     "pins",
 )

@@ -1,0 +1,346 @@
+"""Budgets: how much a participant may spend before fleet stops delivering to it.
+
+A **budget** is a limit in tokens (every token the model processed or wrote: input, output, cache
+read, cache creation — :attr:`fleet.usage.Figures.tokens`) or in estimated USD (the price table of
+:mod:`fleet.usage`) on one **scope** of a wave:
+
+========================  ==========================================================================
+wavelet ``""``, p ``P``   participant ``P``'s spend in the whole wave (a layout's per-participant
+                          ``budget``; ``fleet budget set WAVE P``)
+wavelet ``W``, p ``""``   what *each* member spends on ``W``'s turns (a layout's top-level ``budget``,
+                          for the wavelet it is spawned on; ``fleet budget set WAVE/W``)
+wavelet ``W``, p ``P``    ``P``'s spend on ``W``'s turns (``fleet budget set WAVE/W P``)
+wavelet ``""``, p ``""``  every participant's own spend in the wave (``fleet budget set WAVE``)
+========================  ==========================================================================
+
+A turn's spend belongs to the wavelet whose blip woke it (:mod:`fleet.usage`). Budgets live in the
+store (event ``budget.set``, table ``budgets``), set by the operator only; a layout's budget is
+applied at spawn unless the operator set that scope since (an operator's budget is never lowered
+back by a respawn).
+
+**Who measures, and where the check is:** the participant's own delivery engine (its channel), at
+each delivery. It is the one process that runs whenever blips reach the session, it runs on the
+machine where the session's transcript is (the daemon may be remote and never sees transcripts), and
+it already reads that transcript incrementally for receipts; stopping delivery is its decision, like
+the cap's. ``fleet supervise`` runs only when the operator runs it, so a budget kept there would hold
+only then. What a caller may rely on (:class:`BudgetWatch`):
+
+- Past a budget, blips of the scope are **held, not dropped**: the committed cursor stays where it
+  is (the feed is asked past them so it does not return them again), and once the operator raises or
+  clears the budget the next feed hands them out from the cursor, in order, nothing lost — a
+  restarted channel holds them the same way, because nothing about them was committed.
+- **One notice** to the participant and **one blip naming the operator** per budget as set: the
+  channel reports the budget reached to the daemon, which records it (event ``budget.reached``) with
+  a ``system`` blip (author ``system``, actor the participant: it wakes nobody) in the scope's
+  wavelet, or in the wavelet the participant was spawned on; only the first report of a budget as
+  set is accepted, so a restarted channel or a second report posts nothing more. Setting the budget
+  again (``fleet budget set``) starts it over.
+- A session without a transcript (the stand-in, other CLIs) spends nothing that fleet can see, so no
+  budget stops it. A cost budget over a model the price table does not name counts what is priced.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from fleet import errors
+from fleet.wire import record
+
+if TYPE_CHECKING:
+    from fleet.client import Client
+    from fleet.delivery.frames import Frame
+    from fleet.layouts import Layout
+    from fleet.paths import Paths
+    from fleet.usage import Counter, PriceTable
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- records (the wire)
+
+
+@record
+class Budget:
+    """One budget as the store keeps it."""
+
+    wave_id: str
+    wavelet_id: str
+    """``""``: the whole wave."""
+    participant: str
+    """``""``: every participant (each measured on its own spend)."""
+    tokens: int | None = None
+    cost: float | None = None
+    """USD, estimated from the price table."""
+    source: str = "operator"
+    """``operator`` (``fleet budget set``) or ``layout`` (applied at spawn)."""
+    set_by: str = ""
+    set_at: str = ""
+    wavelet: str = ""
+    """WAVE/WAVELET of ``wavelet_id`` (``""`` for the whole wave)."""
+    reached: list[str] | None = None
+    """Participants that reached it since it was set (their deliveries in the scope are held)."""
+
+
+@record(extra="forbid")
+class SetBudget:
+    """``POST /v1/waves/{wave}/budgets`` (operator only). Neither ``tokens`` nor ``cost``: clear it."""
+
+    wavelet: str | None = None
+    """A wavelet reference (WAVE/NAME, NAME in this wave, or id); None: the whole wave."""
+    participant: str | None = None
+    tokens: int | None = None
+    cost: float | None = None
+    source: str = "operator"
+
+
+@record(extra="forbid")
+class BudgetReport:
+    """``POST /v1/waves/{wave}/budgets/reached``: a participant's channel says it passed a budget."""
+
+    participant: str
+    wavelet_id: str
+    """The budget's scope (``""``: the whole wave)."""
+    scope: str
+    """The budget's participant field (``""``: everyone)."""
+    set_at: str
+    """Which setting of the budget was passed (a report about an older one is ignored)."""
+    spent: str
+    """What was spent, as the notice says it (``"51,234 tokens"``)."""
+
+
+@record
+class BudgetList:
+    budgets: list[Budget]
+
+
+@record
+class BudgetReached:
+    first: bool
+    """True only for the first report of this budget as set: the one that posted the blip."""
+    blip_id: str | None = None
+    wavelet_id: str | None = None
+    """Where the blip naming the operator went."""
+
+
+# ---------------------------------------------------------------- values
+
+
+def check_limit(tokens: int | None, cost: float | None, where: str = "a budget") -> None:
+    """UsageError unless at most one of ``tokens`` (a whole number > 0) and ``cost`` (USD > 0) is set."""
+    if tokens is not None and cost is not None:
+        raise errors.UsageError(f"{where}: give tokens or cost, not both")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
+        raise errors.UsageError(f"{where}: tokens must be a whole number above 0, not {tokens!r}")
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost <= 0
+    ):
+        raise errors.UsageError(f"{where}: cost must be a number of USD above 0, not {cost!r}")
+
+
+def limit_text(b: Budget) -> str:
+    if b.tokens is not None:
+        return f"{b.tokens:,} tokens"
+    return f"${b.cost:.2f}" if b.cost is not None else "none"
+
+
+def scope_text(b: Budget, wave: str) -> str:
+    where = b.wavelet or wave
+    if b.participant:
+        return f"{b.participant} in {where}"
+    return f"each participant in {where}"
+
+
+def applies(b: Budget, participant: str) -> bool:
+    return b.participant in ("", participant)
+
+
+def spent_of(b: Budget, counter: Counter, table: PriceTable | None) -> tuple[int, float]:
+    """(tokens, USD) the counted session spent in ``b``'s scope (USD of priced models only)."""
+    from fleet.usage import figures
+
+    tokens, cost = 0, 0.0
+    for (wid, model), tally in counter.tallies.items():
+        if b.wavelet_id and wid != b.wavelet_id:
+            continue
+        fig = figures(tally, table.price(model) if table is not None else None)
+        tokens += fig.tokens
+        cost += fig.cost_usd or 0.0
+    return tokens, cost
+
+
+def passed(b: Budget, tokens: int, cost: float) -> bool:
+    """Whether spending (``tokens``, ``cost``) passed ``b`` (reaching it exactly counts as passed)."""
+    if b.tokens is not None:
+        return tokens >= b.tokens
+    return b.cost is not None and cost >= b.cost
+
+
+def spent_text(b: Budget, tokens: int, cost: float) -> str:
+    return f"{tokens:,} tokens" if b.tokens is not None else f"${cost:.2f}"
+
+
+def notice_text(b: Budget, spent: str, wave: str, held_in: str) -> str:
+    """The one notice a participant gets when it passes ``b``."""
+    return (
+        f"Budget reached: {limit_text(b)} for {scope_text(b, wave)}, and {spent} are spent. "
+        f"fleet has stopped delivering blips to you {held_in}; they are held, not lost, and arrive "
+        "when the operator raises the budget. The operator has been told. Do not post about it; "
+        "finish what you are doing and stop."
+    )
+
+
+def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
+    """The one blip naming the operator when ``participant`` passes ``b``."""
+    target = b.wavelet or wave
+    who = f" {b.participant}" if b.participant else f" {participant}"
+    return (
+        f"operator: {participant} reached its budget ({limit_text(b)} for {scope_text(b, wave)}; "
+        f"{spent} spent). Deliveries to {participant} there are paused; its blips are held and "
+        f"delivered once you raise it: fleet budget set {target}{who} --tokens N (or --cost USD)."
+    )
+
+
+def apply_layout_budgets(
+    client: Client, wave_id: str, wavelet_id: str, layout: Layout, roster: Iterable[str]
+) -> None:
+    """Record a layout's budgets at spawn (``source="layout"``): its top-level ``budget`` for the
+    wavelet spawned, each participant's own for that participant in the wave. The store keeps a
+    budget the operator set over a layout's, and an unchanged one as it is (so a respawn neither
+    lowers a raised budget nor forgets who reached one)."""
+    if layout.budget is not None:
+        client.set_budget(
+            wave_id,
+            SetBudget(
+                wavelet=wavelet_id, tokens=layout.budget.tokens, cost=layout.budget.cost, source="layout"
+            ),
+        )
+    for name in roster:
+        own = layout.profile(name).budget
+        if own is not None:
+            client.set_budget(
+                wave_id, SetBudget(participant=name, tokens=own.tokens, cost=own.cost, source="layout")
+            )
+
+
+# ---------------------------------------------------------------- the channel's watch
+
+
+class BudgetWatch:
+    """One participant's budgets at delivery time (the engine's ``hold_back``).
+
+    Called with the participant's wavelets (id -> WAVE/WAVELET) before each delivery, it returns the
+    wavelet ids whose blips must be held now. It asks the daemon for the budgets that apply to the
+    participant, and only when there are some reads the session's usage (incrementally, the
+    transcript of :mod:`fleet.usage`); it reports each budget passed once, and pushes the one notice
+    through ``notify`` when the daemon says the report was the first.
+    """
+
+    def __init__(
+        self,
+        client: Callable[[], Client],
+        wave: str,
+        participant: str,
+        session_id: str,
+        paths: Paths,
+        notify: Callable[[Frame], object],
+    ) -> None:
+        self.client = client
+        self.wave = wave
+        self.participant = participant
+        self.session_id = session_id
+        self.paths = paths
+        self.notify = notify
+        self.held: frozenset[str] = frozenset()
+        """The wavelet ids held at the last look."""
+        self._reported: set[tuple[str, str, str]] = set()
+        self._prices: PriceTable | None = None
+
+    def _counter(self) -> Counter | None:
+        if not self.session_id:
+            return None
+        from fleet.usage import read_session
+
+        return read_session(self.paths, self.session_id).counter
+
+    def _table(self) -> PriceTable | None:
+        if self._prices is None:
+            from fleet.usage import prices
+
+            try:
+                self._prices = prices(self.paths)
+            except errors.FleetError as exc:
+                log.warning("budgets: %s; cost budgets count nothing", exc.message)
+                return None
+        return self._prices
+
+    def __call__(self, labels: Mapping[str, str]) -> frozenset[str]:
+        try:
+            budgets = [
+                b for b in self.client().budgets(self.wave, self.participant) if applies(b, self.participant)
+            ]
+        except errors.FleetError as exc:  # keep what was held: an outage is no reason to deliver
+            log.warning("budgets unavailable (%s): holding what was held", exc.message)
+            return self.held & frozenset(labels)
+        held: set[str] = set()
+        if budgets:
+            counter = self._counter()
+            for b in budgets:
+                if counter is None:
+                    break
+                tokens, cost = spent_of(b, counter, self._table() if b.cost is not None else None)
+                if not passed(b, tokens, cost):
+                    continue
+                scope = {b.wavelet_id} & set(labels) if b.wavelet_id else set(labels)
+                held |= scope
+                self._report(b, spent_text(b, tokens, cost), labels, scope)
+        self.held = frozenset(held)
+        log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
+        return self.held
+
+    def _report(self, b: Budget, spent: str, labels: Mapping[str, str], scope: Iterable[str]) -> None:
+        key = (b.wavelet_id, b.participant, b.set_at)
+        if key in self._reported:
+            return
+        report = BudgetReport(
+            participant=self.participant,
+            wavelet_id=b.wavelet_id,
+            scope=b.participant,
+            set_at=b.set_at,
+            spent=spent,
+        )
+        try:
+            got = self.client().budget_reached(self.wave, report)
+        except errors.FleetError as exc:
+            log.warning(
+                "could not report budget reached (%s); trying again at the next delivery", exc.message
+            )
+            return
+        self._reported.add(key)
+        log.info(
+            "budget %s for %s reached (%s); first report: %s",
+            limit_text(b),
+            self.participant,
+            spent,
+            got.first,
+        )
+        if not got.first:
+            return
+        from fleet.delivery.frames import Frame
+
+        wid = b.wavelet_id or next(iter(sorted(scope)), "")
+        label = labels.get(wid, "")
+        held_in = f"in {b.wavelet}" if b.wavelet_id else f"in wave {self.wave}"
+        self.notify(
+            Frame(
+                id="",
+                wavelet=label,
+                wavelet_id=wid,
+                author="fleet",
+                kind="budget",
+                text=notice_text(b, spent, self.wave, held_in),
+                created_at="",
+            )
+        )
