@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from fleet import __version__, errors
-from fleet.console import Console
+from fleet import __version__, errors, hangup
+from fleet.console import Console, presence_key, tree_key
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
@@ -181,20 +181,30 @@ class Notifier:
         for event in woken:
             event.set()
 
-    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> None:
-        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, or at close."""
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
+        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, at close,
+        or when the client of the connection this thread answers (:func:`fleet.hangup.current`)
+        hangs up: True then (answer at once, the connection is ending), else False."""
         event = threading.Event()
+        gone = threading.Event()
         with self._lock:
             now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
             if self.closing or now != seen:
-                return
+                return False
             if keys is None:
                 self._everything.add(event)
             else:
                 for k in keys:
                     self._waiters.setdefault(k, set()).add(event)
+
+        def hung_up() -> None:
+            gone.set()
+            event.set()
+
         try:
-            event.wait(timeout)
+            with hangup.watch(hangup.current(), hung_up):
+                event.wait(timeout)
+            return gone.is_set()
         finally:
             with self._lock:
                 if keys is None:
@@ -725,13 +735,18 @@ class Daemon:
         return self.store
 
     def _wrote(self, wave_id: str, author: str, wavelet_id: str = "") -> None:
+        keys = [k for k in (wavelet_id, wave_id) if k]
         if author != "system":
+            before = self.presence.rows(wave_id, [author])[0].state
             self.presence.posted(wave_id, author)
-        self.notifier.bump(*(k for k in (wavelet_id, wave_id) if k))
+            if self.presence.rows(wave_id, [author])[0].state != before:
+                keys.append(presence_key(wave_id))
+        self.notifier.bump(*keys)
 
     def _roster_changed(self, wl: Wavelet, *names: str) -> None:
-        """Wake who reads ``wl``, its parent (provenance blips), its wave, and the feeds of ``names``."""
-        keys = [wl.id, wl.wave_id, *(member_key(wl.wave_id, n) for n in names)]
+        """Wake who reads ``wl``, its parent (provenance blips), its wave (and its tree), and the
+        feeds of ``names``."""
+        keys = [wl.id, wl.wave_id, tree_key(wl.wave_id), *(member_key(wl.wave_id, n) for n in names)]
         self.notifier.bump(*(keys + ([wl.parent_id] if wl.parent_id else [])))
 
     def _long_poll(
@@ -755,10 +770,17 @@ class Daemon:
             if now is not None and now != watched:
                 watched = now  # the keys are known from the first fetch: fetch again under them
                 continue
-            self.notifier.wait(seen, remaining, watched)
+            if self.notifier.wait(seen, remaining, watched):
+                return result  # the client hung up: answer now, the connection ends with it
 
     def _health(self, r: Request) -> Answer:
-        return 200, Health(ok=True, version=__version__, pid=os.getpid(), store_id=self._s.store_id)
+        return 200, Health(
+            ok=True,
+            version=__version__,
+            pid=os.getpid(),
+            store_id=self._s.store_id,
+            parked=self.notifier.parked,
+        )
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
@@ -773,7 +795,7 @@ class Daemon:
     def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
         wave = self._s.create_wave(r.who, body.name, body.with_)
-        self.notifier.bump(wave.id)
+        self.notifier.bump(wave.id, tree_key(wave.id))
         return 201, wave
 
     def _list_waves(self, r: Request) -> Answer:
@@ -894,7 +916,8 @@ class Daemon:
         before = self.presence.rows(wave.id, [body.participant])[0].state
         self.presence.report(wave.id, body)
         if self.presence.rows(wave.id, [body.participant])[0].state != before:
-            self.notifier.bump(wave.id)  # a state change wakes the wave's console streams (not pings)
+            # a state change wakes the wave's console streams (not pings), and nothing else
+            self.notifier.bump(presence_key(wave.id))
         return 200, Ok()
 
     def _presence(self, r: Request) -> Answer:

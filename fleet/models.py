@@ -228,6 +228,8 @@ class Health:
     pid: int
     store_id: str = ""
     """The store's identity (minted once per database): what delivery state is keyed by."""
+    parked: int = 0
+    """Long-polls and event streams parked on the notifier now (benchmarks, tests)."""
 
 
 @record
