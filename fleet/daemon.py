@@ -45,6 +45,7 @@ from fleet.console import Console, presence_key, tree_key
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
+    MAX_REF,
     OPERATOR,
     BlipList,
     BlipPage,
@@ -91,6 +92,8 @@ log = logging.getLogger(__name__)
 M = TypeVar("M")
 
 MAX_WAIT = 60.0
+MAX_TOKEN = 200
+"""The longest bearer token looked at (fleet's are 43 characters): a longer one is refused unread."""
 BODY_SLACK = 64 * 1024
 """A request body may be this much larger than the blip limit (the JSON around the text)."""
 
@@ -321,6 +324,13 @@ class Request:
 
     def model(self, cls: type[M]) -> M:
         try:
+            self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise errors.UsageError(
+                f"the request body is not valid JSON: it is not UTF-8: byte 0x{self.body[exc.start]:02x}"
+                f" at offset {exc.start} ({exc.reason}): send the text as UTF-8"
+            ) from None
+        try:
             data = json.loads(self.body or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also a 5,000-digit integer
             raise errors.UsageError(f"the request body is not valid JSON: {exc}") from None
@@ -329,13 +339,20 @@ class Request:
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
         _check_integers(data)
-        try:
-            # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+        # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
+        bad = _lone_surrogate(data)
+        if bad is not None:
+            where, char = bad
+            code = ord(char)
+            byte = (
+                f" (the non-UTF-8 byte 0x{code - 0xDC00:02x}, as a client's surrogateescape carries it)"
+                if 0xDC80 <= code <= 0xDCFF
+                else ""
+            )
+            what = f"field {where}" if where else "the request body"
             raise errors.UsageError(
-                "the request body has a string with a lone surrogate: send valid UTF-8"
-            ) from None
+                f"{what} is not valid UTF-8: it has the lone surrogate \\u{code:04x}{byte}: send UTF-8 text"
+            )
         try:
             return load(cls, data)
         except RecordError as exc:
@@ -370,6 +387,26 @@ class Request:
 
 MAX_INT = 10**15
 """The largest integer a request may carry (JSON body or query): every count and limit is far below."""
+
+
+def _lone_surrogate(data: Any, where: str = "") -> tuple[str, str] | None:
+    """The field path and the first lone surrogate of a string in ``data`` (keys included), if any."""
+    if isinstance(data, str):
+        for ch in data:
+            if "\ud800" <= ch <= "\udfff":
+                return where, ch
+        return None
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _lone_surrogate(k, where) or _lone_surrogate(v, f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = _lone_surrogate(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _check_integers(data: Any, depth: int = 0) -> None:
@@ -686,6 +723,11 @@ class Daemon:
                 " file in the daemon's data dir, or a participant token from `fleet token mint`)"
             )
         token = header[7:].strip()
+        if len(token) > MAX_TOKEN:
+            raise errors.Unauthorized(
+                f"the token is {len(token)} characters, over the limit of {MAX_TOKEN}: send the token"
+                " the operator gave you (`fleet token mint` prints one)"
+            )
         if hmac.compare_digest(token.encode(), self.operator_token.encode()):
             return Principal.operator()
         who = self._s.authenticate(token)
@@ -722,8 +764,20 @@ class Daemon:
         the ``Authorization`` header. ``console``: only the routes the console exposes exist."""
         split = urlsplit(target)
         route, args = self.route(method, split.path, console=console)
+        for n, arg in zip(re.findall(r"\{(\w+)\}", route.path), args, strict=False):
+            if len(arg) > MAX_REF:
+                raise errors.UsageError(
+                    f"the {n} in the path is {len(arg)} characters, over the limit of {MAX_REF}:"
+                    " name it by its name, WAVE/WAVELET or its id"
+                )
         who = self.authenticate(authorization) if route.auth else NOBODY
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        for k, v in query.items():
+            if len(v) > MAX_REF or len(k) > MAX_REF:
+                raise errors.UsageError(
+                    f"query parameter {k[:40]!r} is {max(len(k), len(v))} characters, over the limit"
+                    f" of {MAX_REF}"
+                )
         return route.handler(self, Request(method, split.path, query, body, who, args))
 
     # ---------------------------------------------------------------- handlers
