@@ -906,7 +906,7 @@ class Daemon:
     def _replace(self, r: Request) -> Answer:
         body = r.model(NewBlip)
         blip = self._s.replace(r.who, r.arg, body.text, as_=body.as_)
-        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
+        self._wrote(blip.wave_id, blip.writer, blip.wavelet_id)
         return 201, blip
 
     def _read(self, r: Request) -> Answer:

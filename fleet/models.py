@@ -91,6 +91,14 @@ class Blip:
     """Set on reads that include history: the id of the blip that replaced this one."""
     actor: str | None = None
     """On a ``system`` blip: the participant whose act (fork, invite, leave) it records, if any."""
+    replaced_by: str | None = None
+    """On a replacement version: who wrote it. ``author`` stays the blip's original author (who,
+    with the operator, may replace it again)."""
+
+    @property
+    def writer(self) -> str:
+        """Who wrote this version: the replacer of a replacement, else the author."""
+        return self.replaced_by or self.author
 
 
 @record

@@ -195,6 +195,11 @@ def _m0006_seats(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0009_blip_replacer(conn: sqlite3.Connection) -> None:
+    """Who wrote a replacement version, when a replace keeps the blip's author (docs/design.md §1)."""
+    conn.execute("ALTER TABLE blips ADD COLUMN replaced_by TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -202,6 +207,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_token_grants", _m0004_token_grants),
     ("0005_store_identity", _m0005_store_identity),
     ("0006_seats", _m0006_seats),
+    ("0009_blip_replacer", _m0009_blip_replacer),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
