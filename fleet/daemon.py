@@ -22,6 +22,7 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hmac
 import json
@@ -72,6 +73,7 @@ from fleet.models import (
     RosterChange,
     SeatAnswer,
     SessionList,
+    StopProgress,
     TokenList,
     Wavelet,
     WaveList,
@@ -92,6 +94,8 @@ log = logging.getLogger(__name__)
 M = TypeVar("M")
 
 MAX_WAIT = 60.0
+STORE_CLOSE_BOUND = 60.0
+"""Seconds closing the store may take at a stop (its last WAL checkpoint), as shown to `daemon stop`."""
 MAX_TOKEN = 200
 """The longest bearer token looked at (fleet's are 43 characters): a longer one is refused unread."""
 BODY_SLACK = 64 * 1024
@@ -572,6 +576,8 @@ class Daemon:
 
     def _open(self) -> None:
         self._acquire_instance_lock()
+        with contextlib.suppress(OSError):  # a stop that died half way left it: not ours
+            self.paths.daemon_stopping.unlink()
         try:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
@@ -693,15 +699,27 @@ class Daemon:
     def _stop(self, timeout: float) -> None:
         if self._stopped.is_set() or self._httpd is None:
             return
+        # Each phase is shown in state/daemon.stopping, so `fleet daemon stop` waits while it moves.
+        self._stopping("closing streams", timeout)
         self.notifier.close()  # from here on new requests get a 503, and every long-poll returns
         if self.console is not None:
             self.console.stop(timeout)
-        self._httpd.stop(timeout)
+        self._httpd.stop(timeout, lambda n: self._stopping("finishing requests", timeout, n))
         if self.store is not None:
+            self._stopping("closing the store", STORE_CLOSE_BOUND)
             self.store.close()
         self._release()
+        with contextlib.suppress(OSError):
+            self.paths.daemon_stopping.unlink()
         self._stopped.set()
         log.info("fleet daemon stopped")
+
+    def _stopping(self, phase: str, bound: float, inflight: int = 0) -> None:
+        if inflight:
+            log.info("stopping: %s (%d in flight)", phase, inflight)
+        progress = StopProgress(pid=os.getpid(), phase=phase, inflight=inflight, bound=bound, at=time.time())
+        with contextlib.suppress(OSError):
+            write_private(self.paths.daemon_stopping, dumps(progress) + "\n")
 
     def _release(self) -> None:
         try:

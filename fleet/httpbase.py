@@ -255,16 +255,27 @@ class Server(ThreadingHTTPServer):
         thread.start()
         return thread
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, timeout: float, progress: Callable[[int], None] | None = None) -> None:
         """Stop accepting, wait up to ``timeout`` s for the requests in flight, close the listener.
 
         The owner sets ``closing`` first (and wakes what waits on it), so requests that still
         arrive on kept-alive connections are answered 503. Safe to call from a handler thread.
+        ``progress(n)`` is told the number in flight at first and whenever it drops.
         """
         if self._serving is not None and threading.current_thread() is not self._serving:
             self.shutdown()
+        deadline = time.monotonic() + timeout
         with self._inflight_cond:
-            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
+            now = self._inflight
+        while True:
+            if progress is not None:
+                progress(now)
+            left = deadline - time.monotonic()
+            if now == 0 or left <= 0:
+                break
+            with self._inflight_cond:
+                self._inflight_cond.wait_for(lambda last=now: self._inflight != last, left)  # type: ignore[misc]
+                now = self._inflight
         self.server_close()
 
     def enter(self) -> bool:

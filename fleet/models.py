@@ -494,6 +494,20 @@ class Remote:
 
 
 @record
+class StopProgress:
+    """``state/daemon.stopping``: how far a graceful stop has got (``fleet daemon stop`` waits while
+    it moves). Rewritten at each phase and each time a request in flight finishes."""
+
+    pid: int
+    phase: str
+    """What the daemon is doing: ``closing streams``, ``finishing requests``, ``closing the store``."""
+    inflight: int = 0
+    bound: float = 0.0
+    """The longest this phase can take (seconds): the daemon's own bound on it."""
+    at: float = 0.0
+
+
+@record
 class Endpoint:
     """``state/daemon.json``: where the local daemon listens."""
 
