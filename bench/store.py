@@ -307,6 +307,13 @@ class Burst:
     delivered: int
     latencies_ms: list[float]
     posting_s: float
+    daemon_cpu_s: float
+
+
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def burst(home: Path, agents: int, blips: int) -> Burst:
@@ -360,6 +367,8 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise SystemExit(f"the stand-ins did not start delivering: see {home}")
             time.sleep(0.2)
+        daemon_pid = json.loads((home / "state" / "daemon.json").read_text())["pid"]
+        cpu0 = _cpu(daemon_pid)
         acks: dict[str, float] = {}
         t0 = time.monotonic()
         for i in range(blips):
@@ -374,7 +383,7 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             time.sleep(0.2)
         seen = notified()
         lat = [(got[b] - t) * 1000 for got in seen for b, t in acks.items() if b in got]
-        return Burst(agents, blips, len(lat), lat, posting)
+        return Burst(agents, blips, len(lat), lat, posting, _cpu(daemon_pid) - cpu0)
     finally:
         os.environ.pop("FLEET_HOME", None)
         for p in procs:
@@ -432,13 +441,13 @@ def main() -> None:
         rates: dict[int, float] = {}
         try:
             sub_pid = json.loads((tmp / "sub" / "state" / "daemon.json").read_text())["pid"]
+            fresh = None
+            if args.fresh:  # first, from the daemon's start (later runs leave threads and readers)
+                fresh = fresh_connections(sub, sub_pid, new_wavelet(sub, "fresh"), args.fresh)
             sub_rate = daemon_posts(sub, new_wavelet(sub, "posts"), args.clients, per_client)
             lat = wake_latencies(sub, new_wavelet(sub, "wakes"), args.wakes)
             for k in args.parked:
                 rates[k] = with_parked(sub, k, args.clients, max(1, args.parked_posts // args.clients))
-            fresh = None
-            if args.fresh:
-                fresh = fresh_connections(sub, sub_pid, new_wavelet(sub, "fresh"), args.fresh)
         finally:
             sub.stop()
         inp = inprocess_daemon(tmp / "inproc")
@@ -493,7 +502,7 @@ def main() -> None:
                     " (baseline)" if b.agents == 1 and len(runs) > 1 else ""
                 )
                 row(f"{label}: delivered", f"{b.delivered:,} / {expected:,}",
-                    f"posting took {b.posting_s:.2f} s")  # fmt: skip
+                    f"posting took {b.posting_s:.2f} s, daemon CPU {b.daemon_cpu_s:.1f} s")  # fmt: skip
                 row(f"{label}: ack -> notification p50 / p99", f"{p50b:.1f} / {p99b:.1f} ms",
                     f"max {max(b.latencies_ms):.1f} ms; target p99 <= {TARGET_BURST_P99_MS:g} ms:"
                     f" {ok(p99b <= TARGET_BURST_P99_MS)}")  # fmt: skip
