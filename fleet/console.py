@@ -471,7 +471,8 @@ class Console:
         last_tree = last_presence = ""
         # What each part of the stream depends on: a commit bumps only the keys of what it changed
         # (a post: the wave's blips, maybe its author's presence; a fork: the tree), and each part is
-        # recomputed only when its own key moved (presence also when a wait lapsed: TTLs expire).
+        # recomputed only when its own key moved (presence also when the tree did, for who is in
+        # the wave, and when a wait lapsed: TTLs expire).
         blips_key, tree, pres_key = w.id, tree_key(w.id), presence_key(w.id)
         seen_blips = seen_tree = seen_pres = -1
         lapsed = False
@@ -489,13 +490,14 @@ class Console:
                 for b in blips:
                     emit.event("blip", b, event_id=b.id)
                     cursor = b.id
-            if now_tree != seen_tree:
+            roster_moved = now_tree != seen_tree  # who is in the wave: presence lists them too
+            if roster_moved:
                 seen_tree = now_tree
                 tree_json = _dumps(store.get_wave(OPERATOR_PRINCIPAL, w.id))
                 if tree_json != last_tree:
                     emit.raw_event("tree", tree_json)
                     last_tree = tree_json
-            if now_pres != seen_pres or lapsed:
+            if now_pres != seen_pres or lapsed or roster_moved:
                 seen_pres, lapsed = now_pres, False
                 pres = self.presence(w.id)
                 states = _dumps([(r.participant, r.state) for r in pres.presence])

@@ -77,18 +77,18 @@ def test_a_post_recomputes_the_blips_a_fork_the_tree_a_presence_change_presence(
         nxt = s.next()
         assert nxt is not None and nxt.id == marker.id
         assert counts()[:2] == (0, 0)
-        # a fork changes the tree (and adds a provenance blip): the tree is read once, presence not
+        # a fork changes the tree (and adds a provenance blip): the tree and the roster are read once
         op.fork(wave.root_id, "side", ["bob"])
         events = s.until(lambda e: e.event == "tree")
         assert any(w["name"] == "side" for w in events[-1].json()["wavelets"])
-        assert counts()[:2] == (1, 0)
+        assert counts()[:2] == (1, 1)  # the roster moved: presence lists who is in the wave
         # a presence change: presence is read, the tree and the blips are not
         before = counts()[2]
         op.report_presence("demo", PresenceReport(participant="alice", event="ping"))
         events = s.until(lambda e: e.event == "presence")
         states = {r["participant"]: r["state"] for r in events[-1].json()["presence"]}
         assert states["alice"] == "idle"
-        assert counts() == (1, 1, before)
+        assert counts() == (1, 2, before)
         s.close()
 
 
