@@ -141,8 +141,9 @@ def main() -> None:
         rx = Receiver(procs)
         rx.start()
 
-        # every channel is live once the wave's first (system) blip reached it
-        first = op.read(main_id).blips[0].id
+        # every channel delivers (past its start-up grace) once a warm-up blip reached it (a system
+        # blip alone is never pushed: it cannot serve as the signal)
+        first = poster.post(main_id, "warm-up").id
         deadline = time.monotonic() + 60
         while not all(first in a for a in rx.arrivals):
             if time.monotonic() > deadline:

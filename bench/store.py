@@ -11,6 +11,11 @@
    and, for comparison, in this process.
 4. Long-poll wake latency: a reader parked on ``GET …/blips?after=…&wait=30``; time from sending a
    post to the reader holding its answer (p50/p99 over ``--wakes`` samples), daemon in a subprocess.
+5. Posts/s with K readers parked on another wave (``--parked``), beside the K = 0 rate.
+6. The daemon's RSS and open fds before and after ``--fresh`` fresh connections (one read each).
+7. A burst of ``--burst-blips`` blips into a wave of ``--burst-agents`` stand-ins (``fleet-standin``
+   with its own ``fleet channel`` each, as spawn runs them, minus tmux), beside the same burst to one
+   stand-in: deliveries counted, and ack → notification latency p50/p99 from the stand-ins' logs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 TARGET_POSTS = 1000.0
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 25.0
+TARGET_BURST_P99_MS = 50.0
 
 
 # ---------------------------------------------------------------- a minimal keep-alive HTTP client
@@ -257,6 +263,139 @@ def with_parked(r: Running, k: int, clients: int, per_client: int) -> float:
             c.close()
 
 
+def _status(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def footprint(pid: int) -> tuple[int, int]:
+    """(VmRSS KiB, open fds) of a process."""
+    return _status(pid)["VmRSS"], len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def fresh_connections(r: Running, pid: int, wavelet: str, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The daemon's (RSS, fds) before and after ``n`` fresh connections (one read each, then closed)."""
+    warm = [Conn(r.url, r.token) for _ in range(16)]  # the reader pool and thread stacks exist already
+    for c in warm:
+        assert c.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
+    for c in warm:
+        c.close()
+    time.sleep(0.5)  # let their threads end (not measured)
+    before = footprint(pid)
+    for _ in range(n):
+        c = Conn(r.url, r.token)
+        status, body = c.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")
+        c.close()
+        if status != 200:
+            raise SystemExit(f"a fresh connection's read failed: {status} {body[:200]!r}")
+    deadline = time.monotonic() + 10
+    after = footprint(pid)
+    while after[1] > before[1] and time.monotonic() < deadline:  # closed sockets' threads wind down
+        time.sleep(0.05)
+        after = footprint(pid)
+    return before, after
+
+
+@dataclass
+class Burst:
+    agents: int
+    blips: int
+    delivered: int
+    latencies_ms: list[float]
+    posting_s: float
+    daemon_cpu_s: float
+
+
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def burst(home: Path, agents: int, blips: int) -> Burst:
+    """``blips`` posted back to back into a wave of ``agents`` stand-ins (``fleet-standin``, each
+    running its own ``fleet channel`` over MCP, as spawn launches them, without tmux). Latency: from
+    the post's acknowledgement to the stand-in logging the channel notification that carries it."""
+    import uuid
+
+    from fleet.client import Client
+    from fleet.spawn import channel_entry, mcp_config
+
+    home.mkdir(parents=True)
+    r = subprocess_daemon(home)
+    env = {**os.environ, "FLEET_HOME": str(home)}
+    os.environ["FLEET_HOME"] = str(home)  # channel_entry passes it on to the channel's env
+    logs = home / "standin"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        op = Client(r.url, r.token)
+        names = [f"a{i:02d}" for i in range(agents)]
+        op.create_wave("burst", with_=["poster", *names])
+        main = op.resolve("burst/main").id
+        poster = Client(r.url, op.mint_token("burst", "poster").token)
+        for name in names:
+            tf = home / f"{name}.token"
+            tf.write_text(op.mint_token("burst", name).token + "\n")
+            tf.chmod(0o600)
+            cfg = mcp_config(channel_entry(name, "burst", r.url, tf, cap=0))
+            argv = [sys.executable, "-m", "fleet.standin", f"--mcp-config={cfg}", "--session-id",
+                    str(uuid.uuid4()), "--name", name, "--log-dir", str(logs)]  # fmt: skip
+            err = open(home / f"{name}.stderr", "wb")  # noqa: SIM115 - the process holds it
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err))
+
+        def notified() -> list[dict[str, float]]:
+            out: list[dict[str, float]] = []
+            for name in names:
+                got: dict[str, float] = {}
+                path = logs / f"{name}.jsonl"
+                if path.exists():
+                    for line in path.read_text().splitlines():
+                        e = json.loads(line)
+                        if e.get("event") == "notification":
+                            got[e["meta"].get("blip_id", "")] = e["t"]
+                out.append(got)
+            return out
+
+        # every channel delivers (past its start-up grace) once a warm-up blip reached each stand-in
+        warm = poster.post(main, "warm-up").id
+        deadline = time.monotonic() + 180
+        while not all(warm in got for got in notified()):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"the stand-ins did not start delivering: see {home}")
+            time.sleep(0.2)
+        daemon_pid = json.loads((home / "state" / "daemon.json").read_text())["pid"]
+        cpu0 = _cpu(daemon_pid)
+        acks: dict[str, float] = {}
+        t0 = time.monotonic()
+        for i in range(blips):
+            b = poster.post(main, f"burst blip {i}")
+            acks[b.id] = time.time()
+        posting = time.monotonic() - t0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen = notified()
+            if all(all(b in got for b in acks) for got in seen):
+                break
+            time.sleep(0.2)
+        seen = notified()
+        lat = [(got[b] - t) * 1000 for got in seen for b, t in acks.items() if b in got]
+        return Burst(agents, blips, len(lat), lat, posting, _cpu(daemon_pid) - cpu0)
+    finally:
+        os.environ.pop("FLEET_HOME", None)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        r.stop()
+
+
 def row(label: str, value: str, note: str = "") -> None:
     print(f"{label:<64} {value:>18}  {note}".rstrip())
 
@@ -280,6 +419,9 @@ def main() -> None:
         "--parked", type=int, nargs="*", default=[0, 8, 64, 500], help="readers parked on another wave"
     )
     ap.add_argument("--parked-posts", type=int, default=4000, help="posts per parked-readers run")
+    ap.add_argument("--fresh", type=int, default=1000, help="fresh connections for the footprint run")
+    ap.add_argument("--burst-agents", type=int, default=64, help="stand-ins in the burst (0: skip it)")
+    ap.add_argument("--burst-blips", type=int, default=200)
     args = ap.parse_args()
     per_client = max(1, args.posts // args.clients)
 
@@ -298,6 +440,10 @@ def main() -> None:
         sub = subprocess_daemon(tmp / "sub")
         rates: dict[int, float] = {}
         try:
+            sub_pid = json.loads((tmp / "sub" / "state" / "daemon.json").read_text())["pid"]
+            fresh = None
+            if args.fresh:  # first, from the daemon's start (later runs leave threads and readers)
+                fresh = fresh_connections(sub, sub_pid, new_wavelet(sub, "fresh"), args.fresh)
             sub_rate = daemon_posts(sub, new_wavelet(sub, "posts"), args.clients, per_client)
             lat = wake_latencies(sub, new_wavelet(sub, "wakes"), args.wakes)
             for k in args.parked:
@@ -336,6 +482,30 @@ def main() -> None:
             if base and target:
                 note += f", target >= {target:g} x: {ok(rate / base >= target)}"
             row(f"posts/s with K={k} readers parked on another wave", f"{rate:,.0f} posts/s", note)
+        if fresh is not None:
+            (rss0, fd0), (rss1, fd1) = fresh
+            grew = (rss1 - rss0) / rss0
+            row(
+                f"daemon RSS before / after {args.fresh:,} fresh connections",
+                f"{rss0 / 1024:.1f} / {rss1 / 1024:.1f} MiB",
+                f"{grew:+.1%}, target within 5 %: {ok(abs(grew) <= 0.05)}",
+            )
+            row(f"daemon open fds before / after {args.fresh:,} fresh connections", f"{fd0} / {fd1}",
+                f"target within 5 %: {ok(fd1 <= fd0 * 1.05)}")  # fmt: skip
+
+        if args.burst_agents:
+            runs = [burst(tmp / f"burst-{n}", n, args.burst_blips) for n in sorted({1, args.burst_agents})]
+            for b in runs:
+                expected = b.agents * b.blips
+                p50b, p99b = pct(b.latencies_ms, 50), pct(b.latencies_ms, 99)
+                label = f"burst of {b.blips} blips to {b.agents} stand-in(s)" + (
+                    " (baseline)" if b.agents == 1 and len(runs) > 1 else ""
+                )
+                row(f"{label}: delivered", f"{b.delivered:,} / {expected:,}",
+                    f"posting took {b.posting_s:.2f} s, daemon CPU {b.daemon_cpu_s:.1f} s")  # fmt: skip
+                row(f"{label}: ack -> notification p50 / p99", f"{p50b:.1f} / {p99b:.1f} ms",
+                    f"max {max(b.latencies_ms):.1f} ms; target p99 <= {TARGET_BURST_P99_MS:g} ms:"
+                    f" {ok(p99b <= TARGET_BURST_P99_MS)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ from fleet.models import (
     SeatAnswer,
     SessionList,
     SessionRecord,
+    StopProgress,
     Summary,
     SummaryCheck,
     SummaryInput,
@@ -982,7 +983,10 @@ def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
     """SIGTERM the local daemon and wait until its process is gone; returns what was stopped.
 
     None means no local daemon was running (a stale endpoint file is left for the next daemon to
-    replace). Raises :class:`~fleet.errors.FleetError` if the process outlives ``timeout`` seconds.
+    replace). The wait lasts as long as the daemon shows progress: it writes each phase of its
+    graceful stop (and each request in flight that finishes) to ``state/daemon.stopping``, with the
+    longest that phase can take. Raises :class:`~fleet.errors.FleetError` once nothing has moved for
+    ``timeout`` seconds, or for longer than the current phase's own bound.
     """
     endpoint = read_endpoint(paths)
     if endpoint is None or not pid_alive(endpoint.pid):
@@ -994,15 +998,40 @@ def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
         os.kill(endpoint.pid, signal.SIGTERM)
     except ProcessLookupError:
         return endpoint
-    deadline = time.monotonic() + timeout
+    seen: StopProgress | None = None
+    moved = time.monotonic()
+    allowed = timeout
     while pid_alive(endpoint.pid):
-        if time.monotonic() > deadline:
+        progress = _stop_progress(paths, endpoint.pid)
+        if progress is not None and progress != seen:
+            seen, moved = progress, time.monotonic()
+            allowed = max(timeout, progress.bound + STOP_SLACK)
+        stalled = time.monotonic() - moved
+        if stalled > allowed:
+            what = (
+                f"it has been {seen.phase!r} ({seen.inflight} in flight) for {stalled:.0f}s"
+                if seen is not None
+                else f"it showed no sign of stopping within {timeout:g}s of SIGTERM"
+            )
             raise errors.FleetError(
-                f"the fleet daemon (pid {endpoint.pid}) did not stop within {timeout:g}s of SIGTERM; "
-                f"see {paths.daemon_log}, or `kill -9 {endpoint.pid}`"
+                f"the fleet daemon (pid {endpoint.pid}) stopped making progress: {what}; see"
+                f" {paths.daemon_log}, wait and run `fleet daemon stop` again, or `kill -9 {endpoint.pid}`"
             )
         time.sleep(0.02)
     return endpoint
+
+
+STOP_SLACK = 2.0
+"""Seconds past a stop phase's own bound before ``daemon stop`` calls it stuck."""
+
+
+def _stop_progress(paths: Paths, pid: int) -> StopProgress | None:
+    """The stopping daemon's last progress report, if that daemon (``pid``) wrote one."""
+    try:
+        p = loads(StopProgress, paths.daemon_stopping.read_text(encoding="utf-8"))
+    except (OSError, RecordError):
+        return None
+    return p if p.pid == pid else None
 
 
 def local_status(paths: Paths) -> DaemonStatus:

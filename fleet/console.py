@@ -116,6 +116,16 @@ _USAGE = re.compile(r"/api/console/waves/([^/]+)/usage")
 # ---------------------------------------------------------------- what the console needs of its daemon
 
 
+def tree_key(wave_id: str) -> str:
+    """The notifier key a change of ``wave_id``'s tree bumps (a new wave, a fork, a roster change)."""
+    return f"tree:{wave_id}"
+
+
+def presence_key(wave_id: str) -> str:
+    """The notifier key a change of a presence state in ``wave_id`` bumps."""
+    return f"presence:{wave_id}"
+
+
 class Wakes(Protocol):
     """The daemon's commit notifier: ``seq`` changes on every commit; ``wait`` returns on a change."""
 
@@ -129,7 +139,9 @@ class Wakes(Protocol):
 
     def seen(self, keys: Sequence[str] | None = None) -> int: ...
 
-    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> None: ...
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
+        """True when it returned because the client of this thread's connection hung up."""
+        ...
 
 
 class PresenceSource(Protocol):
@@ -465,24 +477,41 @@ class Console:
             cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
         last_tree = last_presence = ""
+        # What each part of the stream depends on: a commit bumps only the keys of what it changed
+        # (a post: the wave's blips, maybe its author's presence; a fork: the tree), and each part is
+        # recomputed only when its own key moved (presence also when the tree did, for who is in
+        # the wave, and when a wait lapsed: TTLs expire).
+        blips_key, tree, pres_key = w.id, tree_key(w.id), presence_key(w.id)
+        seen_blips = seen_tree = seen_pres = -1
+        lapsed = False
         quiet_since = time.monotonic()
         ends = quiet_since + self.max_stream
+        notifier = self.daemon.notifier
         while not self.closing and time.monotonic() < ends:
-            seen = self.daemon.notifier.seen((w.id,))  # only this wave's commits wake the stream
-            blips = store.read_wave_after(OPERATOR_PRINCIPAL, w.id, cursor, limit=STREAM_BATCH)
-            for b in blips:
-                emit.event("blip", b, event_id=b.id)
-                cursor = b.id
-            tree = store.get_wave(OPERATOR_PRINCIPAL, w.id)
-            tree_json = _dumps(tree)
-            if tree_json != last_tree:
-                emit.raw_event("tree", tree_json)
-                last_tree = tree_json
-            pres = self.presence(w.id)
-            states = _dumps([(r.participant, r.state) for r in pres.presence])
-            if states != last_presence:
-                emit.event("presence", pres)
-                last_presence = states
+            seen = notifier.seen((blips_key, pres_key))
+            now_blips, now_tree, now_pres = (notifier.seen((k,)) for k in (blips_key, tree, pres_key))
+            blips: list[Blip] = []
+            if now_blips != seen_blips:
+                blips = store.read_wave_after(OPERATOR_PRINCIPAL, w.id, cursor, limit=STREAM_BATCH)
+                if len(blips) < STREAM_BATCH:
+                    seen_blips = now_blips  # all caught up; else read on at once
+                for b in blips:
+                    emit.event("blip", b, event_id=b.id)
+                    cursor = b.id
+            roster_moved = now_tree != seen_tree  # who is in the wave: presence lists them too
+            if roster_moved:
+                seen_tree = now_tree
+                tree_json = _dumps(store.get_wave(OPERATOR_PRINCIPAL, w.id))
+                if tree_json != last_tree:
+                    emit.raw_event("tree", tree_json)
+                    last_tree = tree_json
+            if now_pres != seen_pres or lapsed or roster_moved:
+                seen_pres, lapsed = now_pres, False
+                pres = self.presence(w.id)
+                states = _dumps([(r.participant, r.state) for r in pres.presence])
+                if states != last_presence:
+                    emit.event("presence", pres)
+                    last_presence = states
             if emit.wrote:
                 emit.flush()
                 quiet_since = time.monotonic()
@@ -493,9 +522,11 @@ class Console:
                 emit.write(": keep-alive\n\n")
                 emit.flush()
                 quiet_since = time.monotonic()
+                lapsed = True  # presence TTLs lapse without a commit: re-evaluate them now and then
                 continue
-            # Presence TTLs lapse without a commit: the keep-alive wake-up re-evaluates them too.
-            self.daemon.notifier.wait(seen, min(remaining, ends - time.monotonic()), (w.id,))
+            if notifier.wait(seen, min(remaining, ends - time.monotonic()), (blips_key, pres_key)):
+                return  # the client hung up: the stream ends now, not at its next write
+            lapsed = notifier.seen((blips_key, pres_key)) == seen
 
 
 class _Emitter:

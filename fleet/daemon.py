@@ -22,6 +22,7 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hmac
 import json
@@ -40,12 +41,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from fleet import __version__, errors
+from fleet import __version__, errors, hangup
 from fleet.budgets import BudgetList, BudgetReport, SetBudget
-from fleet.console import Console
+from fleet.console import Console, presence_key, tree_key
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
+    MAX_REF,
     OPERATOR,
     BlipList,
     BlipPage,
@@ -76,6 +78,7 @@ from fleet.models import (
     RosterChange,
     SeatAnswer,
     SessionList,
+    StopProgress,
     SummaryList,
     TokenList,
     Wavelet,
@@ -100,6 +103,10 @@ log = logging.getLogger(__name__)
 M = TypeVar("M")
 
 MAX_WAIT = 60.0
+STORE_CLOSE_BOUND = 60.0
+"""Seconds closing the store may take at a stop (its last WAL checkpoint), as shown to `daemon stop`."""
+MAX_TOKEN = 200
+"""The longest bearer token looked at (fleet's are 43 characters): a longer one is refused unread."""
 BODY_SLACK = 64 * 1024
 """A request body may be this much larger than the blip limit (the JSON around the text)."""
 
@@ -190,20 +197,30 @@ class Notifier:
         for event in woken:
             event.set()
 
-    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> None:
-        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, or at close."""
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
+        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, at close,
+        or when the client of the connection this thread answers (:func:`fleet.hangup.current`)
+        hangs up: True then (answer at once, the connection is ending), else False."""
         event = threading.Event()
+        gone = threading.Event()
         with self._lock:
             now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
             if self.closing or now != seen:
-                return
+                return False
             if keys is None:
                 self._everything.add(event)
             else:
                 for k in keys:
                     self._waiters.setdefault(k, set()).add(event)
+
+        def hung_up() -> None:
+            gone.set()
+            event.set()
+
         try:
-            event.wait(timeout)
+            with hangup.watch(hangup.current(), hung_up):
+                event.wait(timeout)
+            return gone.is_set()
         finally:
             with self._lock:
                 if keys is None:
@@ -320,6 +337,13 @@ class Request:
 
     def model(self, cls: type[M]) -> M:
         try:
+            self.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise errors.UsageError(
+                f"the request body is not valid JSON: it is not UTF-8: byte 0x{self.body[exc.start]:02x}"
+                f" at offset {exc.start} ({exc.reason}): send the text as UTF-8"
+            ) from None
+        try:
             data = json.loads(self.body or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also a 5,000-digit integer
             raise errors.UsageError(f"the request body is not valid JSON: {exc}") from None
@@ -328,13 +352,20 @@ class Request:
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
         _check_integers(data)
-        try:
-            # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+        # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
+        bad = _lone_surrogate(data)
+        if bad is not None:
+            where, char = bad
+            code = ord(char)
+            byte = (
+                f" (the non-UTF-8 byte 0x{code - 0xDC00:02x}, as a client's surrogateescape carries it)"
+                if 0xDC80 <= code <= 0xDCFF
+                else ""
+            )
+            what = f"field {where}" if where else "the request body"
             raise errors.UsageError(
-                "the request body has a string with a lone surrogate: send valid UTF-8"
-            ) from None
+                f"{what} is not valid UTF-8: it has the lone surrogate \\u{code:04x}{byte}: send UTF-8 text"
+            )
         try:
             return load(cls, data)
         except RecordError as exc:
@@ -369,6 +400,26 @@ class Request:
 
 MAX_INT = 10**15
 """The largest integer a request may carry (JSON body or query): every count and limit is far below."""
+
+
+def _lone_surrogate(data: Any, where: str = "") -> tuple[str, str] | None:
+    """The field path and the first lone surrogate of a string in ``data`` (keys included), if any."""
+    if isinstance(data, str):
+        for ch in data:
+            if "\ud800" <= ch <= "\udfff":
+                return where, ch
+        return None
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = _lone_surrogate(k, where) or _lone_surrogate(v, f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            found = _lone_surrogate(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _check_integers(data: Any, depth: int = 0) -> None:
@@ -534,6 +585,8 @@ class Daemon:
 
     def _open(self) -> None:
         self._acquire_instance_lock()
+        with contextlib.suppress(OSError):  # a stop that died half way left it: not ours
+            self.paths.daemon_stopping.unlink()
         try:
             ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
@@ -657,15 +710,27 @@ class Daemon:
     def _stop(self, timeout: float) -> None:
         if self._stopped.is_set() or self._httpd is None:
             return
+        # Each phase is shown in state/daemon.stopping, so `fleet daemon stop` waits while it moves.
+        self._stopping("closing streams", timeout)
         self.notifier.close()  # from here on new requests get a 503, and every long-poll returns
         if self.console is not None:
             self.console.stop(timeout)
-        self._httpd.stop(timeout)
+        self._httpd.stop(timeout, lambda n: self._stopping("finishing requests", timeout, n))
         if self.store is not None:
+            self._stopping("closing the store", STORE_CLOSE_BOUND)
             self.store.close()
         self._release()
+        with contextlib.suppress(OSError):
+            self.paths.daemon_stopping.unlink()
         self._stopped.set()
         log.info("fleet daemon stopped")
+
+    def _stopping(self, phase: str, bound: float, inflight: int = 0) -> None:
+        if inflight:
+            log.info("stopping: %s (%d in flight)", phase, inflight)
+        progress = StopProgress(pid=os.getpid(), phase=phase, inflight=inflight, bound=bound, at=time.time())
+        with contextlib.suppress(OSError):
+            write_private(self.paths.daemon_stopping, dumps(progress) + "\n")
 
     def _release(self) -> None:
         try:
@@ -687,6 +752,11 @@ class Daemon:
                 " file in the daemon's data dir, or a participant token from `fleet token mint`)"
             )
         token = header[7:].strip()
+        if len(token) > MAX_TOKEN:
+            raise errors.Unauthorized(
+                f"the token is {len(token)} characters, over the limit of {MAX_TOKEN}: send the token"
+                " the operator gave you (`fleet token mint` prints one)"
+            )
         if hmac.compare_digest(token.encode(), self.operator_token.encode()):
             return Principal.operator()
         who = self._s.authenticate(token)
@@ -723,8 +793,20 @@ class Daemon:
         the ``Authorization`` header. ``console``: only the routes the console exposes exist."""
         split = urlsplit(target)
         route, args = self.route(method, split.path, console=console)
+        for n, arg in zip(re.findall(r"\{(\w+)\}", route.path), args, strict=False):
+            if len(arg) > MAX_REF:
+                raise errors.UsageError(
+                    f"the {n} in the path is {len(arg)} characters, over the limit of {MAX_REF}:"
+                    " name it by its name, WAVE/WAVELET or its id"
+                )
         who = self.authenticate(authorization) if route.auth else NOBODY
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        for k, v in query.items():
+            if len(v) > MAX_REF or len(k) > MAX_REF:
+                raise errors.UsageError(
+                    f"query parameter {k[:40]!r} is {max(len(k), len(v))} characters, over the limit"
+                    f" of {MAX_REF}"
+                )
         return route.handler(self, Request(method, split.path, query, body, who, args))
 
     # ---------------------------------------------------------------- handlers
@@ -736,13 +818,18 @@ class Daemon:
         return self.store
 
     def _wrote(self, wave_id: str, author: str, wavelet_id: str = "") -> None:
+        keys = [k for k in (wavelet_id, wave_id) if k]
         if author != "system":
+            before = self.presence.rows(wave_id, [author])[0].state
             self.presence.posted(wave_id, author)
-        self.notifier.bump(*(k for k in (wavelet_id, wave_id) if k))
+            if self.presence.rows(wave_id, [author])[0].state != before:
+                keys.append(presence_key(wave_id))
+        self.notifier.bump(*keys)
 
     def _roster_changed(self, wl: Wavelet, *names: str) -> None:
-        """Wake who reads ``wl``, its parent (provenance blips), its wave, and the feeds of ``names``."""
-        keys = [wl.id, wl.wave_id, *(member_key(wl.wave_id, n) for n in names)]
+        """Wake who reads ``wl``, its parent (provenance blips), its wave (and its tree), and the
+        feeds of ``names``."""
+        keys = [wl.id, wl.wave_id, tree_key(wl.wave_id), *(member_key(wl.wave_id, n) for n in names)]
         self.notifier.bump(*(keys + ([wl.parent_id] if wl.parent_id else [])))
 
     def _long_poll(
@@ -766,10 +853,17 @@ class Daemon:
             if now is not None and now != watched:
                 watched = now  # the keys are known from the first fetch: fetch again under them
                 continue
-            self.notifier.wait(seen, remaining, watched)
+            if self.notifier.wait(seen, remaining, watched):
+                return result  # the client hung up: answer now, the connection ends with it
 
     def _health(self, r: Request) -> Answer:
-        return 200, Health(ok=True, version=__version__, pid=os.getpid(), store_id=self._s.store_id)
+        return 200, Health(
+            ok=True,
+            version=__version__,
+            pid=os.getpid(),
+            store_id=self._s.store_id,
+            parked=self.notifier.parked,
+        )
 
     def _whoami(self, r: Request) -> Answer:
         wave = self._s.wave_name(r.who, r.who.wave_id) if r.who.wave_id else None
@@ -784,7 +878,7 @@ class Daemon:
     def _create_wave(self, r: Request) -> Answer:
         body = r.model(NewWave)
         wave = self._s.create_wave(r.who, body.name, body.with_)
-        self.notifier.bump(wave.id)
+        self.notifier.bump(wave.id, tree_key(wave.id))
         return 201, wave
 
     def _list_waves(self, r: Request) -> Answer:
@@ -841,7 +935,7 @@ class Daemon:
     def _replace(self, r: Request) -> Answer:
         body = r.model(NewBlip)
         blip = self._s.replace(r.who, r.arg, body.text, as_=body.as_)
-        self._wrote(blip.wave_id, blip.author, blip.wavelet_id)
+        self._wrote(blip.wave_id, blip.writer, blip.wavelet_id)
         return 201, blip
 
     def _read(self, r: Request) -> Answer:
@@ -925,7 +1019,8 @@ class Daemon:
         before = self.presence.rows(wave.id, [body.participant])[0].state
         self.presence.report(wave.id, body)
         if self.presence.rows(wave.id, [body.participant])[0].state != before:
-            self.notifier.bump(wave.id)  # a state change wakes the wave's console streams (not pings)
+            # a state change wakes the wave's console streams (not pings), and nothing else
+            self.notifier.bump(presence_key(wave.id))
         return 200, Ok()
 
     def _presence(self, r: Request) -> Answer:

@@ -17,6 +17,9 @@ request handler both subclass. What a caller (and a client) may rely on, for bot
   seconds is closed, whether it sits idle between keep-alive requests or trickles a head that never
   ends (slowloris). While a request is handled (a long-poll, an event stream) nothing is timed but
   each socket operation, by the same number of seconds.
+- **Hang-ups while parked**: a request handled here runs with its connection bound
+  (:func:`fleet.hangup.bind`), so a wait that parks it (the daemon's notifier) ends as soon as the
+  client closes the connection, not at its timeout.
 - **Host** (:class:`HostRule`): a request whose ``Host`` names neither the address the server is
   bound to nor one of its names is refused (421) before anything runs, so a page on another site
   cannot reach it through DNS rebinding.
@@ -40,7 +43,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from fleet import errors
+from fleet import errors, hangup
 from fleet.models import ErrorBody, ErrorEnvelope
 from fleet.wire import dump
 
@@ -252,16 +255,27 @@ class Server(ThreadingHTTPServer):
         thread.start()
         return thread
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, timeout: float, progress: Callable[[int], None] | None = None) -> None:
         """Stop accepting, wait up to ``timeout`` s for the requests in flight, close the listener.
 
         The owner sets ``closing`` first (and wakes what waits on it), so requests that still
         arrive on kept-alive connections are answered 503. Safe to call from a handler thread.
+        ``progress(n)`` is told the number in flight at first and whenever it drops.
         """
         if self._serving is not None and threading.current_thread() is not self._serving:
             self.shutdown()
+        deadline = time.monotonic() + timeout
         with self._inflight_cond:
-            self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
+            now = self._inflight
+        while True:
+            if progress is not None:
+                progress(now)
+            left = deadline - time.monotonic()
+            if now == 0 or left <= 0:
+                break
+            with self._inflight_cond:
+                self._inflight_cond.wait_for(lambda last=now: self._inflight != last, left)  # type: ignore[misc]
+                now = self._inflight
         self.server_close()
 
     def enter(self) -> bool:
@@ -478,7 +492,8 @@ class Handler(BaseHTTPRequestHandler):
             self.respond_error(errors.DaemonUnreachable("the daemon is shutting down"))
             return
         try:
-            self.handle_request(body)
+            with hangup.bind(self.connection):  # a parked wait notices this client hanging up
+                self.handle_request(body)
         except errors.FleetError as exc:
             self.respond_error(exc)
         except (ConnectionError, TimeoutError):

@@ -91,6 +91,14 @@ class Blip:
     """Set on reads that include history: the id of the blip that replaced this one."""
     actor: str | None = None
     """On a ``system`` blip: the participant whose act (fork, invite, leave) it records, if any."""
+    replaced_by: str | None = None
+    """On a replacement version: who wrote it. ``author`` stays the blip's original author (who,
+    with the operator, may replace it again)."""
+
+    @property
+    def writer(self) -> str:
+        """Who wrote this version: the replacer of a replacement, else the author."""
+        return self.replaced_by or self.author
 
 
 @record
@@ -316,6 +324,8 @@ class Health:
     pid: int
     store_id: str = ""
     """The store's identity (minted once per database): what delivery state is keyed by."""
+    parked: int = 0
+    """Long-polls and event streams parked on the notifier now (benchmarks, tests)."""
 
 
 @record
@@ -371,32 +381,49 @@ class ErrorEnvelope:
 
 # ---------------------------------------------------------------- requests (client -> daemon)
 
+# Bounds on every string and list a client can set (docs/http-api.md, "Bounds"): a request over
+# one is refused (400, naming the field and its limit) before anything is stored or broadcast.
+MAX_NAME = 200
+"""Wave, wavelet, participant and machine names: their patterns (64 or 32 characters) are checked
+afterwards, with a message saying what a name may be; this bound keeps a huge one out of it."""
+MAX_REF = 200
+"""What names a wave, wavelet or blip: a name, ``WAVE/WAVELET``, an id or an id prefix."""
+MAX_SESSION_ID = 128
+MAX_HOST = 255
+"""A host name (DNS allows 253)."""
+MAX_PATH = 4096
+"""A working directory, a layout file or an agent command line (PATH_MAX)."""
+MAX_NOTE = 2000
+"""Free text that is not a blip: why a seat was closed."""
+MAX_ITEMS = 1000
+"""A list or map in a request: names to add, waves of a machine token, cursors of a feed."""
+
 
 @record(extra="forbid")
 class NewWave:
-    name: str
-    with_: list[str] = field(default_factory=list, key="with")
+    name: str = field(max_length=MAX_NAME)
+    with_: list[str] = field(default_factory=list, key="with", max_length=MAX_ITEMS)
 
 
 @record(extra="forbid")
 class NewFork:
-    name: str
-    with_: list[str] = field(default_factory=list, key="with")
+    name: str = field(max_length=MAX_NAME)
+    with_: list[str] = field(default_factory=list, key="with", max_length=MAX_ITEMS)
     private: bool = False
-    as_: str | None = field(default=None, key="as")
+    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
 
 
 @record(extra="forbid")
 class RosterChange:
-    name: str
+    name: str = field(max_length=MAX_NAME)
     kind: ParticipantKind = "agent"
-    as_: str | None = field(default=None, key="as")
+    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
 
 
 @record(extra="forbid")
 class NewBlip:
     text: str
-    as_: str | None = field(default=None, key="as")
+    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
 
 
 @record(extra="forbid")
@@ -427,14 +454,14 @@ class NewSystemBlip:
 @record(extra="forbid")
 class NewSurface:
     text: str
-    source_blip_id: str | None = None
-    as_: str | None = field(default=None, key="as")
+    source_blip_id: str | None = field(default=None, max_length=MAX_REF)
+    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
 
 
 @record(extra="forbid")
 class FeedRequest:
-    participant: str
-    cursors: dict[str, str] = field(default_factory=dict)
+    participant: str = field(max_length=MAX_NAME)
+    cursors: dict[str, str] = field(default_factory=dict, max_length=MAX_ITEMS)
     """wavelet id -> last delivered blip id. Missing wavelets start at the member's ``since``."""
     wait: float = 0.0
     limit: int = 200
@@ -442,23 +469,23 @@ class FeedRequest:
 
 @record(extra="forbid")
 class PresenceReport:
-    participant: str
+    participant: str = field(max_length=MAX_NAME)
     event: Literal["ping", "delivered", "gone"]
     count: int = 0
-    session_id: str | None = None
-    host: str | None = None
+    session_id: str | None = field(default=None, max_length=MAX_SESSION_ID)
+    host: str | None = field(default=None, max_length=MAX_HOST)
 
 
 @record(extra="forbid")
 class NewSession:
-    participant: str
-    session_id: str
-    wavelet_id: str
-    layout: str = ""
-    agent: str = ""
+    participant: str = field(max_length=MAX_NAME)
+    session_id: str = field(max_length=MAX_SESSION_ID)
+    wavelet_id: str = field(max_length=MAX_REF)
+    layout: str = field(default="", max_length=MAX_PATH)
+    agent: str = field(default="", max_length=MAX_PATH)
     transport: Transport = "channel"
-    cwd: str = ""
-    host: str = ""
+    cwd: str = field(default="", max_length=MAX_PATH)
+    host: str = field(default="", max_length=MAX_HOST)
 
 
 @record
@@ -489,12 +516,12 @@ class NewSeat:
     An open seat of another session is refused unless ``force``; one of the same session is
     refreshed (a revived mind: new pid, same session)."""
 
-    participant: str
-    session_id: str
-    host: str
-    pid: int
-    pane_id: str = ""
-    cwd: str = ""
+    participant: str = field(max_length=MAX_NAME)
+    session_id: str = field(max_length=MAX_SESSION_ID)
+    host: str = field(max_length=MAX_HOST)
+    pid: int = field(ge=0)
+    pane_id: str = field(default="", max_length=MAX_NAME)
+    cwd: str = field(default="", max_length=MAX_PATH)
     force: bool = False
 
 
@@ -503,8 +530,8 @@ class CloseSeat:
     """``POST /v1/waves/{wave}/seat/close``: close the open seat (operator only); ``session_id``
     set: only if the open seat is that session's."""
 
-    why: str
-    session_id: str | None = None
+    why: str = field(max_length=MAX_NOTE)
+    session_id: str | None = field(default=None, max_length=MAX_SESSION_ID)
 
 
 @record
@@ -543,9 +570,9 @@ class MemoryAnswer:
 
 @record(extra="forbid")
 class MintRequest:
-    wave: str
-    participant: str
-    machine: str | None = None
+    wave: str = field(max_length=MAX_REF)
+    participant: str = field(max_length=MAX_NAME)
+    machine: str | None = field(default=None, max_length=MAX_NAME)
     """Mint it for this machine (a participant's join): listed and revoked with the machine's."""
 
 
@@ -553,16 +580,16 @@ class MintRequest:
 class NewMachine:
     """A machine token: the operator's powers in ``waves`` (names or ids) for the machine ``name``."""
 
-    name: str
-    waves: list[str]
+    name: str = field(max_length=MAX_NAME)
+    waves: list[str] = field(max_length=MAX_ITEMS)
 
 
 @record(extra="forbid")
 class RevokeRequest:
-    token_id: str | None = None
-    wave: str | None = None
-    participant: str | None = None
-    machine: str | None = None
+    token_id: str | None = field(default=None, max_length=MAX_REF)
+    wave: str | None = field(default=None, max_length=MAX_REF)
+    participant: str | None = field(default=None, max_length=MAX_NAME)
+    machine: str | None = field(default=None, max_length=MAX_NAME)
     """Every live token of this machine: its machine token and those minted for or by it."""
 
 
@@ -599,6 +626,20 @@ class Remote:
     waves: list[str] = field(default_factory=list)
     participant: str | None = None
     joined_at: float = 0.0
+
+
+@record
+class StopProgress:
+    """``state/daemon.stopping``: how far a graceful stop has got (``fleet daemon stop`` waits while
+    it moves). Rewritten at each phase and each time a request in flight finishes."""
+
+    pid: int
+    phase: str
+    """What the daemon is doing: ``closing streams``, ``finishing requests``, ``closing the store``."""
+    inflight: int = 0
+    bound: float = 0.0
+    """The longest this phase can take (seconds): the daemon's own bound on it."""
+    at: float = 0.0
 
 
 @record

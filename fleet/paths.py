@@ -55,6 +55,11 @@ class Paths:
         return self.state / "daemon.port"
 
     @property
+    def daemon_stopping(self) -> Path:
+        """Written by a daemon while it stops gracefully: its phase (:class:`fleet.models.StopProgress`)."""
+        return self.state / "daemon.stopping"
+
+    @property
     def daemon_lock(self) -> Path:
         return self.state / "daemon.lock"
 

@@ -9,7 +9,8 @@
   pane died is respawned in place with ``--resume`` of its recorded session; one with no pane at all
   (killed) but a session recorded for this wavelet gets a new pane that resumes it. Re-running spawn
   after an invite adds panes for the new members.
-- Before launch each participant gets a fresh token in a 0600 file (its older tokens are revoked),
+- Before launch each participant gets a fresh token in a 0600 file (the tokens spawn minted for its
+  earlier panes are revoked; tokens minted by hand are not),
   and a Claude session id, recorded with the daemon so any machine can respawn it.
 - The agent is the pane's own command, launched without a shell, with the profile's ``env`` set in
   the pane (never on the command line, never in a report). Claude Code gets the channel as an
@@ -273,13 +274,26 @@ class Spawner:
     def token_file(self, wave: Wave, participant: str) -> Path:
         return self.paths.tokens / wave.id / f"{participant}.token"
 
+    def minted_file(self, wave: Wave, participant: str) -> Path:
+        """The ids of the tokens spawn minted for ``participant``'s panes (0600, one a line)."""
+        return self.paths.tokens / wave.id / f"{participant}.minted"
+
     def _fresh_token(self, wave: Wave, participant: str) -> Path:
-        """Revoke the participant's old tokens (its pane is dead or new), mint one, write it 0600."""
-        with contextlib.suppress(errors.NotFound):  # it never had one
-            self.client.revoke_token(wave=wave.id, participant=participant)
+        """Revoke the tokens spawn minted for the participant's earlier panes (its pane is dead or
+        new), mint one, write it 0600 and remember its id. Tokens minted otherwise (by hand with
+        `fleet token mint`, for a remote machine) are not spawn's to revoke and stay live."""
+        ids = self.minted_file(wave, participant)
+        try:
+            earlier = [line.strip() for line in ids.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except FileNotFoundError:
+            earlier = []
+        for token_id in earlier:
+            with contextlib.suppress(errors.NotFound):  # revoked or gone already
+                self.client.revoke_token(token_id=token_id)
         minted = self.client.mint_token(wave.id, participant)
         path = self.token_file(wave, participant)
         write_private(path, minted.token + "\n")
+        write_private(ids, minted.id + "\n")
         return path
 
     def _launch(

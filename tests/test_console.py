@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from cdp import Browser, Page
+from cdp import Browser, CDPError, Page
 from conftest import retry_until
 from mcphelp import RawMcp, channel_argv, minted_token_file
 
@@ -904,6 +904,14 @@ def _status(page: Page) -> int:
     return int(page.eval("performance.getEntriesByType('navigation')[0].responseStatus"))
 
 
+def body_text(page: Page) -> str:
+    """The page's text; '' while a navigation has no body yet (the logout's redirect)."""
+    try:
+        return str(page.eval("document.body ? document.body.innerText : ''"))
+    except CDPError:
+        return ""
+
+
 def test_link_login_then_token_login_in_a_second_browser_then_logout(
     browser: Browser, page: Page, d: Daemon, wave: Any, op: Client
 ) -> None:
@@ -928,7 +936,7 @@ def test_link_login_then_token_login_in_a_second_browser_then_logout(
             retry_until(lambda p=p: "seen in both browsers" in texts(p), what="the blip in each browser")  # type: ignore[misc]
         # log out of the second: its session ends, the first's does not
         second.click("form.logout button")
-        retry_until(lambda: "log in" in second.eval("document.body.innerText").lower(), what="the login page")
+        retry_until(lambda: "log in" in body_text(second).lower(), what="the login page")
         second.goto(ui(d).url + "/api/v1/waves")
         assert _status(second) == 401
         op.post(wave.root_id, "only the first sees this")

@@ -458,7 +458,7 @@ def test_replace_keeps_history_and_hides_old_versions(daemon: Daemon) -> None:
     assert op.replace(system_blip["id"], "rewrite history").status == 403
     assert snapshot(daemon.paths.db) == before
     v3 = op.replace(v2["id"], "v3 by the operator").ok(201)
-    assert v3["author"] == "operator"
+    assert (v3["author"], v3["replaced_by"]) == ("alice", "operator")  # alice's blip still
 
     hist = op.history(v2["id"]).ok()["blips"]
     assert [(b["text"], b["replaces"]) for b in hist] == [

@@ -24,7 +24,7 @@ import typer
 import fleet
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import JsonOpt
+from fleet.cli.common import JsonOpt, check_utf8_args
 from fleet.paths import get_paths
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
     )
     try:
+        check_utf8_args(sys.argv[1:] if argv is None else argv)
         code = build(argv)(args=argv, prog_name="fleet", standalone_mode=False)
     except errors.FleetError as exc:
         render.error(exc.message)

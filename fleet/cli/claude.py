@@ -5,7 +5,8 @@ participant ``operator``; its development-channels confirmation is accepted auto
 bounded wait), then the terminal is handed to the user. What the operator asks there arrives as
 ordinary human blips that wake the wave. Deliveries reach the operator's session only from wavelets
 whose roster includes ``operator`` (``fleet invite WAVELET operator``). Flags after ``--`` go to
-Claude Code as they are (``fleet claude -- --model opus``).
+Claude Code as they are (``fleet claude -- --model opus``). Without a terminal on stdin it refuses
+at once (exit 2), before anything is recorded.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def run(
     """
     import pexpect
 
+    if sys.stdin is None or not sys.stdin.isatty():
+        # before anything is recorded or written: the hand-over (pexpect's interact) needs a tty
+        raise errors.UsageError(
+            "fleet claude needs a terminal: its standard input is not one (a pipe, a file or"
+            " /dev/null). Run it in a terminal; to run agents without one use `fleet spawn`"
+        )
     wave = client.get_wave(wave_ref)
     words = agent_words(claude)
     require_agent(words)

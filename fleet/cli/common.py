@@ -44,13 +44,44 @@ def wavelet(ref: str, wave: str | None) -> Wavelet:
 
 
 def text_arg(text: str) -> str:
-    """A TEXT argument; ``-`` reads stdin (one trailing newline dropped, as ``echo`` adds it)."""
+    """A TEXT argument; ``-`` reads stdin (one trailing newline dropped, as ``echo`` adds it).
+    Text that is not UTF-8 is a UsageError naming the first bad byte."""
     if text != "-":
         return text
     if sys.stdin is None or sys.stdin.isatty():
         raise errors.UsageError("TEXT is `-` but stdin is a terminal: pipe the text in, or give it inline")
-    data = sys.stdin.read()
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stdin (tests replacing it): already decoded
+        data = sys.stdin.read()
+    else:
+        raw = buffer.read()
+        try:
+            data = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise errors.UsageError(
+                f"the text on stdin is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+                f" ({exc.reason}): convert it to UTF-8 first (e.g. `iconv -t UTF-8`)"
+            ) from None
     return data[:-1] if data.endswith("\n") else data
+
+
+def check_utf8_args(args: list[str]) -> None:
+    """UsageError for a command-line argument that is not UTF-8, naming the byte and the argument.
+
+    Python hands such bytes over as lone surrogates (``surrogateescape``), which no request, file or
+    tmux call of fleet can carry."""
+    for n, arg in enumerate(args, 1):
+        for pos, ch in enumerate(arg):
+            if "\udc80" <= ch <= "\udcff":
+                shown = arg.encode("utf-8", "surrogateescape")[:40].decode("utf-8", "replace")
+                raise errors.UsageError(
+                    f"argument {n} ({shown!r}) is not valid UTF-8: byte 0x{ord(ch) - 0xDC00:02x} at"
+                    f" character {pos}: pass UTF-8 text (e.g. convert it with `iconv -t UTF-8`)"
+                )
+            if "\ud800" <= ch <= "\udfff":
+                raise errors.UsageError(
+                    f"argument {n} is not valid UTF-8 (a lone surrogate): pass UTF-8 text"
+                )
 
 
 def names(values: list[str] | None) -> list[str]:

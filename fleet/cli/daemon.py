@@ -119,9 +119,15 @@ def start(as_json: JsonOpt = False) -> None:
 
 @app.command()
 def stop(
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for it to exit.")] = 10.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait while the daemon shows no progress (a phase may take its own longer bound)."
+        ),
+    ] = 10.0,
 ) -> None:
-    """Stop the local daemon (SIGTERM: in-flight writes finish first)."""
+    """Stop the local daemon (SIGTERM: in-flight writes finish first). Waits as long as the stop
+    makes progress (each phase is written to state/daemon.stopping); exit 1 once it stalls."""
     stopped = fleet_client.stop_local_daemon(get_paths(), timeout=timeout)
     if stopped is None:
         render.out("no local daemon is running")

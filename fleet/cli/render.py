@@ -92,7 +92,7 @@ def blip_line(blip: Blip, *, with_id: bool = False, among: Iterable[str] = ()) -
         if blip.kind == "surface":
             marks.append("surfaced")
         if blip.replaces:
-            marks.append("edited")
+            marks.append("edited" if blip.writer == blip.author else f"edited by {blip.writer}")
         if blip.superseded_by:
             marks.append("superseded")
         head = blip.author + (f" ({', '.join(marks)})" if marks else "") + ":"

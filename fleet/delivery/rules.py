@@ -293,7 +293,7 @@ class Delivery:
     def own(self, blip: Blip) -> bool:
         """Stateless echo suppression: the participant's own blips, and the provenance (``system``)
         blips of its own acts (its fork, invite or leave) are stepped over, never pushed."""
-        return blip.author == self.participant or (blip.kind == "system" and blip.actor == self.participant)
+        return blip.writer == self.participant or (blip.kind == "system" and blip.actor == self.participant)
 
     def decide(self, blip: Blip) -> Decision:
         wavelet = blip.wavelet_id

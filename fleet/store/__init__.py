@@ -606,8 +606,10 @@ class Store:
             self.access.require_member(who, parent, "surface into it")
 
     def replace(self, who: Principal, ref: str, text: str, *, as_: str | None = None) -> Blip:
-        """Append a new version of blip ``ref``. Only its author or the operator may; history stays."""
-        author = self.access.author(who, as_)
+        """Append a new version of blip ``ref``. Only its author or the operator may; history stays.
+
+        The new version keeps the blip's author; ``replaced_by`` records who wrote it (``as_``)."""
+        writer = self.access.author(who, as_)
         old = self.access.blip(who, ref)
         self._text(text)
         self.access.require_replaceable(who, old)
@@ -620,13 +622,14 @@ class Store:
                 )
             blip = self._new_blip(
                 (old["wavelet_id"], old["wave_id"]),
-                author,
+                old["author"],
                 old["kind"],
                 text,
                 now(),
                 replaces=old["id"],
                 source_wavelet_id=old["source_wavelet_id"],
                 source_blip_id=old["source_blip_id"],
+                replaced_by=writer,
             )
             record(conn, BlipReplaced(blip=blip))
         return rows.blip_of(blip)

@@ -58,6 +58,9 @@ class BlipData(_Shape):
     source_wavelet_id: str | None = None
     source_blip_id: str | None = None
     actor: str | None = None
+    replaced_by: str | None = None
+    """On a replacement version: who wrote it (``author`` stays the blip's author). Absent in
+    events written before replaces kept the author: their ``author`` is the replacer."""
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: Callable[[BlipData], dict[str, Any]]) -> dict[str, Any]:
@@ -364,8 +367,8 @@ def record(conn: sqlite3.Connection, event: Event) -> None:
 
 def _insert_blip(conn: sqlite3.Connection, b: BlipData) -> None:
     conn.execute(
-        "INSERT INTO blips(id, wavelet_id, wave_id, author, kind, text, replaces,"
-        " source_wavelet_id, source_blip_id, created_at, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO blips(id, wavelet_id, wave_id, author, kind, text, replaces, source_wavelet_id,"
+        " source_blip_id, created_at, actor, replaced_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             b.id,
             b.wavelet_id,
@@ -378,6 +381,7 @@ def _insert_blip(conn: sqlite3.Connection, b: BlipData) -> None:
             b.source_blip_id,
             b.created_at,
             b.actor,
+            b.replaced_by,
         ),
     )
 

@@ -28,6 +28,7 @@ def blip(b: Row) -> Blip:
         created_at=b["created_at"],
         superseded_by=b["superseded_by"],
         actor=b["actor"],
+        replaced_by=b["replaced_by"],
     )
 
 
@@ -45,6 +46,7 @@ def blip_of(b: BlipData) -> Blip:
         source_blip_id=b.source_blip_id,
         created_at=b.created_at,
         actor=b.actor,
+        replaced_by=b.replaced_by,
     )
 
 

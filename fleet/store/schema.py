@@ -261,6 +261,11 @@ def _m0008_summaries(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0009_blip_replacer(conn: sqlite3.Connection) -> None:
+    """Who wrote a replacement version, when a replace keeps the blip's author (docs/design.md §1)."""
+    conn.execute("ALTER TABLE blips ADD COLUMN replaced_by TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -270,6 +275,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0006_seats", _m0006_seats),
     ("0007_budgets", _m0007_budgets),
     ("0008_summaries", _m0008_summaries),
+    ("0009_blip_replacer", _m0009_blip_replacer),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
