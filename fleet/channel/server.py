@@ -206,7 +206,7 @@ class Channel:
             self.gate.close()
         for role in ("presence", "early-presence"):  # a report still in flight must not land after "gone"
             t = self.threads.get(role)
-            if t is not None:
+            if t is not None and t.ident is not None:
                 t.join(1.0)
         engine = self.engine
         got = engine.lock.acquire(timeout=3.0) if engine is not None else False
@@ -313,10 +313,11 @@ class Channel:
             # once (spawn's readiness check waits for this ping), before delivery is claimed after
             # the grace below. A channel standing by behind a live one stays silent.
             self._pinged_early = True
-            self.threads["early-presence"] = t = threading.Thread(
+            t = threading.Thread(
                 target=self.presence.report, args=("ping",), name="fleet-channel-early-presence", daemon=True
             )
-            t.start()
+            t.start()  # registered once started: shutdown may run at any moment and joins what it finds
+            self.threads["early-presence"] = t
         if self._stop.wait(self.config.delivery_grace) or self.server.closed.is_set():
             return
         if not self.config.deliver:
