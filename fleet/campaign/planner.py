@@ -59,13 +59,13 @@ def run_planner(c: Campaign, state: st.State, launcher: lp.Launcher, layout: str
     try:
         state.session_count = 1
         try:
-            started = launcher.launch(c, state, "planner", layout)
+            name = f"planner-s{state.session_count}"  # the name Launcher.launch gives it
+            text = kickoff_text(c, name, state.plan_source)
+            started = launcher.launch(c, state, "planner", layout, kickoff=text)
         except BaseException:
             shutil.rmtree(c.dir)  # fleet's own skeleton: nothing of the planner's to keep
             raise
         try:
-            wl = launcher.client.resolve(started.wavelet)
-            launcher.client.post(wl.id, kickoff_text(c, started.participant, state.plan_source))
             transcript = _wait_settle(c, sock, launcher, started, timeout)
         finally:
             launcher.end(lp.Owned(pane_id=started.pane_id))
