@@ -29,12 +29,19 @@ from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
 
 
-def prepare(root: Path, plan_path: Path, *, executor: str, model: str) -> tuple[Campaign, st.State]:
+def check(root: Path, plan_path: Path, *, executor: str, model: str) -> Campaign:
+    """The plan's own problems (unreadable, no H1, a campaign of that id already, a dirty tree),
+    before anything is started or written: the CLI asks this before it reaches the daemon."""
     doc = disk.read_plan(plan_path)
     dirty = disk.dirty(root)
     c = disk.new_campaign(root, plan_path, doc.title, executor=executor, model=model)
     if dirty:
         raise errors.UsageError(lp.dirty_message(c, dirty))
+    return c
+
+
+def prepare(root: Path, plan_path: Path, *, executor: str, model: str) -> tuple[Campaign, st.State]:
+    c = check(root, plan_path, executor=executor, model=model)
     rel = os.path.relpath(plan_path.resolve(), root)
     state = disk.write_skeleton(c, rel, executor=executor, model=model, waves=[], overview="", activate=False)
     (c.plan / "OVERVIEW.md").unlink()  # the planner writes it
