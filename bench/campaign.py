@@ -38,7 +38,9 @@ class StubLauncher(lp.Launcher):
     def __init__(self) -> None:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def launch(self, c: disk.Campaign, s: st.State, kind: str, layout_ref: str) -> lp.Started:
+    def launch(
+        self, c: disk.Campaign, s: st.State, kind: str, layout_ref: str, *, kickoff: str = ""
+    ) -> lp.Started:
         sid = str(uuid.uuid4())
         self.procs[sid] = subprocess.Popen(["sleep", "1000"])
         print(f"LAUNCH {sid} {time.time():.6f} {s.current_wave}", flush=True)

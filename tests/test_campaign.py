@@ -179,6 +179,9 @@ def test_plan_by_headings_lays_the_campaign_out_and_commits_it(tmp_path: Path) -
         ("nogit", ["plan", "PLAN.md", "--by-headings"], 2, "is not in a git repository"),
         ("noh1", ["plan", "PLAN.md", "--by-headings"], 2, "has no H1"),
         ("planned", ["plan", "PLAN.md", "--by-headings"], 1, "already exists"),
+        ("nogit", ["plan", "PLAN.md"], 2, "is not in a git repository"),
+        ("noh1", ["plan", "PLAN.md"], 2, "has no H1"),
+        ("planned", ["plan", "PLAN.md"], 1, "already exists"),
         ("planned", ["notes", "7"], 4, "has no wave 7: its waves are 0-2"),
         ("badstate", ["status"], 2, "STATE.md line 8: wave_status: 'sideways' is not one of"),
         ("badstate", ["run"], 2, "STATE.md line 8"),
@@ -206,6 +209,10 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(
             (root / "stray.txt").write_text("x")
     before = snapshot(root)
     done = fleet(root, "campaign", *args)
+    if "started the local daemon" in done.stderr:
+        fleet(root, "daemon", "stop")
+    # the planner's checks come before the daemon is reached: bad input starts nothing either
+    assert "started the local daemon" not in done.stderr, done.stderr
     assert done.returncode == code, (done.stdout, done.stderr)
     assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("fleet: error: ")

@@ -115,6 +115,16 @@ def test_a_planner_session_writes_a_valid_two_wave_campaign(real_fleet: RealFlee
     ]
     assert results and results[0].get("is_error"), results[:1]
     assert "Permission to use Write has been denied" in str(results[0].get("content")), results[0]
+    # the kickoff was posted before the planner started (its session is recorded just before its
+    # pane runs it), so its first turn carried it: not the fork's system blip arriving alone
+    (kick,) = [b for b in real.blips(f"{cid}/planner-s1") if b.kind != "system"]
+    (rec,) = real.op.sessions(cid, "planner-s1")
+    assert kick.text.startswith("planner-s1: you are the planner") and kick.created_at <= rec.updated_at, (
+        kick,
+        rec,
+    )
+    first = next(r for r in real.requests("planner-s1") if r.kind == "turn")
+    assert "planner-s1: you are the planner" in json.dumps(first.messages), first.messages
 
 
 def test_a_planner_that_writes_a_bad_state_md_is_refused_naming_the_line(

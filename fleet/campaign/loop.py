@@ -735,7 +735,9 @@ class Launcher:
         except errors.NotFound:
             return self.client.create_wave(c.id, [])
 
-    def launch(self, c: Campaign, s: st.State, kind: str, layout_ref: str) -> Started:
+    def launch(self, c: Campaign, s: st.State, kind: str, layout_ref: str, *, kickoff: str = "") -> Started:
+        """Spawn a ``kind`` session (executor, verifier, planner). Its kickoff blip (``kickoff``, else
+        :func:`kickoff_text`) is posted into its new wavelet before the session starts."""
         from fleet.layouts import DEFAULT_LAYOUT, Layout, Profile
         from fleet.layouts import load as load_layout
         from fleet.spawn import Spawner
@@ -751,11 +753,10 @@ class Launcher:
         except errors.NotFound:
             main = self.client.resolve(f"{wave.name}/main")
             wl = self.client.fork(main.id, name, with_=[name])
-            if kind != "planner":  # (fleet.campaign.planner posts its own)
-                # before the session starts: its first turn carries it. Posted after, the fork's
-                # system blip could reach the session alone and be a turn of its own, which the
-                # loop would take for the session's whole work (a crash, a retry)
-                self.client.post(wl.id, kickoff_text(c, s, name))
+            # before the session starts: its first turn carries it. Posted after, the fork's
+            # system blip could reach the session alone and be a turn of its own, which the loop
+            # (or the planner's wait) would take for the session's whole work (a crash, a retry)
+            self.client.post(wl.id, kickoff or kickoff_text(c, s, name))
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()

@@ -29,12 +29,19 @@ from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
 
 
-def prepare(root: Path, plan_path: Path, *, executor: str, model: str) -> tuple[Campaign, st.State]:
+def check(root: Path, plan_path: Path, *, executor: str, model: str) -> Campaign:
+    """The plan's own problems (unreadable, no H1, a campaign of that id already, a dirty tree),
+    before anything is started or written: the CLI asks this before it reaches the daemon."""
     doc = disk.read_plan(plan_path)
     dirty = disk.dirty(root)
     c = disk.new_campaign(root, plan_path, doc.title, executor=executor, model=model)
     if dirty:
         raise errors.UsageError(lp.dirty_message(c, dirty))
+    return c
+
+
+def prepare(root: Path, plan_path: Path, *, executor: str, model: str) -> tuple[Campaign, st.State]:
+    c = check(root, plan_path, executor=executor, model=model)
     rel = os.path.relpath(plan_path.resolve(), root)
     state = disk.write_skeleton(c, rel, executor=executor, model=model, waves=[], overview="", activate=False)
     (c.plan / "OVERVIEW.md").unlink()  # the planner writes it
@@ -59,13 +66,13 @@ def run_planner(c: Campaign, state: st.State, launcher: lp.Launcher, layout: str
     try:
         state.session_count = 1
         try:
-            started = launcher.launch(c, state, "planner", layout)
+            name = f"planner-s{state.session_count}"  # the name Launcher.launch gives it
+            text = kickoff_text(c, name, state.plan_source)
+            started = launcher.launch(c, state, "planner", layout, kickoff=text)
         except BaseException:
             shutil.rmtree(c.dir)  # fleet's own skeleton: nothing of the planner's to keep
             raise
         try:
-            wl = launcher.client.resolve(started.wavelet)
-            launcher.client.post(wl.id, kickoff_text(c, started.participant, state.plan_source))
             transcript = _wait_settle(c, sock, launcher, started, timeout)
         finally:
             launcher.end(lp.Owned(pane_id=started.pane_id))

@@ -120,6 +120,7 @@ def _plan_with_planner(
     from fleet.tmux import Tmux
     from fleet.tmux import server as tmux_server
 
+    planner.check(root, plan_file, executor=executor, model=model)  # bad input starts no daemon
     cl = client()
     cl.list_waves()  # the daemon is there before anything is written
     launcher = lp.Launcher(cl, Tmux(tmux_server(socket)), get_paths(), ready_timeout=wait)
