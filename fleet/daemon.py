@@ -1009,6 +1009,9 @@ class Daemon:
             lambda f: not f.blips,
             lambda f: [*(w.id for w in f.wavelets), member_key(wave_id, body.participant)],
         )
+        # the budgets the participant's channel checks before it delivers: sent with the answer,
+        # so that a delivery costs one request, not two (docs/http-api.md)
+        feed.budgets = self._s.budgets(r.who, r.arg, body.participant)
         return 200, feed
 
     def _report_presence(self, r: Request) -> Answer:
