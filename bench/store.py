@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -308,12 +309,29 @@ class Burst:
     latencies_ms: list[float]
     posting_s: float
     daemon_cpu_s: float
+    channels_cpu_s: float
+    standins_cpu_s: float
 
 
 def _cpu(pid: int) -> float:
     """User + system CPU seconds a process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _cpu_sum(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            total += _cpu(pid)
+    return total
 
 
 def burst(home: Path, agents: int, blips: int) -> Burst:
@@ -369,6 +387,9 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             time.sleep(0.2)
         daemon_pid = json.loads((home / "state" / "daemon.json").read_text())["pid"]
         cpu0 = _cpu(daemon_pid)
+        standins = [p.pid for p in procs]
+        channels = [c for pid in standins for c in _children(pid)]
+        standins0, channels0 = _cpu_sum(standins), _cpu_sum(channels)
         acks: dict[str, float] = {}
         t0 = time.monotonic()
         for i in range(blips):
@@ -383,7 +404,10 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             time.sleep(0.2)
         seen = notified()
         lat = [(got[b] - t) * 1000 for got in seen for b, t in acks.items() if b in got]
-        return Burst(agents, blips, len(lat), lat, posting, _cpu(daemon_pid) - cpu0)
+        return Burst(
+            agents, blips, len(lat), lat, posting, _cpu(daemon_pid) - cpu0,
+            _cpu_sum(channels) - channels0, _cpu_sum(standins) - standins0,
+        )  # fmt: skip
     finally:
         os.environ.pop("FLEET_HOME", None)
         for p in procs:
@@ -419,7 +443,8 @@ def report_bursts(tmp: Path, agents: int, blips: int) -> None:
             " (baseline)" if b.agents == 1 and len(runs) > 1 else ""
         )
         row(f"{label}: delivered", f"{b.delivered:,} / {expected:,}",
-            f"posting took {b.posting_s:.2f} s, daemon CPU {b.daemon_cpu_s:.1f} s")  # fmt: skip
+            f"posting took {b.posting_s:.2f} s; CPU: daemon {b.daemon_cpu_s:.1f} s, channels"
+            f" {b.channels_cpu_s:.1f} s, stand-ins {b.standins_cpu_s:.1f} s")  # fmt: skip
         row(f"{label}: ack -> notification p50 / p99", f"{p50b:.1f} / {p99b:.1f} ms",
             f"max {max(b.latencies_ms):.1f} ms; target p99 <= {TARGET_BURST_P99_MS:g} ms:"
             f" {ok(p99b <= TARGET_BURST_P99_MS)}")  # fmt: skip
