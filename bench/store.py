@@ -365,18 +365,26 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             err = open(home / f"{name}.stderr", "wb")  # noqa: SIM115 - the process holds it
             procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err))
 
+        seen_so_far: list[dict[str, float]] = [{} for _ in names]
+        offsets = [0] * len(names)
+
         def notified() -> list[dict[str, float]]:
-            out: list[dict[str, float]] = []
-            for name in names:
-                got: dict[str, float] = {}
+            """Each stand-in's notifications so far (blip id -> time), reading only what its log
+            gained since the last look: re-reading 64 growing logs every 0.2 s took a core."""
+            for i, name in enumerate(names):
                 path = logs / f"{name}.jsonl"
-                if path.exists():
-                    for line in path.read_text().splitlines():
-                        e = json.loads(line)
-                        if e.get("event") == "notification":
-                            got[e["meta"].get("blip_id", "")] = e["t"]
-                out.append(got)
-            return out
+                if not path.exists():
+                    continue
+                with path.open("rb") as f:
+                    f.seek(offsets[i])
+                    chunk = f.read()
+                complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits
+                offsets[i] += len(complete)
+                for line in complete.splitlines():
+                    e = json.loads(line)
+                    if e.get("event") == "notification":
+                        seen_so_far[i][e["meta"].get("blip_id", "")] = e["t"]
+            return seen_so_far
 
         # every channel delivers (past its start-up grace) once a warm-up blip reached each stand-in
         warm = poster.post(main, "warm-up").id
