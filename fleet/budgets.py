@@ -276,11 +276,13 @@ class BudgetWatch:
                 return None
         return self._prices
 
-    def __call__(self, labels: Mapping[str, str]) -> frozenset[str]:
+    def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
+        """``given``: the budgets the feed answer carried (:attr:`fleet.models.Feed.budgets`); None
+        (an empty answer, an older daemon): asked for."""
         try:
-            budgets = [
-                b for b in self.client().budgets(self.wave, self.participant) if applies(b, self.participant)
-            ]
+            if given is None:
+                given = self.client().budgets(self.wave, self.participant)
+            budgets = [b for b in given if applies(b, self.participant)]
         except errors.FleetError as exc:  # keep what was held: an outage is no reason to deliver
             log.warning("budgets unavailable (%s): holding what was held", exc.message)
             return self.held & frozenset(labels)

@@ -171,6 +171,14 @@ class Notifier:
         with self._lock:
             return sum(self._counts.get(k, 0) for k in keys)
 
+    def seen_since(self, seq: int, keys: Sequence[str]) -> int | None:
+        """:meth:`seen` of ``keys``, if no commit at all happened since :attr:`seq` was ``seq``
+        (then a fetch begun after that read is current for them); None if one did."""
+        with self._lock:
+            if self._seq != seq:
+                return None
+            return sum(self._counts.get(k, 0) for k in keys)
+
     @property
     def parked(self) -> int:
         """Waiters parked now (tests, benchmarks)."""
@@ -844,6 +852,7 @@ class Daemon:
         deadline = time.monotonic() + min(wait, MAX_WAIT)
         watched: Sequence[str] | None = None
         while True:
+            seq = self.notifier.seq
             seen = self.notifier.seen(watched)
             result = fetch()
             remaining = deadline - time.monotonic()
@@ -851,8 +860,11 @@ class Daemon:
                 return result
             now = keys(result) if keys is not None else None
             if now is not None and now != watched:
-                watched = now  # the keys are known from the first fetch: fetch again under them
-                continue
+                watched = now  # the keys are known from the first fetch
+                unchanged = self.notifier.seen_since(seq, watched)
+                if unchanged is None:
+                    continue  # something committed since the fetch began: fetch again under them
+                seen = unchanged  # nothing did: what the fetch saw is what the keys say now
             if self.notifier.wait(seen, remaining, watched):
                 return result  # the client hung up: answer now, the connection ends with it
 
@@ -1009,6 +1021,9 @@ class Daemon:
             lambda f: not f.blips,
             lambda f: [*(w.id for w in f.wavelets), member_key(wave_id, body.participant)],
         )
+        # the budgets the participant's channel checks before it delivers: sent with the answer,
+        # so that a delivery costs one request, not two (docs/http-api.md)
+        feed.budgets = self._s.budgets(r.who, r.arg, body.participant)
         return 200, feed
 
     def _report_presence(self, r: Request) -> Answer:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from fleet.budgets import Budget
 from fleet.wire import dump, field, record
 
 PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
@@ -225,6 +226,9 @@ class Feed:
     blips: list[Blip]
     """Blips with id > the caller's cursor for their wavelet, oldest first, per wavelet at most ``limit``."""
     more: bool = False
+    budgets: list[Budget] | None = None
+    """The budgets that apply to the participant, read with the answer (the channel's budget check
+    needs no request of its own per delivery); None from a daemon that does not send them."""
 
 
 @record

@@ -365,8 +365,13 @@ def _hint_name(hint: Any) -> str:
 # ---------------------------------------------------------------- dump
 
 
+_SCALARS = frozenset({str, int, float, bool})
+
+
 def dump(obj: Any, *, exclude_none: bool = False) -> Any:
     """``obj`` (a record, or lists and dicts of them) as JSON-able data, fields under their wire names."""
+    if obj is None or type(obj) in _SCALARS:  # most calls (a record's fields): the cheap test first
+        return obj
     if is_record(obj) and not isinstance(obj, type):
         out: dict[str, Any] = {}
         for f in _fields(type(obj)):

@@ -332,7 +332,7 @@ def test_held_back_wavelets_stay_uncommitted_and_are_delivered_whole_when_releas
     held: set[str] = set()
     asked: list[dict[str, str]] = []
 
-    def hold_back(labels: Any) -> set[str]:
+    def hold_back(labels: Any, _given: Any = None) -> set[str]:
         asked.append(dict(labels))
         return held & set(labels)
 
@@ -389,3 +389,39 @@ def test_spawn_records_a_layouts_budgets_and_keeps_what_the_operator_set(
         "alice": 100,
         "bob": 70,
     }
+
+
+# ---------------------------------------------------------------- one request per delivery
+
+
+def test_a_feed_answer_carries_the_budgets_that_apply_to_the_participant(
+    daemon: Daemon, operator: Client
+) -> None:
+    """The channel's budget check reads them from the answer: a delivery costs one request, not two."""
+    operator.create_wave("w", ["alice", "bob"])
+    operator.set_budget("w", SetBudget(participant="alice", tokens=1000))
+    operator.set_budget("w", SetBudget(participant="bob", tokens=2000))
+    operator.set_budget("w", SetBudget(tokens=9000))  # every participant's own spend
+    main = operator.resolve("w/main").id
+    operator.post(main, "hello")
+    alice = Client(daemon.url, operator.mint_token("w", "alice").token)
+    feed = alice.feed("w", "alice", {})
+    assert feed.blips and feed.budgets is not None
+    assert sorted((b.participant, b.tokens) for b in feed.budgets) == [("", 9000), ("alice", 1000)]
+    assert [(b.participant, b.tokens) for b in feed.budgets] == [
+        (b.participant, b.tokens) for b in alice.budgets("w", "alice")
+    ]  # the same as asking for them
+    assert alice.feed("w", "alice", {main: feed.blips[-1].id}, wait=0).budgets is not None  # empty too
+
+
+def test_a_budget_watch_given_the_feeds_budgets_asks_the_daemon_nothing(tmp_path: Path) -> None:
+    from fleet.budgets import Budget, BudgetWatch
+
+    def no_client() -> Client:
+        raise AssertionError("the budgets came with the feed: no request")
+
+    paths = Paths(tmp_path / "d", tmp_path / "s", tmp_path / "c", tmp_path / "l")
+    watch = BudgetWatch(no_client, "w", "alice", "", paths, lambda frame: None)
+    given = [Budget(wave_id="W", wavelet_id="", participant="alice", tokens=10)]
+    assert watch({"wl": "w/main"}, given) == frozenset()  # no transcript: nothing spent, nothing held
+    assert watch({"wl": "w/main"}, []) == frozenset()

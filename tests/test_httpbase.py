@@ -316,6 +316,38 @@ def test_two_or_non_decimal_content_lengths_are_refused(d: Daemon, lengths: tupl
     assert Http(d.url, d.operator_token).request("GET", "/v1/waves").ok()["waves"] == []
 
 
+def test_request_heads_are_read_by_the_stdlibs_rules_without_its_email_parser(d: Daemon) -> None:
+    """The head is parsed by :class:`fleet.httpbase.Headers`: names in any case, folded lines,
+    the first of a repeated header; a line over 65,536 bytes or over 100 headers is a 431."""
+    auth = b"Authorization: Bearer " + d.operator_token.encode()
+    head = (
+        b"GET /v1/waves HTTP/1.1\r\nhOsT: 127.0.0.1\r\nX-Folded: a\r\n b\r\n" + auth.upper()[:14] + auth[14:]
+    )
+    [(got, headers, _)] = split_responses(
+        raw_exchange(d.url, head + b"\r\nConnection: close\r\n\r\n", timeout=5)
+    )
+    assert got == 200 and headers.get("connection") == "close"
+    twice = b"GET /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer nope\r\n" + auth
+    [(got, _, _)] = split_responses(raw_exchange(d.url, twice + b"\r\nConnection: close\r\n\r\n", timeout=5))
+    assert got == 401  # the first Authorization counts
+    for extra, why in [
+        (b"X-Long: " + b"a" * 70000, b"Line too long"),
+        (b"X-A: 1\r\n" * 101, b"Too many headers"),
+    ]:
+        data = raw_exchange(
+            d.url, b"GET /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"\r\n\r\n", timeout=5
+        )
+        [(got, headers, body)] = split_responses(data)
+        assert got == 431 and why in body and headers.get("connection") == "close", body[:200]
+    for bad, code in [
+        (b"GET /v1/waves HTTP/2.0", 505),
+        (b"GET /v1/waves HTTP/1.x", 400),
+        (b"POST /v1/waves", 400),
+    ]:
+        [(got, _, _)] = split_responses(raw_exchange(d.url, bad + b"\r\nHost: 127.0.0.1\r\n\r\n", timeout=5))
+        assert got == code, bad
+
+
 def test_console_pages_send_referrers_to_their_own_origin_only(d: Daemon) -> None:
     # no-referrer made Chromium post the token form with `Origin: null`, which the Origin check refuses
     [(_, headers, _)] = _console_raw(d, b"GET /login HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n\r\n")

@@ -534,3 +534,20 @@ def test_read_resolved_rechecks_that_the_reader_still_sees_the_wavelet(store: St
     other = store.create_wave(OP, "other")
     with pytest.raises(errors.NotFound):
         store.read_resolved(alice, other.root_id)  # another wave's wavelet, by its exact id
+
+
+def test_a_remembered_token_is_forgotten_when_it_is_revoked_and_posts_keep_it(store: Store) -> None:
+    """``authenticate`` remembers known tokens between token writes (a look-up per request was a
+    tenth of the daemon's time): a revocation still counts at the very next look-up."""
+    w = store.create_wave(OP, "w", ["alice", "bob"])
+    store.mint_token(OP, "w", "alice", "alice-secret")
+    store.mint_token(OP, "w", "bob", "bob-secret")
+    alice = store.authenticate("alice-secret")
+    assert alice is not None and alice.name == "alice"
+    store.post(alice, w.root_id, "a write that is not about tokens")
+    assert store.authenticate("alice-secret") is alice  # remembered across it
+    assert store.authenticate("nobody-secret") is None
+    store.revoke_tokens(OP, wave="w", participant="alice")
+    assert store.authenticate("alice-secret") is None
+    bob = store.authenticate("bob-secret")
+    assert bob is not None and bob.name == "bob"

@@ -71,3 +71,22 @@ def test_a_new_membership_wakes_the_participants_feed(daemon: Daemon, operator: 
     t.join(10)
     assert got and {b.wavelet_id for b in got[0].blips} == {side.id}
     assert head  # the main wavelet's cursor was not needed by carol
+
+
+def test_a_feed_parks_after_one_fetch_when_nothing_commits_meanwhile(
+    daemon: Daemon, operator: Client
+) -> None:
+    """A channel re-parks its feed after every delivery: one store query, not a second under the
+    keys the first one named, unless something committed since it began (then it fetches again)."""
+    operator.create_wave("w", ["alice"])
+    main = operator.resolve("w/main").id
+    head = operator.read(main).cursor
+    feeds = counting(daemon, "feed")
+    got: list[Feed] = []
+    t = threading.Thread(target=lambda: got.append(operator.feed("w", "alice", {main: head}, wait=20)))
+    t.start()
+    retry_until(lambda: daemon.notifier.parked == 1, 5, 0.005, "the feed to park")
+    assert feeds[0] == 1
+    operator.post(main, "alice: hello", as_="operator")
+    t.join(10)
+    assert got and [b.text for b in got[0].blips] == ["alice: hello"] and feeds[0] == 2

@@ -34,6 +34,7 @@ from fleet.delivery.rules import Decision, Delivery
 from fleet.models import Blip, Feed
 
 if TYPE_CHECKING:
+    from fleet.budgets import Budget
     from fleet.delivery.attention import Attendant, RoutingLog
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class Engine:
         attendant: Attendant | None = None,
         only: Iterable[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        hold_back: Callable[[Mapping[str, str]], Collection[str]] | None = None,
+        hold_back: Callable[[Mapping[str, str], list[Budget] | None], Collection[str]] | None = None,
     ) -> None:
         self.core = core
         self.source = source
@@ -123,8 +124,9 @@ class Engine:
         self._skip: dict[str, str] = {}
         """Cursors of wavelets outside ``only``, for the request only, so they do not end a poll."""
         self.hold_back = hold_back
-        """Given the memberships (id -> WAVE/WAVELET), the wavelet ids not to deliver now (a spent
-        budget, :class:`fleet.budgets.BudgetWatch`): their blips stay uncommitted."""
+        """Given the memberships (id -> WAVE/WAVELET) and the budgets the feed answer carried (None:
+        it carried none), the wavelet ids not to deliver now (a spent budget,
+        :class:`fleet.budgets.BudgetWatch`): their blips stay uncommitted."""
         self._held_back: dict[str, str] = {}
         """Held-back wavelet id -> the newest blip seen there: the feed is asked past it (so it does
         not return them again) while the committed cursor stays; dropped when delivery resumes, and
@@ -164,7 +166,7 @@ class Engine:
         labels = {w.id: f"{w.wave}/{w.name}" for w in feed.wavelets}
         held_back: Collection[str] = ()
         if self.hold_back is not None and (feed.blips or self._held_back):
-            held_back = self.hold_back(labels)
+            held_back = self.hold_back(labels, feed.budgets)
         before_held = dict(self._held_back)
         released = set(before_held) - set(held_back)
         blips: list[Blip] = []

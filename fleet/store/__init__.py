@@ -129,6 +129,8 @@ log = logging.getLogger(__name__)
 
 Row = sqlite3.Row
 MAX_PAGE = 5000
+AUTH_CACHE_MAX = 4096
+"""Tokens :meth:`Store.authenticate` remembers between writes (past it, the cache starts over)."""
 """The most blips any one read returns, whatever limit is asked for."""
 
 
@@ -162,6 +164,9 @@ class Store:
         """Minted once per database (migration 0005): the store's identity across restarts and moves."""
         self.summaries = Summaries(self._db, self.access, self.ids, self._text)
         """Rolling summaries, pins, and context assembly over them (:mod:`fleet.store.summaries`)."""
+        self._auth_cache: dict[str, tuple[int, Principal]] = {}
+        """Token hash -> (token epoch when read, who): good until a write that changes the tokens
+        commits (a revocation takes effect at the next request); known tokens only."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
@@ -234,12 +239,25 @@ class Store:
 
         The one public method without a principal: it is how one is obtained.
         """
+        key = hash_token(token)
+        epoch = self._db.token_epoch  # read before the query: a revocation committed after it drops it
+        cached = self._auth_cache.get(key)
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        who = self._authenticate(key)
+        if who is not None:
+            if len(self._auth_cache) >= AUTH_CACHE_MAX:
+                self._auth_cache.clear()
+            self._auth_cache[key] = (epoch, who)
+        return who
+
+    def _authenticate(self, key: str) -> Principal | None:
         row = (
             self._r()
             .execute(
                 "SELECT t.id, t.wave_id, t.participant, g.machine, g.scope FROM tokens t"
                 " LEFT JOIN token_grants g ON g.token_id = t.id WHERE t.hash = ? AND t.revoked_at IS NULL",
-                (hash_token(token),),
+                (key,),
             )
             .fetchone()
         )

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from fleet import errors
 from fleet.models import OPERATOR, ROOT_WAVELET, BlipKind, ParticipantKind, Transport
-from fleet.store.schema import connect, migrate, now
+from fleet.store.schema import connect, migrate, note_token_write, now
 
 
 class _Shape(BaseModel):
@@ -470,6 +470,7 @@ def _blip_replaced(conn: sqlite3.Connection, e: BlipReplaced) -> None:
 
 @_on(TokenMinted)
 def _token_minted(conn: sqlite3.Connection, e: TokenMinted) -> None:
+    note_token_write()
     conn.execute(
         "INSERT INTO tokens(id, wave_id, participant, hash, created_at) VALUES (?,?,?,?,?)",
         (e.token_id, e.wave_id, e.participant, e.hash, e.created_at),
@@ -483,6 +484,7 @@ def _token_minted(conn: sqlite3.Connection, e: TokenMinted) -> None:
 
 @_on(TokenRevoked)
 def _token_revoked(conn: sqlite3.Connection, e: TokenRevoked) -> None:
+    note_token_write()
     conn.execute(
         "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (e.revoked_at, e.token_id)
     )

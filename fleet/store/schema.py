@@ -339,6 +339,17 @@ IDLE_READERS = 8
 """Read connections kept open for reuse once their thread released them; more are closed."""
 
 
+_token_writes = 0
+"""Token rows written in this process (any store): :func:`note_token_write` counts them."""
+
+
+def note_token_write() -> None:
+    """Called by the event handlers that change the tokens tables, inside a write transaction:
+    once it commits, :attr:`Connections.token_epoch` moves on."""
+    global _token_writes
+    _token_writes += 1
+
+
 class Connections:
     """One writer behind a lock, and read connections from a bounded pool, for one database file
     (migrated on open).
@@ -352,6 +363,8 @@ class Connections:
     def __init__(self, path: Path, *, idle_readers: int = IDLE_READERS) -> None:
         self.path = path
         self._wlock = threading.Lock()
+        self.token_epoch = 0
+        """Bumped after each commit that changed the tokens (what a cache of token look-ups compares)."""
         self._w = connect(path)
         migrate(self._w)
         self._local = threading.local()
@@ -408,9 +421,12 @@ class Connections:
         """
         with self._wlock, storage_faults(self.path):
             self._w.execute("BEGIN IMMEDIATE")
+            tokens_before = _token_writes
             try:
                 yield self._w
                 self._w.execute("COMMIT")
+                if _token_writes != tokens_before:
+                    self.token_epoch += 1
             except BaseException:
                 if self._w.in_transaction:
                     try:
