@@ -129,9 +129,9 @@ log = logging.getLogger(__name__)
 
 Row = sqlite3.Row
 MAX_PAGE = 5000
+"""The most blips any one read returns, whatever limit is asked for."""
 AUTH_CACHE_MAX = 4096
 """Tokens :meth:`Store.authenticate` remembers between writes (past it, the cache starts over)."""
-"""The most blips any one read returns, whatever limit is asked for."""
 
 
 def hash_token(token: str) -> str:
