@@ -389,6 +389,9 @@ class Channel:
         if self.receipts:
             self._start_receipts(state)
         core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
+        watch = self._budget_watch()
+        if watch is not None:  # a wavelet budget is the members' sum: count this one from the start
+            watch.report_spend()
         return Engine(
             core,
             self.client(feed=True),
@@ -396,7 +399,7 @@ class Channel:
             wave=self.wave,
             routing=self.routing,
             attendant=self._attendant,
-            hold_back=self._budget_watch(),
+            hold_back=watch,
         )
 
     def _budget_watch(self) -> BudgetWatch | None:
