@@ -7,8 +7,8 @@ read, cache creation — :attr:`fleet.usage.Figures.tokens`) or in estimated USD
 ========================  ==========================================================================
 wavelet ``""``, p ``P``   participant ``P``'s spend in the whole wave (a layout's per-participant
                           ``budget``; ``fleet budget set WAVE P``)
-wavelet ``W``, p ``""``   what *each* member spends on ``W``'s turns (a layout's top-level ``budget``,
-                          for the wavelet it is spawned on; ``fleet budget set WAVE/W``)
+wavelet ``W``, p ``""``   what ``W``'s members spend on its turns *together* (a layout's top-level
+                          ``budget``, for the wavelet it is spawned on; ``fleet budget set WAVE/W``)
 wavelet ``W``, p ``P``    ``P``'s spend on ``W``'s turns (``fleet budget set WAVE/W P``)
 wavelet ``""``, p ``""``  every participant's own spend in the wave (``fleet budget set WAVE``)
 ========================  ==========================================================================
@@ -35,6 +35,14 @@ only then. What a caller may rely on (:class:`BudgetWatch`):
   wavelet, or in the wavelet the participant was spawned on; only the first report of a budget as
   set is accepted, so a restarted channel or a second report posts nothing more. Setting the budget
   again (``fleet budget set``) starts it over.
+- A **wavelet budget is the members' sum**. Each member's channel, at each budget check while the
+  wavelet has one, reports its session's own spend on the wavelet's turns (``POST
+  …/budgets/spend``, table ``budget_spend``: one row per participant, session and wavelet, never
+  lowered by a report, so a repeated or late report changes nothing) and is answered with the
+  budgets carrying the sum (:attr:`Budget.spent_tokens`, :attr:`Budget.spent_cost`). Once the sum is
+  at or over the limit every member is held at its next delivery and each gets its own one notice;
+  the operator gets one blip for the budget as set, from the first member to report it. The rows
+  are derived state, not in the event log: a member reports again at every check.
 - A session without a transcript (the stand-in, other CLIs) spends nothing that fleet can see, so no
   budget stops it. A cost budget over a model the price table does not name counts what is priced.
 """
@@ -82,6 +90,16 @@ class Budget:
     """WAVE/WAVELET of ``wavelet_id`` (``""`` for the whole wave)."""
     reached: list[str] | None = None
     """Participants that reached it since it was set (their deliveries in the scope are held)."""
+    spent_tokens: int | None = None
+    """A wavelet budget (``participant`` ``""``): what its members spent together on its turns, as
+    their channels last reported (None for the other scopes)."""
+    spent_cost: float | None = None
+    """The same in estimated USD."""
+
+    @property
+    def shared(self) -> bool:
+        """Judged on the members' sum: a wavelet's budget for everyone on it."""
+        return bool(self.wavelet_id) and not self.participant
 
 
 @record(extra="forbid")
@@ -109,6 +127,26 @@ class BudgetReport:
     """Which setting of the budget was passed (a report about an older one is ignored)."""
     spent: str
     """What was spent, as the notice says it (``"51,234 tokens"``)."""
+
+
+@record(extra="forbid")
+class Spend:
+    """One session's spend on one wavelet's turns."""
+
+    wavelet_id: str
+    tokens: int
+    cost: float = 0.0
+
+
+@record(extra="forbid")
+class SpendReport:
+    """``POST /v1/waves/{wave}/budgets/spend``: a member's channel reports its session's spend on the
+    wavelets that have a shared budget; answered with :class:`BudgetList` (the budgets that apply to
+    ``participant``, sums included)."""
+
+    participant: str
+    session_id: str
+    spend: list[Spend]
 
 
 @record
@@ -150,6 +188,8 @@ def scope_text(b: Budget, wave: str) -> str:
     where = b.wavelet or wave
     if b.participant:
         return f"{b.participant} in {where}"
+    if b.shared:
+        return f"the members of {where} together"
     return f"each participant in {where}"
 
 
@@ -195,7 +235,14 @@ def notice_text(b: Budget, spent: str, wave: str, held_in: str) -> str:
 def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
     """The one blip naming the operator when ``participant`` passes ``b``."""
     target = b.wavelet or wave
-    who = f" {b.participant}" if b.participant else f" {participant}"
+    who = "" if b.shared else f" {b.participant or participant}"
+    if b.shared:
+        return (
+            f"operator: the members of {target} reached their budget together ({limit_text(b)}; "
+            f"{spent} spent, by {participant}'s report). Deliveries to each member there are paused; "
+            f"their blips are held and delivered once you raise it: fleet budget set {target} "
+            "--tokens N (or --cost USD)."
+        )
     return (
         f"operator: {participant} reached its budget ({limit_text(b)} for {scope_text(b, wave)}; "
         f"{spent} spent). Deliveries to {participant} there are paused; its blips are held and "
@@ -287,12 +334,15 @@ class BudgetWatch:
             log.warning("budgets unavailable (%s): holding what was held", exc.message)
             return self.held & frozenset(labels)
         held: set[str] = set()
-        if budgets:
-            counter = self._counter()
+        counter = self._counter() if budgets else None
+        if counter is not None and any(b.shared for b in budgets):
+            budgets = self._report_spend(budgets, counter)
+        if counter is not None:
             for b in budgets:
-                if counter is None:
-                    break
-                tokens, cost = spent_of(b, counter, self._table() if b.cost is not None else None)
+                if b.shared:
+                    tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
+                else:
+                    tokens, cost = spent_of(b, counter, self._table() if b.cost is not None else None)
                 if not passed(b, tokens, cost):
                     continue
                 scope = {b.wavelet_id} & set(labels) if b.wavelet_id else set(labels)
@@ -301,6 +351,38 @@ class BudgetWatch:
         self.held = frozenset(held)
         log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
         return self.held
+
+    def report_spend(self) -> None:
+        """Report this session's spend on the wavelets with a shared budget now (the channel does at
+        its start, so the members' sum counts a member before its next delivery)."""
+        try:
+            budgets = [
+                b for b in self.client().budgets(self.wave, self.participant) if applies(b, self.participant)
+            ]
+        except errors.FleetError as exc:
+            log.warning("budgets unavailable (%s): spend reported at the next delivery", exc.message)
+            return
+        counter = self._counter() if any(b.shared for b in budgets) else None
+        if counter is not None:
+            self._report_spend(budgets, counter)
+
+    def _report_spend(self, budgets: list[Budget], counter: Counter) -> list[Budget]:
+        """Report this session's spend on each wavelet with a shared budget; the budgets as the
+        daemon answers (with the members' sums). On failure, the budgets as they were (the sums
+        of the last look)."""
+        table = self._table() if any(b.shared and b.cost is not None for b in budgets) else None
+        spend = []
+        for wid in sorted({b.wavelet_id for b in budgets if b.shared}):
+            probe = Budget(wave_id="", wavelet_id=wid, participant=self.participant)
+            tokens, cost = spent_of(probe, counter, table)
+            spend.append(Spend(wavelet_id=wid, tokens=tokens, cost=cost))
+        report = SpendReport(participant=self.participant, session_id=self.session_id, spend=spend)
+        try:
+            got = self.client().report_spend(self.wave, report)
+        except errors.FleetError as exc:
+            log.warning("could not report spend (%s); judging on the sums of the last look", exc.message)
+            return budgets
+        return [b for b in got if applies(b, self.participant)]
 
     def _report(self, b: Budget, spent: str, labels: Mapping[str, str], scope: Iterable[str]) -> None:
         key = (b.wavelet_id, b.participant, b.set_at)

@@ -42,7 +42,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import fleet
 from fleet import errors
-from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget
+from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
 from fleet.models import (
     Blip,
     BlipList,
@@ -745,6 +745,13 @@ class Client:
         """Set or clear (neither tokens nor cost) a budget (operator only); the budget as it now is."""
         got = self._call("POST", f"/v1/waves/{_q(wave)}/budgets", BudgetList, req, idempotent=True).budgets
         return got[0] if got else None
+
+    def report_spend(self, wave: str, report: SpendReport) -> list[Budget]:
+        """Report a session's spend on wavelets with a shared budget (the participant's channel);
+        the budgets that apply to it, with the members' sums."""
+        return self._call(
+            "POST", f"/v1/waves/{_q(wave)}/budgets/spend", BudgetList, report, idempotent=True
+        ).budgets
 
     def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReached:
         """Report a budget passed (the participant's channel); ``first`` for the report that counted."""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors, hangup
-from fleet.budgets import BudgetList, BudgetReport, SetBudget
+from fleet.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
 from fleet.console import Console, presence_key, tree_key
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import (
@@ -1100,6 +1100,9 @@ class Daemon:
         got = self._s.set_budget(r.who, r.arg, r.model(SetBudget))
         return 200, BudgetList(budgets=[got] if got is not None else [])
 
+    def _report_spend(self, r: Request) -> Answer:
+        return 200, BudgetList(budgets=self._s.report_spend(r.who, r.arg, r.model(SpendReport)))
+
     def _budget_reached(self, r: Request) -> Answer:
         got = self._s.budget_reached(r.who, r.arg, r.model(BudgetReport))
         if got.first and got.wavelet_id:
@@ -1161,6 +1164,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets),
     Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget),
     Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached),
+    Route("POST", "/v1/waves/{wave}/budgets/spend", Daemon._report_spend),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
     Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),

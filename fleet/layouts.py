@@ -5,7 +5,7 @@ A layout is a TOML file (read with the stdlib, validated here):
 .. code-block:: toml
 
     description = "a large lead pane, targeted specialists beside it"
-    budget = { cost = 10.0 }             # what each member may spend on the wavelet spawned
+    budget = { cost = 10.0 }             # what the members spend together on the wavelet spawned
     arrangement = "main-vertical"        # any tmux layout: tiled, main-vertical, even-horizontal, ...
     main = "lead"                        # whose pane is the big one (else the first roster member)
     main_size = "60%"
@@ -161,7 +161,7 @@ class Layout(BaseModel):
     defaults: Profile = Field(default_factory=Profile)
     participants: dict[str, Profile] = Field(default_factory=dict)
     budget: BudgetSpec | None = None
-    """The spawned wavelet's budget: what each member may spend on its turns."""
+    """The spawned wavelet's budget: what its members spend on its turns, summed."""
 
     name: str = Field(default="", exclude=True)
     source: str = Field(default="", exclude=True)

@@ -234,6 +234,8 @@ def _budgets(
                 counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
             counter = counters[name]
             tokens, cost = spent_of(b, counter, table) if counter is not None else (0, 0.0)
+            if b.shared:  # judged on the members' sum
+                tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
             if b.tokens is not None:
                 text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
             else:

@@ -345,6 +345,9 @@ class BudgetStatus(BaseModel):
     source: str = "operator"
     set_at: str = ""
     spent: list[BudgetSpent] = Field(default_factory=list)
+    together: BudgetSpent | None = None
+    """A wavelet budget (``participant`` ``""``): the members' sum as their channels last reported
+    it (``participant`` ``""``), which the budget is judged on; None for the other scopes."""
 
 
 class WaveUsage(BaseModel):
@@ -471,6 +474,7 @@ def budget_statuses(
 
     out = []
     for b in budgets:
+        sum_over = b.shared and passed(b, b.spent_tokens or 0, b.spent_cost or 0.0)
         st = BudgetStatus(
             wavelet=b.wavelet, participant=b.participant, tokens=b.tokens, cost=b.cost, source=b.source,
             set_at=b.set_at,
@@ -478,11 +482,16 @@ def budget_statuses(
         for name, counter in sorted(counters.items()):
             if applies(b, name):
                 tokens, cost = spent_of(b, counter, table)
+                over = sum_over or passed(b, tokens, cost)
                 st.spent.append(
                     BudgetSpent(
-                        participant=name, tokens=tokens, cost_usd=cost, passed=passed(b, tokens, cost),
+                        participant=name, tokens=tokens, cost_usd=cost, passed=over,
                         reached=name in (b.reached or []),
                     )
                 )  # fmt: skip
+        if b.shared:
+            st.together = BudgetSpent(
+                participant="", tokens=b.spent_tokens or 0, cost_usd=b.spent_cost or 0.0, passed=sum_over
+            )
         out.append(st)
     return out

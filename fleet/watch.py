@@ -185,11 +185,29 @@ class Watcher:
         self._checked = False
 
     def engine(
-        self, state: DeliveryState, *, routing: RoutingLog | None = None, attendant: Attendant | None = None
+        self,
+        state: DeliveryState,
+        *,
+        routing: RoutingLog | None = None,
+        attendant: Attendant | None = None,
+        budgets_of: str = "",
     ) -> Engine:
+        """``budgets_of``: the session id whose spend the participant's budgets are judged on
+        (:class:`fleet.budgets.BudgetWatch`; its one notice is handed out like a frame); ``""``: none."""
         c = self.config
         core = Delivery(c.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
-        return Engine(core, self.client, self.sink, wave=c.wave, routing=routing, attendant=attendant)
+        hold_back = None
+        if budgets_of:
+            from fleet.budgets import BudgetWatch
+            from fleet.paths import get_paths
+
+            hold_back = BudgetWatch(
+                lambda: self.client, c.wave, c.participant, budgets_of, get_paths(), self.sink.push
+            )
+        return Engine(
+            core, self.client, self.sink, wave=c.wave, routing=routing, attendant=attendant,
+            hold_back=hold_back,
+        )  # fmt: skip
 
     def _check(self, engine: Engine, feed: Feed) -> None:
         """On the first answer: the participant and the wavelets asked for must be on rosters."""
@@ -413,7 +431,10 @@ def run_hook(
         ledger, owed = _receipts(config, state, given)
         with _client(config) as client:
             watcher = Watcher(config, client)
-            engine = watcher.engine(state, routing=routing, attendant=attendant)
+            session = given.session_id or (Path(given.transcript_path).stem if given.transcript_path else "")
+            engine = watcher.engine(
+                state, routing=routing, attendant=attendant, budgets_of=session or config.session_id or ""
+            )
             outcome = watcher.wait(engine, before_emit=lambda: not guard.orphaned(), owed=owed)
             if outcome.how == "frames":
                 if ledger is not None:

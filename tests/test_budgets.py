@@ -21,7 +21,7 @@ from test_usage import reply, u, wake, write
 from worlds import World, world
 
 from fleet import errors
-from fleet.budgets import BudgetReport, SetBudget
+from fleet.budgets import BudgetReport, SetBudget, Spend, SpendReport
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.layouts import parse
@@ -83,16 +83,56 @@ def test_a_budget_is_an_event_reached_once_per_setting_with_one_blip_naming_the_
     assert types.count("budget.set") == 3 and types.count("budget.reached") == 2
 
 
-def test_a_wavelet_budget_reports_into_its_wavelet_and_each_member_reaches_it_alone(store: Store) -> None:
+def test_a_wavelet_budget_reports_into_its_wavelet_and_tells_the_operator_once_for_all_members(
+    store: Store,
+) -> None:
     side = store.fork(OP, "w/main", "side", ["alice", "bob"])
     b = store.set_budget(OP, "w", SetBudget(wavelet="w/side", cost=0.5))
     assert b is not None and b.wavelet == "w/side" and b.participant == "" and b.cost == 0.5
     got = store.budget_reached(alice_of(store), "w", report(b))
     assert got.first and got.wavelet_id == side.id
     bob = Principal("bob", store.get_wave(OP, "w").id)
-    assert store.budget_reached(bob, "w", report(b, "bob")).first
+    second = store.budget_reached(bob, "w", report(b, "bob"))
+    assert second.first and second.blip_id is None  # bob gets its notice; the operator was told
     assert store.budgets(OP, "w")[0].reached == ["alice", "bob"]
     assert store.budgets(bob, "w")[0].reached == ["bob"]  # a participant sees only its own mark
+    (told,) = [x for x in store.read(OP, "w/side") if x.kind == "system" and x.text.startswith("operator:")]
+    assert told.id == got.blip_id and "the members of w/side reached their budget together" in told.text
+    assert "fleet budget set w/side --tokens N (or --cost USD)" in told.text
+
+
+def test_a_wavelet_budget_is_judged_on_the_members_sum_of_idempotent_spend_reports(
+    store: Store, tmp_path: Path
+) -> None:
+    side = store.fork(OP, "w/main", "side", ["alice", "bob"])
+    store.set_budget(OP, "w", SetBudget(wavelet="w/side", tokens=1000))
+    store.set_budget(OP, "w", SetBudget(participant="alice", tokens=9000))  # not a sum: no figures
+    alice, bob = alice_of(store), Principal("bob", store.get_wave(OP, "w").id)
+
+    def shared(got: list[Any]) -> Any:
+        (b,) = [b for b in got if b.shared]
+        return b
+
+    def spend(who: Principal, session: str, tokens: int) -> list[Any]:
+        rep = [Spend(wavelet_id=side.id, tokens=tokens)]
+        return store.report_spend(who, "w", SpendReport(participant=who.name, session_id=session, spend=rep))
+
+    got = spend(alice, "s-a", 600)
+    assert (shared(got).spent_tokens, shared(got).spent_cost) == (600, 0.0)
+    assert [b.spent_tokens for b in got if not b.shared] == [None]
+    assert shared(spend(alice, "s-a", 600)).spent_tokens == 600  # the same report again: nothing
+    assert shared(spend(alice, "s-a", 400)).spent_tokens == 600  # a late, lower one: never lowered
+    assert shared(spend(bob, "s-b", 500)).spent_tokens == 1100  # the members' sum
+    assert shared(spend(alice, "s-a2", 50)).spent_tokens == 1150  # a new session of alice adds to it
+    assert shared(store.budgets(OP, "w")).spent_tokens == 1150
+    with pytest.raises(errors.Forbidden, match="cannot report a budget of 'bob'"):
+        store.report_spend(alice, "w", SpendReport(participant="bob", session_id="x", spend=[]))
+    with pytest.raises(errors.UsageError, match="0 or more"):
+        spend(alice, "s-a", -1)
+    assert shared(store.budgets(OP, "w")).spent_tokens == 1150  # the refused report changed nothing
+    # a set budget starts over for who reached it, not for what was spent (spend is the sessions')
+    store.set_budget(OP, "w", SetBudget(wavelet="w/side", tokens=5000))
+    assert shared(store.budgets(OP, "w")).spent_tokens == 1150
 
 
 def test_a_layouts_budget_never_replaces_the_operators_and_an_unchanged_one_keeps_its_marks(
@@ -257,10 +297,54 @@ def wave(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> 
     yield from world(daemon, operator, fleet_env, tmp_path, "w", ["alice", "bob"])
 
 
-def _transcript() -> Path:
+def _transcript(sid: str = SID) -> Path:
     folder = Path(os.environ["HOME"]) / ".claude" / "projects" / "-tmp-project"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{SID}.jsonl"
+    return folder / f"{sid}.jsonl"
+
+
+BOB_SID = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+
+
+def test_members_each_under_a_wavelet_budget_are_all_held_once_their_sum_passes_it(wave: World) -> None:
+    """alice spent 600 and bob 500 on w/main's turns: each is under the wavelet's 1,000, the sum is
+    not. Both channels report their spend and are held; each gets its own notice, the operator one
+    blip; raising the budget delivers the held blip to both."""
+    op = wave.op
+    wid = op.get_wave("w").id
+    for who, sid in (("alice", SID), ("bob", BOB_SID)):
+        op.record_session(wid, NewSession(participant=who, session_id=sid, wavelet_id=wave.main))
+    write(_transcript(SID), [wake("w/main", wave.main, "b0"), reply("a1", u(500, 100))], mode="w")
+    write(_transcript(BOB_SID), [wake("w/main", wave.main, "b0"), reply("b1", u(400, 100))], mode="w")
+    op.set_budget("w", SetBudget(wavelet="w/main", tokens=1000))
+    chans = {
+        who: wave.channel(who, "--receipts", "none", env={**os.environ, "CLAUDE_CODE_SESSION_ID": sid})
+        for who, sid in (("alice", SID), ("bob", BOB_SID))
+    }
+    for who in chans:
+        retry_until(lambda who=who: wave.lock_held(who), what=f"{who}'s channel delivering")  # type: ignore[misc]
+    # each channel reports its session's spend on w/main at its start: the sum is known before a blip
+    retry_until(lambda: op.budgets("w")[0].spent_tokens == 1100, what="both members' spend reported")
+    op.post(wave.main, "over together")
+    for who, ch in chans.items():
+        notice = ch.wait_notes(
+            lambda n: next((x for x in n if x["meta"]["kind"] == "budget"), None), what=f"{who}'s notice"
+        )
+        assert "the members of w/main together" in notice["content"] and "1,100 tokens" in notice["content"]
+    retry_until(lambda: op.budgets("w")[0].reached == ["alice", "bob"], what="both members marked")
+    (b,) = op.budgets("w")
+    assert b.spent_tokens == 1100
+    told = [x for x in op.read(wave.main).blips if x.kind == "system" and x.text.startswith("operator:")]
+    assert len(told) == 1 and "reached their budget together" in told[0].text
+    for ch in chans.values():
+        assert [x["meta"]["kind"] for x in ch.channel_notes() if x["meta"]["kind"] != "system"] == ["budget"]
+    op.set_budget("w", SetBudget(wavelet="w/main", tokens=5000))
+    for who, ch in chans.items():
+        ch.wait_notes(
+            lambda n: any(x["content"] == "over together" for x in n), what=f"the held blip to {who}"
+        )
+        kinds = [x["meta"]["kind"] for x in ch.channel_notes() if x["meta"]["kind"] != "system"]
+        assert kinds == ["budget", "message"]
 
 
 def test_past_its_budget_a_channel_holds_blips_notices_once_and_delivers_them_all_once_raised(

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from realclaude import RealFleet
-from scripted_model import Script, Usage, on_message, post, rule
+from scripted_model import Script, Transcript, Usage, on_message, post, rule
 from scripted_model.server import Request
 
 from fleet.client import Client
@@ -35,9 +36,22 @@ def tokens(requests: list[Request]) -> int:
     )
 
 
+ROUTES = {
+    "channel": (True, (), Transcript.delivered),
+    "auto-without-channels": (False, (), Transcript.hook_blocks),
+    "hook": (False, ("--transport", "hook"), Transcript.hook_blocks),
+}
+"""How the session is woken -> (channels preview on, spawn's extra options, where its blocks are)."""
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
 def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_blip_once_raised(
-    real_fleet: RealFleetFactory, operator: Client
+    real_fleet: RealFleetFactory, operator: Client, route: str
 ) -> None:
+    """The same on each route that wakes a session: pushes (channels), the hook of ``--transport
+    auto`` where Claude Code takes no push, and ``--transport hook``. On the hook routes the one
+    notice comes in the hook's feedback, and it wakes the session once: no wake while held."""
+    channels, extra, received = ROUTES[route]
     script = Script(
         {
             "alice": [
@@ -52,16 +66,16 @@ def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_b
             ]
         }
     )
-    real = real_fleet(channels=True, script=script)
+    real = real_fleet(channels=channels, script=script)
     operator.create_wave("w", ["alice"])
     main = operator.resolve("w/main")
-    real.spawn("w/main", real.layout(["alice"], defaults={"budget": {"tokens": BUDGET}}))
+    real.spawn("w/main", real.layout(["alice"], defaults={"budget": {"tokens": BUDGET}}), *extra)
     (budget,) = operator.budgets("w")
     assert (budget.participant, budget.tokens, budget.source) == ("alice", BUDGET, "layout")
     transcript = real.transcript("alice")
 
     def blocks(kind: str | None = None) -> list[Any]:
-        return [b for b in transcript.delivered() if kind is None or b.kind == kind]
+        return [b for b in received(transcript) if kind is None or b.kind == kind]
 
     def told() -> list[Any]:
         return [
@@ -91,6 +105,7 @@ def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_b
     assert spent >= BIG_INPUT
     assert spent in {tokens(turns[:k]) for k in range(len(turns) + 1)}, (spent, turns)
     real.wait(transcript.settled, "alice done with the notice")
+    wakes = len(transcript.hook_feedback()) + len(transcript.delivered())
     held = real.wait(lambda: _budget_column(real, "alice").endswith(" held"), "fleet status: alice held")
     every = tokens([r for r in real.requests("alice") if r.kind == "turn"])
     assert held and _budget_column(real, "alice") == f"{every / 1000:.1f}k/100.0k tok held"
@@ -99,6 +114,7 @@ def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_b
     (st,) = usage["budgets"]
     assert st["spent"][0]["reached"] and st["spent"][0]["tokens"] >= BIG_INPUT
 
+    assert len(transcript.hook_feedback()) + len(transcript.delivered()) == wakes  # held: no wake since
     raised = real.fleet("budget", "set", "w", "alice", "--tokens", "10000000")
     assert raised.returncode == 0, raised.stderr
     real.wait(lambda: any(b.text == "DONE: three" for b in real.blips("w/main")), "alice's DONE: three")

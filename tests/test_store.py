@@ -52,6 +52,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0007_budgets",
         "0008_summaries",
         "0009_blip_replacer",
+        "0010_budget_spend",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -390,6 +390,9 @@ class Channel:
         if self.receipts:
             self._start_receipts(state)
         core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
+        watch = self._budget_watch()
+        if watch is not None:  # a wavelet budget is the members' sum: count this one from the start
+            watch.report_spend()
         return Engine(
             core,
             self.client(feed=True),
@@ -397,7 +400,7 @@ class Channel:
             wave=self.wave,
             routing=self.routing,
             attendant=self._attendant,
-            hold_back=self._budget_watch(),
+            hold_back=watch,
         )
 
     def _budget_watch(self) -> BudgetWatch | None:
@@ -406,9 +409,23 @@ class Channel:
         if not self.session_id:
             return None
         return BudgetWatch(
-            self.client, self.wave, self.participant, self.session_id, get_paths(),
-            lambda frame: self.server.notify(NOTIFICATION, notification(frame)),
-        )  # fmt: skip
+            self.client, self.wave, self.participant, self.session_id, get_paths(), self._budget_notice
+        )
+
+    def _budget_notice(self, frame: Frame) -> None:
+        """The one budget notice, on the route that wakes the session: pushed once Claude Code takes
+        pushes here; otherwise, with a hook installed (``--transport auto``), owed to the hook's next
+        arm (kept in the state, so a restarted channel still owes it) and handed once — the arm it
+        wakes ends its turn and arms again to find nothing owed, so it never loops."""
+        engine, ledger = self.engine, self.ledger
+        if self.gate is None or ledger is None or engine is None or ledger.state.route == "channel":
+            self.server.notify(NOTIFICATION, notification(frame))
+            return
+        with engine.lock:
+            ledger.state.notices.append(frame)
+            ledger.dirty = True
+        log.info("budget notice owed to the hook (route %s)", ledger.state.route)
+        self._receipts_wanted.set()
 
     # ------------------------------------------------------------ receipts
 
@@ -428,11 +445,11 @@ class Channel:
         """Read the transcript while anything is pending; confirm, route, hand the hook what it is owed."""
         while not self._stop.is_set():
             ledger, engine = self.ledger, self.engine
-            busy = ledger is not None and bool(ledger.state.pending)
+            busy = ledger is not None and bool(ledger.state.pending or ledger.state.notices)
             if not busy:
                 self._receipts_wanted.wait(5.0)
                 self._receipts_wanted.clear()
-            elif self.gate is not None and ledger is not None and ledger.waiting():
+            elif self.gate is not None and ledger is not None and (ledger.waiting() or ledger.state.notices):
                 self.gate.wait_armed(RECEIPT_POLL)
             else:
                 self._stop.wait(RECEIPT_POLL)
@@ -470,10 +487,15 @@ class Channel:
             log.info("hook delivery of %s did not enter the context: owed to the hook again", p.frame.id)
             ledger.owe_hook(p, now)
         owed = ledger.waiting()
+        notices = list(ledger.state.notices)
         gate = self.gate
-        if owed and gate is not None and gate.armed and gate.send([p.frame for p in owed]):
+        handed = (owed or notices) and gate is not None and gate.armed
+        if handed and gate is not None and gate.send([*(p.frame for p in owed), *notices]):
             for p in owed:
                 ledger.hand(p.frame, "hook", now)
+            if notices:  # handed once: no receipt confirms a notice, none is handed again
+                del ledger.state.notices[: len(notices)]
+                ledger.dirty = True
 
     def _feed_failed(self, exc: errors.FleetError, backoff: Backoff) -> None:
         """Record an outage or rejection and wait (jittered backoff; slower for permanent errors)."""

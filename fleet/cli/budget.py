@@ -26,7 +26,7 @@ TargetArg = Annotated[
     str,
     typer.Argument(
         metavar="TARGET",
-        help="WAVE (the whole wave) or WAVE/WAVELET (each member's spend on that wavelet's turns).",
+        help="WAVE (the whole wave) or WAVE/WAVELET (its members' spend on its turns, summed).",
         show_default=False,
     ),
 ]
@@ -51,6 +51,8 @@ def _limit(st: BudgetStatus) -> str:
 
 
 def _scope(wave: str, wavelet: str, participant: str) -> str:
+    if wavelet and not participant:
+        return f"the members of {wavelet} together"
     return f"{participant or 'each participant'} in {wavelet or wave}"
 
 

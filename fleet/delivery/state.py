@@ -80,6 +80,10 @@ class DeliveryState:
     route_why: str = ""
     receipts_problem: str = ""
     """Why receipts cannot be read now ('' when they can)."""
+    notices: list[Frame] = field(default_factory=list)
+    """Notices owed to the hook's next arm (a budget notice on the hook route, :mod:`fleet.budgets`):
+    handed once with whatever else the arm takes, then dropped (they stand in for no blip, so no
+    receipt confirms them and none is handed out again)."""
 
 
 def daemon_key(url: str) -> str:

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet import errors
-from fleet.budgets import Budget, BudgetReport, SetBudget, check_limit, operator_text
+from fleet.budgets import Budget, BudgetReport, SetBudget, SpendReport, check_limit, operator_text
 from fleet.budgets import BudgetReached as BudgetReachedAnswer
 from fleet.ids import IdMinter
 from fleet.models import (
@@ -1073,8 +1073,37 @@ class Store:
                 )
                 if who.is_operator or m["participant"] == who.name
             ]
-            out.append(rows.budget(b, label, reached))
+            budget = rows.budget(b, label, reached)
+            if budget.shared:
+                total = r.execute(
+                    "SELECT COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0.0) AS cost"
+                    " FROM budget_spend WHERE wave_id = ? AND wavelet_id = ?",
+                    (w["id"], b["wavelet_id"]),
+                ).fetchone()
+                budget.spent_tokens, budget.spent_cost = int(total["tokens"]), float(total["cost"])
+            out.append(budget)
         return out
+
+    def report_spend(self, who: Principal, wave: str, rep: SpendReport) -> list[Budget]:
+        """Record what ``rep.participant``'s session spent on each wavelet named (its own channel, or
+        the operator): a row is never lowered, so a repeated or late report changes nothing. Returns
+        the budgets that apply to the participant, the members' sums included."""
+        self.access.require_budget_reporter(who, rep.participant)
+        w = self.access.wave(who, wave)
+        checks.participant_name(rep.participant)
+        at = now()
+        with self._db.write() as conn:
+            for sp in rep.spend[:1000]:
+                if sp.tokens < 0 or not sp.cost >= 0:
+                    raise errors.UsageError(f"spend on {sp.wavelet_id!r}: tokens and cost must be 0 or more")
+                conn.execute(
+                    "INSERT INTO budget_spend(wave_id, wavelet_id, participant, session_id, tokens, cost,"
+                    " reported_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(wave_id, wavelet_id, participant,"
+                    " session_id) DO UPDATE SET tokens = MAX(tokens, excluded.tokens),"
+                    " cost = MAX(cost, excluded.cost), reported_at = excluded.reported_at",
+                    (w["id"], sp.wavelet_id, rep.participant, rep.session_id[:200], sp.tokens, sp.cost, at),
+                )
+        return self.budgets(who, w["id"], rep.participant)
 
     def set_budget(self, who: Principal, wave: str, req: SetBudget) -> Budget | None:
         """Set (or clear: neither tokens nor cost) a budget: operator only. A layout's budget
@@ -1147,7 +1176,15 @@ class Store:
             budget = rows.budget(b, label, [])
             text = operator_text(rep.participant, budget, rep.spent[:200], w["name"])
             at = now()
-            blip = self._new_blip(wl, "system", "system", text, at, actor=rep.participant)
+            told = (
+                budget.shared
+                and conn.execute(  # the members' sum: one blip for them all
+                    "SELECT 1 FROM budget_marks WHERE wave_id = ? AND wavelet_id = ? AND scope = ?"
+                    " AND set_at = ?",
+                    (*key, rep.set_at),
+                ).fetchone()
+            )
+            blip = None if told else self._new_blip(wl, "system", "system", text, at, actor=rep.participant)
             record(
                 conn,
                 BudgetReached(
@@ -1155,6 +1192,8 @@ class Store:
                     set_at=rep.set_at, reached_at=at, blip=blip,
                 ),
             )  # fmt: skip
+        if blip is None:
+            return BudgetReachedAnswer(first=True)
         return BudgetReachedAnswer(first=True, blip_id=blip.id, wavelet_id=blip.wavelet_id)
 
     # ---------------------------------------------------------------- the log

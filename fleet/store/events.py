@@ -264,7 +264,8 @@ class BudgetReached(_Shape):
     participant: str
     set_at: str
     reached_at: str
-    blip: BlipData
+    blip: BlipData | None
+    """None: another member already told the operator of this wavelet budget (the members' sum)."""
 
 
 Event = Annotated[
@@ -574,12 +575,14 @@ def _budget_set(conn: sqlite3.Connection, e: BudgetSet) -> None:
 
 @_on(BudgetReached)
 def _budget_reached(conn: sqlite3.Connection, e: BudgetReached) -> None:
+    blip_id = e.blip.id if e.blip is not None else ""
     conn.execute(
         "INSERT INTO budget_marks(wave_id, wavelet_id, scope, participant, set_at, reached_at, blip_id)"
         " VALUES (?,?,?,?,?,?,?)",
-        (e.wave_id, e.wavelet_id, e.scope, e.participant, e.set_at, e.reached_at, e.blip.id),
+        (e.wave_id, e.wavelet_id, e.scope, e.participant, e.set_at, e.reached_at, blip_id),
     )
-    _insert_blip(conn, e.blip)
+    if e.blip is not None:
+        _insert_blip(conn, e.blip)
 
 
 assert set(_HANDLERS) == set(MODELS), "every event model needs exactly one handler"

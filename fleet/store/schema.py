@@ -266,6 +266,27 @@ def _m0009_blip_replacer(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE blips ADD COLUMN replaced_by TEXT")
 
 
+def _m0010_budget_spend(conn: sqlite3.Connection) -> None:
+    """What each session spent on each wavelet's turns, as its channel last reported it: the sum a
+    wavelet budget is judged on (:mod:`fleet.budgets`). Derived state, not from the log: every
+    channel reports again at each budget check, so a lost row comes back at the next look."""
+    _script(
+        conn,
+        """
+        CREATE TABLE budget_spend (
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            wavelet_id  TEXT NOT NULL,
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            tokens      INTEGER NOT NULL,
+            cost        REAL NOT NULL,
+            reported_at TEXT NOT NULL,
+            PRIMARY KEY (wave_id, wavelet_id, participant, session_id)
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -276,6 +297,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0007_budgets", _m0007_budgets),
     ("0008_summaries", _m0008_summaries),
     ("0009_blip_replacer", _m0009_blip_replacer),
+    ("0010_budget_spend", _m0010_budget_spend),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
