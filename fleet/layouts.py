@@ -9,6 +9,7 @@ A layout is a TOML file (read with the stdlib, validated here):
     arrangement = "main-vertical"        # any tmux layout: tiled, main-vertical, even-horizontal, ...
     main = "lead"                        # whose pane is the big one (else the first roster member)
     main_size = "60%"
+    summarizer = { command = "my-summarizer", every = 50, bytes = 65536, timeout = 30 }
 
     [defaults]                           # every participant's agent profile ...
     agent = "claude"                     # the command (shell words); claude flags are appended
@@ -37,6 +38,10 @@ the participant's channel (``fleet channel --cap``) or, with ``--transport hook`
 ``setup`` give a participant its own git worktree (or the wave's shared one): :mod:`fleet.worktrees`
 and docs/worktrees.md. ``budget`` (exactly one of ``tokens``, a whole number above 0, or ``cost``,
 USD above 0) is recorded in the store at spawn: :mod:`fleet.budgets` and docs/budgets.md.
+``summarizer`` is the wave's rolling-summary writer, run by ``fleet supervise`` (which finds it
+through the layouts recorded with the wave's sessions): after ``every`` new blips or ``bytes`` new
+bytes since a wavelet's last summary it runs ``command`` (no ``command``: fleet's extractive
+default), fallback-open (:mod:`fleet.summaries`, docs/design.md §1a).
 
 Shipped layouts live in the repository's top-level ``layouts/`` folder (installed as the package
 data ``fleet.shipped_layouts``); a user's own in ``fleet paths``'s ``layouts`` folder take
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -94,6 +100,31 @@ class BudgetSpec(BaseModel):
         if self.cost is not None:
             self.cost = float(self.cost)
         return self
+
+
+class SummarizerSpec(BaseModel):
+    """``summarizer = { command = "...", every = N, bytes = M, timeout = S }`` (:mod:`fleet.summaries`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = None
+    """The summarizer's command line (split like a shell would, run without one); None: extractive."""
+    every: StrictInt = Field(default=50, ge=1)
+    bytes: StrictInt = Field(default=64 * 1024, ge=1)
+    timeout: StrictFloat | StrictInt = Field(default=30.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("command")
+    @classmethod
+    def _command_words(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            words = shlex.split(v)
+        except ValueError as exc:
+            raise ValueError(f"cannot be split into words: {exc}") from None
+        if not words:
+            raise ValueError("must be a command, not blank (leave it out for fleet's extractive default)")
+        return v
 
 
 class Profile(BaseModel):
@@ -162,6 +193,8 @@ class Layout(BaseModel):
     participants: dict[str, Profile] = Field(default_factory=dict)
     budget: BudgetSpec | None = None
     """The spawned wavelet's budget: what its members spend on its turns, summed."""
+    summarizer: SummarizerSpec | None = None
+    """The wave's rolling-summary writer, run by ``fleet supervise``; None: summaries only on demand."""
 
     name: str = Field(default="", exclude=True)
     source: str = Field(default="", exclude=True)

@@ -29,13 +29,17 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
 from fleet.delivery.attention import RoutingLog, SummaryEntry, SummaryOutcome
 from fleet.models import Blip, NewSummary, SummaryInput
+from fleet.paths import Paths
 from fleet.wire import RecordError, dumps, field, loads, record
+
+if TYPE_CHECKING:
+    from fleet.layouts import SummarizerSpec
 
 log = logging.getLogger(__name__)
 
@@ -316,3 +320,74 @@ class Runner:
             if page.blips:
                 cursor = page.cursor
                 self.once()
+
+
+# ---------------------------------------------------------------- under ``fleet supervise``
+
+
+def wave_summarizer(client: Client, paths: Paths, wave: str) -> SummarizerSpec | None:
+    """The wave's ``summarizer`` layout key: the first layout recorded with the wave's sessions (in
+    the order the daemon lists them) that has one; None when none does (or none loads here)."""
+    from fleet.layouts import load as load_layout
+
+    seen: set[str] = set()
+    for rec in client.sessions(wave):
+        if not rec.layout or rec.layout in seen:
+            continue
+        seen.add(rec.layout)
+        try:
+            spec = load_layout(rec.layout, paths).summarizer
+        except errors.FleetError as exc:
+            log.debug("layout %s of %s not loaded: %s", rec.layout, rec.participant, exc.message)
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+class Background:
+    """``fleet supervise``'s summary writer: each :meth:`poke` (new blips in the wave) asks a thread
+    of its own for one :meth:`Runner.once` pass with the wave's ``summarizer`` (re-read from its
+    layouts at every pass; none: no pass), so a slow summarizer never delays a respawn. Fail-open:
+    any failure is logged, the full text stays, the next poke tries again."""
+
+    def __init__(self, client: Client, paths: Paths, wave: str, routing: RoutingLog | None) -> None:
+        self.client, self.paths, self.wave, self.routing = client, paths, wave, routing
+        self.passes = 0
+        """Passes done (with or without a summarizer configured)."""
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poke(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"summaries-{self.wave}", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def once(self) -> list[SummaryEntry]:
+        spec = wave_summarizer(self.client, self.paths, self.wave)
+        if spec is None:
+            return []
+        summarizer = Summarizer(spec.command, float(spec.timeout)) if spec.command else None
+        return Runner(self.client, self.wave, self.routing, summarizer, spec.every, spec.bytes).once()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            try:
+                self.once()
+            except errors.FleetError as exc:
+                log.warning("summaries of %s not rolled: %s", self.wave, exc.message)
+            except Exception:  # fail-open: a summary is never worth the supervisor
+                log.exception("summaries of %s not rolled", self.wave)
+            self.passes += 1

@@ -18,7 +18,8 @@ owns no process. What a caller may rely on:
   15 m, 45 m, the last rung repeating; back to the first once the participant posts again); an
   operator blip that mentions a dead participant respawns it at once. Each act is posted into the
   transcript as a ``system`` blip. A participant with no pane at all (killed, window closed) or on
-  no roster is left alone: that was somebody's decision.
+  no roster is left alone: that was somebody's decision. New blips also poke the wave's summary
+  writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer`` key), in its own thread.
 - :func:`kill` kills a wavelet's window or a wave's session, reports the participants in it
   ``gone``, and keeps every record: ``fleet spawn`` later resumes the same sessions.
 """
@@ -52,6 +53,7 @@ from fleet.worktrees import Kept, WorktreeState
 
 if TYPE_CHECKING:
     from fleet.resident.keeper import Keeper
+    from fleet.summaries import Background
 
 log = logging.getLogger(__name__)
 
@@ -525,6 +527,7 @@ class Supervisor:
         ladder: Ladder | None = None,
         tick: float = TICK,
         keeper: Keeper | None = None,
+        summaries: Background | None = None,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -535,12 +538,18 @@ class Supervisor:
         self.cursor = client.activity(self.wave.id).head
         self.keeper = keeper
         """The wave's resident keeper (heartbeats, crons, its failure rule; docs/resident.md)."""
+        self.summaries = summaries
+        """The wave's summary writer (the layouts' ``summarizer`` key), poked by new blips."""
+        self._poked = False
 
     def step(self, wait: float = 0.0) -> list[SupervisorEvent]:
         """Read new blips (waiting up to ``wait`` s for one), look at the panes, act. Never raises for
         one participant's failure; raises :class:`~fleet.errors.DaemonUnreachable` when the daemon is."""
         page = self.client.read_wave(self.wave.id, after=self.cursor, wait=wait)
         self.cursor = page.cursor
+        if self.summaries is not None and (page.blips or not self._poked):
+            self.summaries.poke()  # its own thread: a slow summarizer never delays a respawn
+            self._poked = True
         self.wave = self.client.get_wave(self.wave.id)
         agents = {m.name for wl in self.wave.wavelets for m in wl.roster if m.kind == "agent"}
         mentioned: set[str] = set()

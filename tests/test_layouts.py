@@ -111,6 +111,10 @@ def test_env_merges_defaults_with_the_participants_and_cap_is_optional(
         ('[defaults]\nenv = { "BAD-NAME" = "x" }', "defaults.env"),
         ("[defaults]\nenv = { N = 1 }", "defaults.env.N"),
         ("[participants.bob]\ncap = -1", "participants.bob.cap"),
+        ('summarizer = { command = "  " }', "summarizer.command"),
+        ('summarizer = { command = "say \'unclosed" }', "summarizer.command"),
+        ("summarizer = { every = 0 }", "summarizer.every"),
+        ('summarizer = { cmd = "x" }', "summarizer.cmd"),
     ],
 )
 def test_a_bad_env_or_cap_names_its_field(fleet_env: Paths, tmp_path: Path, text: str, field: str) -> None:
@@ -119,3 +123,16 @@ def test_a_bad_env_or_cap_names_its_field(fleet_env: Paths, tmp_path: Path, text
     with pytest.raises(errors.UsageError) as e:
         layouts.load(str(path), fleet_env)
     assert field in str(e.value)
+
+
+def test_the_summarizer_key_and_its_defaults(fleet_env: Paths, tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('summarizer = { command = "my-summarizer --fast", bytes = 4096 }\n')
+    spec = layouts.load(str(path), fleet_env).summarizer
+    assert spec is not None and (spec.command, spec.every, spec.bytes, spec.timeout) == (
+        "my-summarizer --fast",
+        50,
+        4096,
+        30.0,
+    )
+    assert layouts.load("trio", fleet_env).summarizer is None

@@ -509,3 +509,23 @@ def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Da
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     entries = [parse_entry(line) for line in log.read_bytes().splitlines()]
     assert [e.outcome for e in entries if isinstance(e, SummaryEntry)] == ["accepted", "accepted"]
+
+
+def test_a_contexts_records_carry_every_field_as_their_constructors_would(store: Store) -> None:
+    """The context's records are built field by field (``fleet.wire.built``, the hot read path):
+    each has all of its class's fields, and equals the record its constructor makes from them."""
+    from fleet.models import Member, Summary, Wavelet
+
+    store.create_wave(OP, "w", PEOPLE)
+    main = store.resolve(OP, "w/main").id
+    store.post(OP, main, "DONE: one", as_="alice")
+    summarize_extractive(store, main)
+    store.post(OP, main, "after", as_="bob")
+    leaf = store.fork(OP, main, "f", ["alice"]).id
+    ctx = store.context(OP, leaf)
+    records: list[Any] = [*ctx.blips, *ctx.summaries, *ctx.path, *(m for w in ctx.path for m in w.roster)]
+    assert {type(r) for r in records} == {Blip, Summary, Wavelet, Member}
+    for r in records:
+        names = [f.name for f in type(r).__record_fields__]
+        assert sorted(vars(r)) == sorted(names), type(r)
+        assert r == type(r)(**vars(r))

@@ -639,3 +639,61 @@ def test_cli_supervise_brings_back_a_mentioned_agent_and_stops_on_ctrl_c(
     assert p.wait(20) == 0
     out = p.stdout.read() if p.stdout else ""
     assert "died (signal 9)" in out and "respawned carol" in out
+
+
+STANDIN_SUMMARIZER = """\
+import json, pathlib, sys
+req = json.load(sys.stdin)
+if pathlib.Path(sys.argv[1]).read_text().strip() == "crash":
+    sys.exit("stand-in summarizer: crashed on purpose")
+ids = [b["id"] for b in req["blips"]]
+print(json.dumps({"text": f"stand-in summary of {len(ids)} blip(s)", "cites": req["must_cite"]}))
+"""
+
+
+def test_cli_supervise_rolls_summaries_with_the_layouts_summarizer_fail_open(
+    env: dict[str, str], operator: Client, fleet_env: Paths, wave: str, popen: Any, tmp_path: Path
+) -> None:
+    """The layout's ``summarizer`` key, recorded with the wave's sessions at spawn: ``fleet
+    supervise`` runs it after ``every`` new blips, nobody starts a summary command. A crash leaves
+    the full text and a routing-log line; once it works the next blips get a summary."""
+    from fleet.delivery.attention import SummaryEntry, parse_entry, routing_log_path
+    from fleet.delivery.state import StateFile
+
+    script, mode = tmp_path / "summarizer.py", tmp_path / "mode"
+    script.write_text(STANDIN_SUMMARIZER)
+    mode.write_text("crash")
+    command = f"{sys.executable} {script} {mode}"
+    layout = tmp_path / "summarized.toml"
+    layout.write_text(
+        f"summarizer = {{ command = {json.dumps(command)}, every = 3, timeout = 20 }}\n"
+        f"[defaults]\nagent = {json.dumps(QUIET)}\n"
+    )
+    spawned = fleet(env, "spawn", "demo/main", "--layout", str(layout))
+    assert spawned.returncode == 0, spawned.stderr
+    main = operator.resolve("demo/main")
+    p = popen("supervise", "demo")
+    assert p.stderr is not None and "supervising wave demo" in p.stderr.readline()
+    log = routing_log_path(StateFile(fleet_env.channels, operator.url, "demo", "summarizer"))
+
+    def outcomes() -> list[SummaryEntry]:
+        lines = log.read_bytes().splitlines() if log.exists() else []
+        return [e for e in map(parse_entry, lines) if isinstance(e, SummaryEntry) and e.wavelet_id == main.id]
+
+    done = operator.post(main.id, "DONE: the parser is in.", as_="alice")
+    operator.post(main.id, "a remark", as_="bob")
+    operator.post(main.id, "another remark", as_="carol")
+    crashed = retry_until(outcomes, timeout=30, what="the crashed run in the routing log")
+    assert {(e.outcome, e.author_kind) for e in crashed} == {("exit", "summarizer")}, crashed
+    assert "crashed on purpose" in crashed[0].detail
+    assert operator.summaries(main.id) == [] and operator.context(main.id).saved_bytes == 0
+
+    mode.write_text("ok")
+    for i in range(3):
+        operator.post(main.id, f"more chatter {i}", as_="bob")
+    (summary,) = retry_until(lambda: operator.summaries(main.id), timeout=30, what="a summary by supervise")
+    assert summary.author_kind == "summarizer" and summary.author == os.path.basename(sys.executable)
+    assert summary.text.startswith("stand-in summary of ") and done.id in summary.cites
+    assert [e.outcome for e in outcomes()][-1] == "accepted"
+    p.send_signal(signal.SIGINT)
+    assert p.wait(20) == 0

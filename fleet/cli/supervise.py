@@ -124,16 +124,23 @@ def supervise_(
 ) -> None:
     """Watch WAVE and bring dead agents back: on a ladder (5m, 15m, 45m, ...), or at once when the
     operator mentions them. Keeps the wave's resident too: its heartbeats, crons and failure rule,
-    and any operator blip revives it at once. Every act is posted as a system blip. Runs until Ctrl-C."""
+    and any operator blip revives it at once. Every act is posted as a system blip. Rolls the wave's
+    summaries when its layouts name a summarizer (their `summarizer` key). Runs until Ctrl-C."""
     from fleet import supervise
+    from fleet.cli.summary import _routing
     from fleet.resident.keeper import Keeper
+    from fleet.summaries import Background
 
     name = _wave_name(wave, "supervise")
     spawner = make_spawner(socket, None, "auto", True, wait)
     rungs_given = supervise.Ladder(_waits(ladder)) if ladder else None
     c = client()
-    keeper = Keeper(c, spawner.tmux, get_paths(), c.get_wave(name))
-    sup = supervise.Supervisor(c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper)
+    the_wave = c.get_wave(name)
+    keeper = Keeper(c, spawner.tmux, get_paths(), the_wave)
+    summaries = Background(c, get_paths(), the_wave.name, _routing(the_wave.name))
+    sup = supervise.Supervisor(
+        c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper, summaries=summaries
+    )
     rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
     render.note(f"supervising wave {sup.wave.name} (respawn ladder {rungs}, ...); Ctrl-C stops")
 
@@ -147,6 +154,8 @@ def supervise_(
         sup.run(on_event=show, on_outage=lambda why: render.note(f"{why}; retrying"))
     except KeyboardInterrupt:
         return
+    finally:
+        summaries.close()
 
 
 def _waits(text: str) -> list[float]:

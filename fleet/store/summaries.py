@@ -49,6 +49,7 @@ from fleet.store import checks, rows
 from fleet.store.access import Access, Principal
 from fleet.store.events import BlipPinned, SummaryRecorded, record
 from fleet.store.schema import Connections, now
+from fleet.wire import built
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +91,22 @@ def is_load_bearing(kind: str, text: str, names: re.Pattern[str] | None) -> bool
 
 def summary_of(s: Row, *, load_bearing: bool = True) -> Summary:
     """A summary row as its record; ``load_bearing=False`` leaves that list empty (a context's)."""
-    return Summary(
-        id=s["id"],
-        wavelet_id=s["wavelet_id"],
-        after=s["after"],
-        upto=s["upto"],
-        text=s["text"],
-        author=s["author"],
-        author_kind=s["author_kind"],
-        cites=json.loads(s["cites"]),
-        load_bearing=json.loads(s["load_bearing"]) if load_bearing else [],
-        covered_blips=s["covered_blips"],
-        covered_bytes=s["covered_bytes"],
-        created_at=s["created_at"],
+    return built(
+        Summary,
+        {
+            "id": s["id"],
+            "wavelet_id": s["wavelet_id"],
+            "after": s["after"],
+            "upto": s["upto"],
+            "text": s["text"],
+            "author": s["author"],
+            "author_kind": s["author_kind"],
+            "cites": json.loads(s["cites"]),
+            "load_bearing": json.loads(s["load_bearing"]) if load_bearing else [],
+            "covered_blips": s["covered_blips"],
+            "covered_bytes": s["covered_bytes"],
+            "created_at": s["created_at"],
+        },
     )
 
 
@@ -116,14 +120,15 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str) -> lis
             [n["id"] for n in nodes],
         ):
             rosters[m["wavelet_id"]].append(
-                Member(name=m["name"], kind=m["kind"], joined_at=m["joined_at"], since=m["since"])
-            )
+                built(Member, {"name": m["name"], "kind": m["kind"], "joined_at": m["joined_at"],
+                               "since": m["since"]})
+            )  # fmt: skip
     return [
-        Wavelet(
-            id=wl["id"], wave_id=wl["wave_id"], wave=wave_name, name=wl["name"], parent_id=wl["parent_id"],
-            fork_blip_id=wl["fork_blip_id"], private=bool(wl["private"]), created_by=wl["created_by"],
-            created_at=wl["created_at"], roster=rosters[wl["id"]],
-        )
+        built(Wavelet, {
+            "id": wl["id"], "wave_id": wl["wave_id"], "wave": wave_name, "name": wl["name"],
+            "parent_id": wl["parent_id"], "fork_blip_id": wl["fork_blip_id"], "private": bool(wl["private"]),
+            "created_by": wl["created_by"], "created_at": wl["created_at"], "roster": rosters[wl["id"]],
+        })
         for wl in nodes
     ]  # fmt: skip
 
