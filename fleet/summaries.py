@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery.attention import RoutingLog, SummaryEntry, SummaryOutcome
+from fleet.delivery.attention import AttendantBlip, RoutingLog, SummaryEntry, SummaryOutcome
 from fleet.models import Blip, NewSummary, SummaryInput
 from fleet.paths import Paths
 from fleet.wire import RecordError, dumps, field, loads, record
@@ -89,16 +89,6 @@ def extractive(inp: SummaryInput) -> NewSummary | None:
 
 
 @record(extra="forbid")
-class SummarizerBlip:
-    id: str
-    author: str
-    kind: str
-    text: str
-    created_at: str
-    replaces: str | None = None
-
-
-@record(extra="forbid")
 class SummarizerRequest:
     """What a summarizer reads on stdin: a wavelet's previous summary and the blips after it."""
 
@@ -110,7 +100,8 @@ class SummarizerRequest:
     previous: str = ""
     """The previous summary's text ('' for the first): the new one replaces it, so roll it forward."""
     previous_cites: list[str] = field(default_factory=list)
-    blips: list[SummarizerBlip]
+    blips: list[AttendantBlip]
+    """The blips to cover, oldest first: the attendant's blip record (the same fields, the same rules)."""
     must_cite: list[str] = field(default_factory=list)
     """The load-bearing ids the summary must cite, or it is rejected."""
 
@@ -145,7 +136,7 @@ class Summarizer:
             previous=inp.previous.text if inp.previous is not None else "",
             previous_cites=inp.previous.cites if inp.previous is not None else [],
             blips=[
-                SummarizerBlip(
+                AttendantBlip(
                     id=b.id,
                     author=b.author,
                     kind=b.kind,
