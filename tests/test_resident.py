@@ -181,6 +181,45 @@ def test_the_mind_fold_reads_turns_and_failures_incrementally(tmp_path: Path) ->
     assert reader.read().failed_streak == 2 and not reader.fold.turning
 
 
+def test_a_push_taken_at_a_turns_end_keeps_the_mind_turning_until_its_own_turn_ends(tmp_path: Path) -> None:
+    """The order Claude Code 2.1.332 writes a blip pushed during a turn: ``enqueue`` at once, its
+    ``dequeue`` before the running turn's ``turn_duration``, and its user line only with the next
+    turn's answer. Between those, the mind is turning (status said idle for the whole turn)."""
+    sid = str(uuid.uuid4())
+    path = tmp_path / ".claude" / "projects" / "-x" / f"{sid}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.touch()
+    reader = MindReader(sid, {"HOME": str(tmp_path)})
+
+    def line(**obj: object) -> dict[str, object]:
+        return obj
+
+    def seen(*lines: dict[str, object]) -> bool:
+        with path.open("a") as f:
+            f.writelines(json.dumps(x) + "\n" for x in lines)
+        return reader.read().turning
+
+    wake = line(  # a push's user line is meta
+        type="user", isMeta=True, origin={"kind": "channel"}, message={"role": "user", "content": "<channel>"}
+    )
+    answer = line(type="assistant", message={"content": [{"type": "text", "text": "ok"}]})
+    done = line(type="system", subtype="turn_duration", durationMs=5)
+    queue = [line(type="queue-operation", operation=op) for op in ("enqueue", "dequeue", "remove")]
+    reminder = line(type="user", message={"role": "user", "content": "<system-reminder>x</system-reminder>"})
+    assert seen(queue[0], queue[1], reminder, wake, answer)  # a wake while idle
+    assert seen(queue[0])  # another pushed mid-turn
+    assert seen(queue[1], answer, done), "its dequeue came before the turn's end: the next turn began"
+    assert seen(wake, answer)  # its user line, written with the answer
+    assert not seen(done)
+    assert seen(queue[0]) and not seen(queue[2], done), "a withdrawn input never enters"
+    assert reader.fold.turns == 3 and (reader.fold.queued, reader.fold.taken) == (0, 0)
+    assert not seen(line(type="api-request", querySource="generate_session_title"))  # a side request
+    assert seen(line(type="api-request", querySource="repl_main_thread"))  # the main thread's request
+    absorbed = line(type="attachment", attachment={"type": "queued_command", "prompt": "<channel>"})
+    assert seen(queue[0], queue[1], absorbed, answer)  # taken into the running turn at a tool boundary
+    assert not seen(done), "an input the running turn absorbed opens no further turn"
+
+
 # ---------------------------------------------------------------- the CLI's refusals
 
 

@@ -12,7 +12,13 @@ over the scripted model; docs/resident.md):
 - A turn that **failed** ends with an assistant line carrying ``"isApiErrorMessage": true`` (after
   Claude Code's own retries), and no ``turn_duration``.
 - Blips pushed while a turn runs are queued (``queue-operation`` ``enqueue``) and enter together
-  when it ends: one wake for all of them.
+  when it ends: one wake for all of them. Their ``dequeue`` may be written *before* the running
+  turn's ``turn_duration``, and their user line only with the next turn's answer (seconds later):
+  so a ``turn_duration`` ends the mind's turning only when every dequeued input has entered (a
+  wake's user line, or a ``queued_command`` attachment when a running turn absorbed it). Queue
+  operations are ``enqueue``, ``dequeue`` and ``remove`` (withdrawn: it never enters).
+- Each model request of the main thread is also an ``api-request`` line (``querySource``
+  ``repl_main_thread``), written when it is sent: turning.
 
 :class:`MindReader` reads the file incrementally (only what was appended since the last call) and
 keeps the fold: ``turning``, turns completed, the run of consecutive failed turns, when the last
@@ -45,6 +51,11 @@ class MindFold:
     """Turns cancelled by an interrupt."""
     failed_at: list[float] = field(default_factory=list)
     """When each failed turn of the current run ended (Unix time, from the line's timestamp)."""
+    queued: int = 0
+    """Inputs enqueued and not yet dequeued or removed."""
+    taken: int = 0
+    """Inputs dequeued whose user line (or ``queued_command`` attachment) is not written yet: the
+    turn that takes them has begun."""
 
     def failed_since(self, t: float) -> int:
         """Consecutive failed turns that ended at or after ``t`` (a revived mind starts afresh)."""
@@ -52,7 +63,9 @@ class MindFold:
 
 
 def _is_wake(obj: Mapping[str, object]) -> bool:
-    if obj.get("type") != "user" or obj.get("isMeta"):
+    """A user line that opens a turn (or enters one): not a tool result; a channel, hook or typed
+    origin (a push's line is ``isMeta``), or real text that is not a meta line or a reminder."""
+    if obj.get("type") != "user":
         return False
     message = obj.get("message")
     if not isinstance(message, dict):
@@ -68,8 +81,20 @@ def _is_wake(obj: Mapping[str, object]) -> bool:
     kind = origin.get("kind") if isinstance(origin, dict) else None
     if kind in ("channel", "task-notification", "human"):
         return True
+    if obj.get("isMeta"):
+        return False
     # Claude Code's own reminders ride as user lines too: only real text opens a turn
     return any(t.strip() and not t.lstrip().startswith("<system-reminder>") for t in texts)
+
+
+def _absorbed(obj: Mapping[str, object]) -> bool:
+    """A ``queued_command`` attachment: a queued input a running turn took in at a tool boundary."""
+    attachment = obj.get("attachment")
+    return (
+        obj.get("type") == "attachment"
+        and isinstance(attachment, dict)
+        and (attachment.get("type") == "queued_command")
+    )
 
 
 class MindReader:
@@ -109,15 +134,27 @@ class MindReader:
 
     def _take(self, obj: Mapping[str, object], mtime: float) -> None:
         f = self.fold
-        if obj.get("type") == "user" and "[Request interrupted by user" in json.dumps(obj.get("message")):
+        kind, operation = obj.get("type"), obj.get("operation")
+        if kind == "user" and "[Request interrupted by user" in json.dumps(obj.get("message")):
             f.turning, f.last_end = False, mtime  # Escape in the pane (fleet resident interrupt)
             f.interrupted += 1
-        elif _is_wake(obj) or (
-            obj.get("type") == "queue-operation" and obj.get("operation") in ("enqueue", "dequeue")
-        ):
+            f.queued = f.taken = 0
+        elif kind == "queue-operation" and operation in ("enqueue", "dequeue", "remove"):
+            if operation == "enqueue":
+                f.queued += 1
+            else:
+                f.queued = max(0, f.queued - 1)
+                f.taken += operation == "dequeue"
+            f.turning = f.turning or operation != "remove"
+        elif _is_wake(obj) or _absorbed(obj):
+            f.taken = max(0, f.taken - 1)
             f.turning = True  # (the wake's own user line may be written only with the answer)
-        elif obj.get("type") == "system" and obj.get("subtype") == "turn_duration":
-            f.turning, f.turns, f.failed_streak, f.last_end = False, f.turns + 1, 0, mtime
+        elif kind == "api-request" and str(obj.get("querySource", "")).startswith("repl_main_thread"):
+            f.turning = True  # the main thread's request (side requests, e.g. a title, come after)
+        elif kind == "system" and obj.get("subtype") == "turn_duration":
+            f.turns, f.failed_streak, f.last_end = f.turns + 1, 0, mtime
+            f.turning = f.taken > 0  # a dequeued input not entered yet: the next turn has begun
+            f.taken = 0
             f.failed_at = []
         elif obj.get("type") == "assistant" and obj.get("isApiErrorMessage"):
             message = obj.get("message")
@@ -125,7 +162,7 @@ class MindReader:
             text = " ".join(
                 str(b.get("text", "")) for b in content or [] if isinstance(b, dict)
             ) if isinstance(content, list) else ""  # fmt: skip
-            f.turning, f.last_end = False, mtime
+            f.turning, f.taken, f.last_end = f.taken > 0, 0, mtime
             f.failed_streak += 1
             f.failed_total += 1
             f.failed_at.append(stamp(obj, mtime))
