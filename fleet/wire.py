@@ -212,7 +212,16 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def load(cls: type[T], data: Any) -> T:
-    """``data`` (decoded JSON) as a ``cls`` record; raises :class:`RecordError` if it does not fit."""
+    """``data`` (decoded JSON) as a ``cls`` record; raises :class:`RecordError` if it does not fit.
+
+    Data that fits goes through converters compiled once per annotation (:func:`_fast`), which stop
+    at the first misfit; only then does the exact walk below run, to name every problem with its
+    path. A channel loads a feed answer per delivery: the walk's per-value introspection was most of
+    a channel's CPU in a 64-agent burst (``bench/store.py``)."""
+    try:
+        return typing.cast(T, _fast(cls)(data))
+    except _Misfit:
+        pass
     problems: list[tuple[str, str]] = []
     out = _convert(cls, data, "", problems)
     if problems:
@@ -335,6 +344,184 @@ def _record(cls: type, value: dict[str, Any], path: str, problems: list[tuple[st
     if len(problems):
         return None
     return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- load, compiled
+
+
+class _Misfit(Exception):
+    """Raised by a compiled converter at the first value that does not fit (no path, no words)."""
+
+
+_Conv = Callable[[Any], Any]
+_FAST: dict[Any, _Conv] = {}
+
+
+def _fast(hint: Any) -> _Conv:
+    """The compiled converter of ``hint``: what :func:`_convert` returns for data that fits, or
+    :class:`_Misfit` exactly where :func:`_convert` would report a problem."""
+    try:
+        return _FAST[hint]
+    except KeyError:
+        conv = _FAST[hint] = _compile(hint)
+        return conv
+    except TypeError:  # an unhashable annotation: compiled each time
+        return _compile(hint)
+
+
+def _misfit(value: Any) -> Any:
+    raise _Misfit
+
+
+def _compile(hint: Any) -> _Conv:  # one branch per annotation kind, as in _convert
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return lambda v: v
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(hint)
+        none_ok = type(None) in args
+        options = [_fast(a) for a in args if a is not type(None)]
+        if len(options) == 1:
+            (only,) = options
+
+            def optional(v: Any) -> Any:
+                return None if v is None and none_ok else only(v)
+
+            return optional
+
+        def union(v: Any) -> Any:
+            if v is None and none_ok:
+                return None
+            for option in options:
+                try:
+                    return option(v)
+                except _Misfit:
+                    continue
+            raise _Misfit
+
+        return union
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+
+        def literal(v: Any) -> Any:
+            if any(v == a and type(v) is type(a) for a in allowed):
+                return v
+            raise _Misfit
+
+        return literal
+    if origin is list:
+        (item_hint,) = typing.get_args(hint) or (Any,)
+        item = _fast(item_hint)
+        if item_hint is str:
+
+            def strings(v: Any) -> Any:
+                if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                    return list(v)
+                raise _Misfit
+
+            return strings
+
+        def array(v: Any) -> Any:
+            if isinstance(v, list):
+                return [item(x) for x in v]
+            raise _Misfit
+
+        return array
+    if origin is dict:
+        _k, item_hint = typing.get_args(hint) or (str, Any)
+        value_of = _fast(item_hint)
+
+        def obj(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {str(k): value_of(x) for k, x in v.items()}
+            raise _Misfit
+
+        return obj
+    if hint is str:
+        return lambda v: v if isinstance(v, str) else _misfit(v)
+    if hint is bool:
+        return lambda v: v if isinstance(v, bool) else _misfit(v)
+    if hint is int:
+        return lambda v: v if isinstance(v, int) and not isinstance(v, bool) else _misfit(v)
+    if hint is float:
+        return lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else _misfit(v)
+    if hint is type(None):
+        return lambda v: None if v is None else _misfit(v)
+    if hint is Path:
+        return lambda v: Path(v) if isinstance(v, str) else _misfit(v)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        members = hint
+
+        def member(v: Any) -> Any:
+            try:
+                return members(v)
+            except ValueError:
+                raise _Misfit from None
+
+        return member
+    if isinstance(hint, type) and is_record(hint):
+        return _compile_record(hint)
+    return _misfit  # an annotation this module does not know: the exact walk raises TypeError
+
+
+def _compile_record(cls: type) -> _Conv:
+    plan: list[tuple[str, str, _Conv, Any, Any, typing.Mapping[str, Any]]] | None = None
+    forbid = getattr(cls, "__record_extra__", "ignore") == "forbid"
+    known: frozenset[str] = frozenset()
+
+    def build() -> list[tuple[str, str, _Conv, Any, Any, typing.Mapping[str, Any]]]:
+        nonlocal plan, known
+        hints = _hints(cls)
+        fields = _fields(cls)
+        known = frozenset(f.key for f in fields)
+        plan = [
+            (
+                f.key,
+                f.name,
+                _fast(hints[f.name]),
+                f.default,
+                f.factory,
+                {k: f.meta[k] for k in _LIMITS & f.meta.keys()},
+            )
+            for f in fields
+        ]
+        return plan
+
+    def rec(v: Any) -> Any:
+        if isinstance(v, cls):
+            return v
+        if not isinstance(v, dict):
+            raise _Misfit
+        values: dict[str, Any] = {}
+        for key, name, conv, default, factory, meta in plan or build():  # built on first use (cycles)
+            if key in v:
+                x = conv(v[key])
+                if meta and x is not None and _misfits(meta, x):
+                    raise _Misfit
+                values[name] = x
+            elif factory is not _MISSING:
+                values[name] = factory()
+            elif default is not _MISSING:
+                values[name] = default
+            else:
+                raise _Misfit
+        if forbid and not known.issuperset(v):
+            raise _Misfit
+        obj: Any = object.__new__(cls)
+        obj.__dict__.update(values)
+        return obj
+
+    return rec
+
+
+_LIMITS = frozenset({"min_length", "max_length", "ge", "le", "pattern"})
+"""The constraints :func:`_check` applies (a field's other meta is its key and doc)."""
+
+
+def _misfits(meta: typing.Mapping[str, Any], v: Any) -> bool:
+    problems: list[tuple[str, str]] = []
+    _check(meta, v, "", problems)
+    return bool(problems)
 
 
 def _check(meta: typing.Mapping[str, Any], v: Any, where: str, problems: list[tuple[str, str]]) -> None:

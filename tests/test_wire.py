@@ -151,3 +151,60 @@ def test_blips_round_trip_any_text(text: str, author: str, kind: str) -> None:
            "created_at": "t"}  # fmt: skip
     blip = wire.load(Blip, raw)
     assert wire.load(Blip, wire.dump(blip)) == blip
+
+
+@record(extra="forbid")
+class Mixed:
+    value: int | str | None = None
+    items: list[Inner] = field(default_factory=list)
+    color: Color | Literal[0] = 0
+    score: float = field(default=0.0, ge=0, le=1)
+
+
+_ODD: list[object] = [None, True, False, 0, 1, -1, 0.5, 2.0, "", "a", "red", "blue", "/x", [], {}, ["a"], [1],
+                      {"n": 1}, {"n": True}, [{"n": 1}], [{"n": "1"}], {"k": "v"}]  # fmt: skip
+"""Values put in place of a field: each kind JSON has, and near misses of the records' shapes."""
+_VALID: dict[type, dict[str, object]] = {
+    Outer: {"name": "n", "with": ["a"], "inner": {"n": 1, "tags": ["t"]}, "mode": "b", "color": "blue",
+            "ratio": 2, "where": "/x", "flag": True, "counts": {"k": 1}},
+    Mixed: {"value": 3, "items": [{"n": 1}, {"n": 2, "tags": []}], "color": "red", "score": 0.5},
+    Blip: {"id": "i", "wavelet_id": "w", "wave_id": "v", "author": "a", "kind": "message", "text": "t",
+           "created_at": "t"},
+}  # fmt: skip
+
+
+def _variants(value: object) -> list[object]:
+    """``value`` with one place in it (at any depth) replaced by each of :data:`_ODD`, and (in an
+    object) a key removed or an unknown one added."""
+    out: list[object] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += [{**value, k: x} for x in _variants(v)]
+            out.append({key: x for key, x in value.items() if key != k})
+        out.append({**value, "unknown": 1})
+    elif isinstance(value, list):
+        for n, v in enumerate(value):
+            out += [[*value[:n], x, *value[n + 1 :]] for x in _variants(v)]
+    return out + _ODD
+
+
+@pytest.mark.parametrize("cls", [Outer, Mixed, Blip], ids=lambda c: c.__name__)
+def test_the_compiled_load_agrees_with_the_exact_walk(cls: type) -> None:
+    """Valid data with one place (at any depth) replaced, removed or added to: the compiled
+    converters accept exactly what the walk accepts, with an equal record; what it refuses, the
+    walk names."""
+    variants = _variants(_VALID[cls])
+    assert len(variants) > 100
+    for raw in [_VALID[cls], *variants]:
+        problems: list[tuple[str, str]] = []
+        slow = wire._convert(cls, raw, "", problems)
+        try:
+            fast = wire._fast(cls)(raw)
+        except wire._Misfit:
+            assert problems, f"the compiled load refused what the walk accepts: {raw!r}"
+            with pytest.raises(RecordError) as caught:
+                wire.load(cls, raw)
+            assert caught.value.problems == problems
+        else:
+            assert not problems, f"the compiled load accepted {raw!r}; the walk says {problems}"
+            assert fast == slow and wire.load(cls, raw) == slow
