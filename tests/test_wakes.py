@@ -90,3 +90,37 @@ def test_a_feed_parks_after_one_fetch_when_nothing_commits_meanwhile(
     operator.post(main, "alice: hello", as_="operator")
     t.join(10)
     assert got and [b.text for b in got[0].blips] == ["alice: hello"] and feeds[0] == 2
+
+
+def test_a_channels_next_feed_parks_without_a_fetch_and_still_misses_no_commit(
+    daemon: Daemon, operator: Client
+) -> None:
+    """After a feed answer with blips, the same connection's next request (cursors moved past them)
+    parks with no store query while nothing touched its keys; a post landing between the answer
+    and that request is answered at once all the same."""
+    operator.create_wave("w", ["alice"])
+    main = operator.resolve("w/main").id
+    head = operator.read(main).cursor
+    feeder = Client(operator.base_url, operator._token)  # one connection, used by this thread only
+    feeds = counting(daemon, "feed")
+
+    def post_when_parked(text: str) -> None:
+        retry_until(lambda: daemon.notifier.parked == 1, 5, 0.005, "the feed to park")
+        operator.post(main, text, as_="operator")
+
+    def feed_with(text: str, cursor: str) -> Feed:
+        t = threading.Thread(target=post_when_parked, args=(text,))
+        t.start()
+        got = feeder.feed("w", "alice", {main: cursor}, wait=20)
+        t.join(10)
+        return got
+
+    one = feed_with("alice: one", head)
+    assert [b.text for b in one.blips] == ["alice: one"] and feeds[0] == 2  # parked, then woken
+    two = feed_with("alice: two", one.blips[-1].id)
+    assert [b.text for b in two.blips] == ["alice: two"]
+    assert feeds[0] == 3, "the next request fetched before parking"
+    operator.post(main, "alice: three", as_="operator")  # between an answer and the next request
+    three = feeder.feed("w", "alice", {main: two.blips[-1].id}, wait=20)
+    assert [b.text for b in three.blips] == ["alice: three"]
+    assert feeder.feed("w", "alice", {main: head}, wait=0).blips[-1].text == "alice: three"  # other cursors
