@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import fleet
 from fleet import errors
@@ -42,7 +42,7 @@ from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
 from fleet.paths import get_paths
 from fleet.procs import identity
-from fleet.wire import copy
+from fleet.wire import copy, dump
 
 if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
     from fleet.delivery.attention import Attendant, RoutingLog
@@ -528,16 +528,17 @@ class Channel:
                 snapshot = self._snapshot()
             self._write_state(snapshot)
 
-    def _snapshot(self) -> tuple[int, DeliveryState] | None:
-        """A numbered copy of unsaved state (the caller holds the engine's lock), or None when saved."""
+    def _snapshot(self) -> tuple[int, dict[str, Any]] | None:
+        """A numbered copy of unsaved state as data (the caller holds the engine's lock), or None
+        when saved."""
         engine = self.engine
         if engine is None or not engine.core.dirty:
             return None
         engine.core.mark_saved()
         self._snap_seq += 1
-        return self._snap_seq, copy(engine.core.state)
+        return self._snap_seq, dump(engine.core.state)
 
-    def _write_state(self, snapshot: tuple[int, DeliveryState] | None) -> None:
+    def _write_state(self, snapshot: tuple[int, dict[str, Any]] | None) -> None:
         if snapshot is None:
             return
         seq, state = snapshot
@@ -545,7 +546,7 @@ class Channel:
             if seq <= self._saved_seq:  # a newer copy is already on disk
                 return
             try:
-                self.state_file.save(state)
+                self.state_file.save_dumped(state)
                 self._saved_seq = seq
             except OSError as exc:  # the cursors stay in memory; the next batch tries again
                 log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
