@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery.attention import RUN_FAILURES, AttendantBlip, RoutingLog, SummaryEntry, SummaryOutcome
+from fleet.delivery.attention import (
+    RUN_FAILURES,
+    AttendantBlip,
+    RoutingLog,
+    SummaryEntry,
+    SummaryOutcome,
+    attendant_blips,
+)
 from fleet.models import Blip, NewSummary, SummaryInput
 from fleet.paths import Paths
 from fleet.procs import run_fail_open
@@ -133,17 +140,7 @@ class Summarizer:
             wavelet_id=inp.wavelet_id,
             previous=inp.previous.text if inp.previous is not None else "",
             previous_cites=inp.previous.cites if inp.previous is not None else [],
-            blips=[
-                AttendantBlip(
-                    id=b.id,
-                    author=b.author,
-                    kind=b.kind,
-                    text=b.text,
-                    created_at=b.created_at,
-                    replaces=b.replaces,
-                )
-                for b in inp.blips
-            ],
+            blips=attendant_blips(inp.blips),
             must_cite=inp.load_bearing,
         )
         out, outcome, detail = self._run(dumps(request).encode())

@@ -323,6 +323,16 @@ class AttendantBlip:
     replaces: str | None = None
 
 
+def attendant_blips(blips: Iterable[Blip]) -> list[AttendantBlip]:
+    """``blips`` as an attendant (or a summarizer) reads them."""
+    return [
+        AttendantBlip(
+            id=b.id, author=b.author, kind=b.kind, text=b.text, created_at=b.created_at, replaces=b.replaces
+        )
+        for b in blips
+    ]
+
+
 @record(extra="forbid")
 class AttendantRequest:
     """What an attendant reads on stdin: one wavelet's digested blips from one feed batch."""
@@ -376,17 +386,7 @@ class Attendant:
             wave=self.routing_log.wave,
             wavelet=label,
             wavelet_id=batch.wavelet_id,
-            blips=[
-                AttendantBlip(
-                    id=b.id,
-                    author=b.author,
-                    kind=b.kind,
-                    text=b.text,
-                    created_at=b.created_at,
-                    replaces=b.replaces,
-                )
-                for b in digested
-            ],
+            blips=attendant_blips(digested),
         )
         t0 = time.monotonic()
         verdict, outcome, detail = self._run(dumps(request).encode())
