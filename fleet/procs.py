@@ -4,13 +4,23 @@ The one place ``/proc/<pid>/stat`` is parsed (Linux). Elsewhere the answers fall
 (``kill(pid, 0)``), which cannot tell a zombie from a live process; fleet's supported platform is
 Linux, where tmux 3.3a sometimes leaves an agent that exited at once unreaped (a zombie whose exit
 status only the kernel still has).
+
+Also the one runner of the external commands fleet can do without (the attendant, the summarizer):
+:func:`run_fail_open` turns every way such a command can fail into a :class:`Ran`, never an
+exception or a hang.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Literal
 
 PROC = Path("/proc")
 
@@ -113,3 +123,107 @@ def with_env(name: str, value: str) -> list[int]:
         if want in env.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+# ---------------------------------------------------------------- running a command fail-open
+
+RanKind = Literal["ok", "error", "timeout", "exit", "too-large"]
+"""``error``: it could not be started; ``exit``: a non-zero exit status; ``too-large``: more stdout
+than allowed."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How one :func:`run_fail_open` ended."""
+
+    kind: RanKind
+    output: bytes | None = None
+    """Its stdout (``ok`` only; else None)."""
+    detail: str = ""
+    """Why it is not ``ok``, for a log line (empty when it is)."""
+
+
+def run_fail_open(
+    argv: list[str],
+    payload: bytes,
+    *,
+    timeout: float,
+    out_max: int,
+    err_max: int = 4096,
+    what: str = "answer",
+    running: Callable[[subprocess.Popen[bytes] | None], object] | None = None,
+) -> Ran:
+    """Run ``argv`` (no shell, in its own process group) with ``payload`` on stdin; its stdout.
+
+    Fail-open: a command that cannot start, outlives ``timeout`` seconds (then its whole process
+    group is killed; the detail says no ``what`` came in time), exits non-zero (the detail keeps the
+    tail of its stderr, of which ``err_max`` bytes are read), or writes more than ``out_max`` bytes is
+    a :class:`Ran` saying so. A command that does not read its stdin is no error. ``running`` is
+    told the process once it started and None once it ended, so that another thread can
+    :func:`kill_group` it meanwhile.
+    """
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Ran("error", detail=f"cannot run {argv[0]!r}: {exc.strerror or exc}")
+    if running is not None:
+        running(proc)
+    out, err = bytearray(), bytearray()
+    pumps = [
+        threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stdout, out, out_max), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, err, err_max), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return Ran("timeout", detail=f"no {what} within {timeout:g}s; killed")
+    finally:
+        if running is not None:
+            running(None)
+        for t in pumps:  # the pipes close with the process (a grandchild may keep one: no wait)
+            t.join(1.0)
+    if proc.returncode != 0:
+        tail = err.decode("utf-8", "replace").strip()[-300:]
+        return Ran("exit", detail=f"exit status {proc.returncode}" + (f": {tail}" if tail else ""))
+    if len(out) > out_max:
+        return Ran("too-large", detail=f"more than {out_max} bytes of output")
+    return Ran("ok", output=bytes(out))
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc``'s process group (it leads one: ``start_new_session``); reap it (2 s at most)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(2.0)
+
+
+def _feed(stream: IO[bytes] | None, data: bytes) -> None:
+    """Write the payload and close stdin (a command that does not read it is no error)."""
+    if stream is None:
+        return
+    with contextlib.suppress(OSError):
+        stream.write(data)
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def _drain(stream: IO[bytes] | None, into: bytearray, limit: int) -> None:
+    """Read a pipe to its end, keeping at most ``limit`` + 1 bytes (the rest is read and dropped, so
+    a chatty command neither blocks nor fills memory)."""
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := os.read(stream.fileno(), 65536):
+            if len(into) <= limit:
+                into += chunk[: limit + 1 - len(into)]

@@ -20,22 +20,27 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shlex
-import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery.attention import AttendantBlip, RoutingLog, SummaryEntry, SummaryOutcome
+from fleet.delivery.attention import (
+    RUN_FAILURES,
+    AttendantBlip,
+    RoutingLog,
+    SummaryEntry,
+    SummaryOutcome,
+    attendant_blips,
+)
 from fleet.models import Blip, NewSummary, SummaryInput
 from fleet.paths import Paths
+from fleet.procs import run_fail_open
 from fleet.wire import RecordError, dumps, field, loads, record
 
 if TYPE_CHECKING:
@@ -135,17 +140,7 @@ class Summarizer:
             wavelet_id=inp.wavelet_id,
             previous=inp.previous.text if inp.previous is not None else "",
             previous_cites=inp.previous.cites if inp.previous is not None else [],
-            blips=[
-                AttendantBlip(
-                    id=b.id,
-                    author=b.author,
-                    kind=b.kind,
-                    text=b.text,
-                    created_at=b.created_at,
-                    replaces=b.replaces,
-                )
-                for b in inp.blips
-            ],
+            blips=attendant_blips(inp.blips),
             must_cite=inp.load_bearing,
         )
         out, outcome, detail = self._run(dumps(request).encode())
@@ -166,59 +161,11 @@ class Summarizer:
         return summary, "accepted", ""
 
     def _run(self, payload: bytes) -> tuple[bytes | None, SummaryOutcome, str]:
-        try:
-            proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return None, "error", f"cannot run {self.argv[0]!r}: {exc.strerror or exc}"
-        out, err = bytearray(), bytearray()
-        pumps = [
-            threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stdout, out, SUMMARIZER_OUTPUT_MAX), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stderr, err, 4096), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
-        try:
-            proc.wait(self.timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(2.0)
-            return None, "timeout", f"no summary within {self.timeout:g}s; killed"
-        finally:
-            for t in pumps:
-                t.join(1.0)
-        if proc.returncode != 0:
-            tail = err.decode("utf-8", "replace").strip()[-300:]
-            return None, "exit", f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
-        if len(out) > SUMMARIZER_OUTPUT_MAX:
-            return None, "invalid", f"more than {SUMMARIZER_OUTPUT_MAX} bytes of output"
-        return bytes(out), "accepted", ""
-
-
-def _feed(stream: IO[bytes] | None, data: bytes) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(OSError):
-        stream.write(data)
-    with contextlib.suppress(OSError):
-        stream.close()
-
-
-def _drain(stream: IO[bytes] | None, into: bytearray, limit: int) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := os.read(stream.fileno(), 65536):
-            if len(into) <= limit:
-                into += chunk[: limit + 1 - len(into)]
+        ran = run_fail_open(
+            self.argv, payload, timeout=self.timeout, out_max=SUMMARIZER_OUTPUT_MAX, what="summary"
+        )
+        outcome: SummaryOutcome = "accepted" if ran.kind == "ok" else RUN_FAILURES[ran.kind]
+        return ran.output, outcome, ran.detail
 
 
 # ---------------------------------------------------------------- one roll, and the loop

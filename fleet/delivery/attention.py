@@ -25,12 +25,10 @@ holds what touches the outside world, for the transports to call:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -38,12 +36,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Literal
+from typing import Literal
 
 from fleet.delivery.rules import Action, Batch, Routed, Rule
 from fleet.delivery.state import StateFile
 from fleet.models import Blip
 from fleet.paths import ensure_private_dir
+from fleet.procs import RanKind, kill_group, run_fail_open
 from fleet.wire import RecordError, dumps, field, load, loads, record
 
 log = logging.getLogger(__name__)
@@ -149,6 +148,15 @@ class SummaryEntry(Entry):
     missing: list[str] = field(default_factory=list)
     detail: str = ""
     elapsed_ms: float = 0.0
+
+
+RUN_FAILURES: dict[RanKind, Literal["error", "timeout", "exit", "invalid"]] = {
+    "error": "error",
+    "timeout": "timeout",
+    "exit": "exit",
+    "too-large": "invalid",
+}
+"""The outcome (attendant's and summarizer's alike) of a run of theirs that gave no output to read."""
 
 
 LogEntry = RouteEntry | MissEntry | AttendantEntry | SummaryEntry
@@ -315,6 +323,16 @@ class AttendantBlip:
     replaces: str | None = None
 
 
+def attendant_blips(blips: Iterable[Blip]) -> list[AttendantBlip]:
+    """``blips`` as an attendant (or a summarizer) reads them."""
+    return [
+        AttendantBlip(
+            id=b.id, author=b.author, kind=b.kind, text=b.text, created_at=b.created_at, replaces=b.replaces
+        )
+        for b in blips
+    ]
+
+
 @record(extra="forbid")
 class AttendantRequest:
     """What an attendant reads on stdin: one wavelet's digested blips from one feed batch."""
@@ -368,17 +386,7 @@ class Attendant:
             wave=self.routing_log.wave,
             wavelet=label,
             wavelet_id=batch.wavelet_id,
-            blips=[
-                AttendantBlip(
-                    id=b.id,
-                    author=b.author,
-                    kind=b.kind,
-                    text=b.text,
-                    created_at=b.created_at,
-                    replaces=b.replaces,
-                )
-                for b in digested
-            ],
+            blips=attendant_blips(digested),
         )
         t0 = time.monotonic()
         verdict, outcome, detail = self._run(dumps(request).encode())
@@ -414,76 +422,27 @@ class Attendant:
         with self._lock:
             proc = self._proc
         if proc is not None:
-            self._kill(proc)
+            kill_group(proc)
 
     def _run(self, payload: bytes) -> tuple[AttendantVerdict | None, AttendantOutcome, str]:
-        try:
-            proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return None, "error", f"cannot run {self.argv[0]!r}: {exc.strerror or exc}"
-        with self._lock:
-            self._proc = proc
-        out, err = bytearray(), bytearray()
-        pumps = [
-            threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stdout, out, ATTENDANT_OUTPUT_MAX), daemon=True),
-            threading.Thread(target=_drain, args=(proc.stderr, err, 4096), daemon=True),
-        ]
-        for t in pumps:
-            t.start()
-        try:
-            proc.wait(self.timeout)
-        except subprocess.TimeoutExpired:
-            self._kill(proc)
-            return None, "timeout", f"no verdict within {self.timeout:g}s; killed"
-        finally:
-            with self._lock:
-                self._proc = None
-            for t in pumps:  # the pipes close with the process (a grandchild may keep one: no wait)
-                t.join(1.0)
-        if proc.returncode != 0:
-            tail = err.decode("utf-8", "replace").strip()[-300:]
-            return None, "exit", f"exit status {proc.returncode}" + (f": {tail}" if tail else "")
-        if len(out) > ATTENDANT_OUTPUT_MAX:
-            return None, "invalid", f"more than {ATTENDANT_OUTPUT_MAX} bytes of output"
-        if not out.strip():
+        ran = run_fail_open(
+            self.argv,
+            payload,
+            timeout=self.timeout,
+            out_max=ATTENDANT_OUTPUT_MAX,
+            what="verdict",
+            running=self._track,
+        )
+        if ran.output is None:
+            return None, RUN_FAILURES[ran.kind], ran.detail
+        if not ran.output.strip():
             return AttendantVerdict(), "none", ""
         try:
-            return loads(AttendantVerdict, bytes(out)), "none", ""
+            return loads(AttendantVerdict, ran.output), "none", ""
         except RecordError as exc:
             where, msg = exc.problems[0]
-            return None, "invalid", f"not a verdict ({where or 'output'}: {msg}): {bytes(out[:120])!r}"
+            return None, "invalid", f"not a verdict ({where or 'output'}: {msg}): {ran.output[:120]!r}"
 
-    @staticmethod
-    def _kill(proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(2.0)
-
-
-def _feed(stream: IO[bytes] | None, data: bytes) -> None:
-    """Write the request and close stdin (an attendant that does not read it is no error)."""
-    if stream is None:
-        return
-    with contextlib.suppress(OSError):
-        stream.write(data)
-    with contextlib.suppress(OSError):
-        stream.close()
-
-
-def _drain(stream: IO[bytes] | None, into: bytearray, limit: int) -> None:
-    """Read a pipe to its end, keeping at most ``limit`` + 1 bytes (the rest is read and dropped, so
-    a chatty attendant neither blocks nor fills memory)."""
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := os.read(stream.fileno(), 65536):
-            if len(into) <= limit:
-                into += chunk[: limit + 1 - len(into)]
+    def _track(self, proc: subprocess.Popen[bytes] | None) -> None:
+        with self._lock:
+            self._proc = proc
