@@ -1052,7 +1052,7 @@ class Daemon:
         body = r.model(FeedRequest)
         if not body.wait >= 0:  # also NaN, which would otherwise wait forever
             raise errors.UsageError("wait must be a non-negative number of seconds")
-        wave_id = str(self._s.access.wave(r.who, r.arg)["id"]) if body.wait > 0 else ""
+        wave_id = self._s.wave_id(r.who, r.arg) if body.wait > 0 else ""
         asked = (r.who.token_id, r.who.name, wave_id, body.participant, body.limit)
         last: _LastFeed | None = getattr(self._conn, "feed", None)
         start = None
@@ -1084,7 +1084,7 @@ class Daemon:
 
     def _report_presence(self, r: Request) -> Answer:
         body = r.model(PresenceReport)
-        wave_id = self._s.access.wave(r.who, r.arg)["id"]  # (not the whole wave: two per second per agent)
+        wave_id = self._s.wave_id(r.who, r.arg)  # (not the whole wave: two per second per agent)
         if not r.who.is_operator and body.participant != r.who.name:
             raise errors.Forbidden(f"{r.who.name!r} cannot report presence for {body.participant!r}")
         before = self.presence.rows(wave_id, [body.participant])[0].state

@@ -552,3 +552,30 @@ def test_a_remembered_token_is_forgotten_when_it_is_revoked_and_posts_keep_it(st
     assert store.authenticate("alice-secret") is None
     bob = store.authenticate("bob-secret")
     assert bob is not None and bob.name == "bob"
+
+
+def test_a_generation_is_exact_only_for_a_read_no_write_overlapped(tmp_path: Path) -> None:
+    """What the shared feed results rest on: a stamp taken before a read is exact after it only
+    when no write was in progress and none began; an older generation's table is gone."""
+    from fleet.store.schema import Connections, GenerationMemo
+
+    db = Connections(tmp_path / "s.db")
+    quiet = db.stamp()
+    assert db.exact(quiet)
+    with db.write() as w:
+        during = db.stamp()  # a write in progress: a read now may see it or not
+        assert not db.exact(during) and not db.exact(quiet)
+        w.execute("SELECT 1")
+    assert not db.exact(quiet) and not db.exact(during), "a write began since: not exact"
+    after = db.stamp()
+    assert db.exact(after) and after[0] == quiet[0] + 1
+    with pytest.raises(RuntimeError), db.write():
+        raise RuntimeError("rolled back")
+    assert db.stamp()[0] == after[0] + 1 and not db.exact(after)  # a failed write ends one too
+    memo = GenerationMemo()
+    first = memo.at(1)
+    assert first is not None
+    first["k"] = "v"
+    assert memo.at(1) is first and memo.at(0) is None
+    assert memo.at(2) == {} and memo.at(1) is None, "a newer generation drops the older one's results"
+    db.close()

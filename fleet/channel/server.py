@@ -59,6 +59,10 @@ BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
 
+SAVE_GAP = 0.05
+"""Seconds between two saves of the state file under load (the batches between are saved together,
+the last one at shutdown): a save per batch was the largest part of a busy channel's CPU, and a
+crash replays at most this much, never skips."""
 RECEIPT_POLL = 0.05
 """Seconds between looks at the transcript while a frame is pending."""
 
@@ -515,7 +519,8 @@ class Channel:
     # ------------------------------------------------------------ saving
 
     def _save_forever(self) -> None:
-        """Write the state file after each batch, off the delivery thread (coalescing under load)."""
+        """Write the state file after each batch, off the delivery thread, at most every
+        :data:`SAVE_GAP` seconds (the batches in between are saved together)."""
         while True:
             self._save_wanted.wait()
             self._save_wanted.clear()
@@ -527,6 +532,8 @@ class Channel:
             with engine.lock:
                 snapshot = self._snapshot()
             self._write_state(snapshot)
+            if snapshot is not None and self._stop.wait(SAVE_GAP):
+                return  # stopping: shutdown saves the last state
 
     def _snapshot(self) -> tuple[int, dict[str, Any]] | None:
         """A numbered copy of unsaved state as data (the caller holds the engine's lock), or None

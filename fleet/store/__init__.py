@@ -104,7 +104,16 @@ from fleet.store.events import (
     record,
     replay,
 )
-from fleet.store.schema import MATERIALISED, MIGRATIONS, Connections, connect, dump_tables, migrate, now
+from fleet.store.schema import (
+    MATERIALISED,
+    MIGRATIONS,
+    Connections,
+    GenerationMemo,
+    connect,
+    dump_tables,
+    migrate,
+    now,
+)
 from fleet.store.schema import store_id as read_store_id
 from fleet.store.summaries import CONTEXT_PAGE, Summaries
 
@@ -165,6 +174,9 @@ class Store:
         self.summaries = Summaries(self._db, self.access, self.ids, self._text)
         """Rolling summaries, pins, and context assembly over them (:mod:`fleet.store.summaries`)."""
         self._auth_cache: dict[str, tuple[int, Principal]] = {}
+        self._memo = GenerationMemo()
+        self._live: dict[str, int] = {}
+        """Token id -> the token epoch at which it was last found unrevoked."""
         """Token hash -> (token epoch when read, who): good until a write that changes the tokens
         commits (a revocation takes effect at the next request); known tokens only."""
 
@@ -251,6 +263,19 @@ class Store:
             self._auth_cache[key] = (epoch, who)
         return who
 
+    def _require_live(self, who: Principal) -> None:
+        """:meth:`Access.require_live`, asked of the database only when a token changed since this
+        token was last found live (a feed checks it on every fetch)."""
+        if who.token_id is None:
+            return
+        epoch = self._db.token_epoch  # read before the query, as in :meth:`authenticate`
+        if self._live.get(who.token_id) == epoch:
+            return
+        self.access.require_live(who)
+        if len(self._live) >= AUTH_CACHE_MAX:
+            self._live.clear()
+        self._live[who.token_id] = epoch
+
     def _authenticate(self, key: str) -> Principal | None:
         row = (
             self._r()
@@ -307,6 +332,11 @@ class Store:
         """The wave with the wavelets ``who`` may see (private ones only where it is on the roster)."""
         w = self.access.wave(who, ref)
         return rows.wave(w, [self._wavelet(wl, w["name"]) for wl in self.access.wavelets(who, w["id"])])
+
+    def wave_id(self, who: Principal, wave: str) -> str:
+        """The id of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it (a
+        feed asks it on every request: answered from the generation's shared results)."""
+        return str(self.access.wave(who, wave, self._memo.at(self._db.generation))["id"])
 
     def wave_name(self, who: Principal, wave: str) -> str:
         """The name of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it."""
@@ -740,9 +770,11 @@ class Store:
         cursors can step over them). A wavelet left is absent and delivers nothing. A participant
         reads only its own feed.
         """
+        stamp = self._db.stamp()  # before the snapshot: shared results of its generation are no newer
+        memo = self._memo.at(stamp[0])
         with self._db.snapshot() as r:  # memberships and blips from one state: no leave slips between
-            self.access.require_live(who)
-            w = self.access.wave(who, wave)
+            self._require_live(who)
+            w = self.access.wave(who, wave, memo)
             checks.participant_name(participant)
             self.access.require_self(
                 who, participant, f"{who.name!r} cannot read the feed of {participant!r}"
@@ -769,13 +801,21 @@ class Store:
                 cursor = cursors.get(row["id"])
                 if cursor is None or cursor < row["since"]:
                     cursor = row["since"]
-                got = r.execute(
-                    "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
-                    (row["id"], cursor, limit + 1),
-                ).fetchall()
+                key = ("feed", row["id"], cursor, limit)
+                got: list[Blip] | None = memo.get(key) if memo is not None else None  # type: ignore[assignment]
+                if got is None:
+                    got = [
+                        rows.blip(b)
+                        for b in r.execute(
+                            "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
+                            (row["id"], cursor, limit + 1),
+                        )
+                    ]
+                    if memo is not None and self._db.exact(stamp):
+                        memo[key] = got  # the other feeds woken by the same commit read it from here
                 if len(got) > limit:
                     more, got = True, got[:limit]
-                blips.extend(rows.blip(b) for b in got)
+                blips.extend(got)
             blips.sort(key=lambda b: b.id)
             return Feed(wavelets=wavelets, blips=blips, more=more)
 
@@ -1050,9 +1090,17 @@ class Store:
     def budgets(self, who: Principal, wave: str, participant: str | None = None) -> list[Budget]:
         """The wave's budgets ``who`` may see (a participant: those that apply to it), each with who
         reached it since it was set; ``participant``: only those that apply to that participant."""
-        w = self.access.wave(who, wave)
+        stamp = self._db.stamp()
+        memo = self._memo.at(stamp[0])
+        w = self.access.wave(who, wave, memo)
         r = self._r()
         out: list[Budget] = []
+        if memo is not None and memo.get(("no budgets", w["id"])):
+            return out  # (every feed answer carries the budgets: most waves have none)
+        if not r.execute("SELECT 1 FROM budgets WHERE wave_id = ? LIMIT 1", (w["id"],)).fetchone():
+            if memo is not None and self._db.exact(stamp):
+                memo[("no budgets", w["id"])] = True
+            return out
         for b in r.execute(
             "SELECT * FROM budgets WHERE wave_id = ? ORDER BY wavelet_id, participant", (w["id"],)
         ):

@@ -247,11 +247,21 @@ class Access:
         """``wl``'s path from the root (``wl`` last) without the ancestors ``who`` cannot see."""
         return [n for n in self.ancestry(wl) if self.can_see(who, n)]
 
-    def wave(self, who: Principal, ref: str) -> Row:
-        """The wave ``ref`` names (name, id or unique id prefix), if ``who`` may see it."""
+    def wave(self, who: Principal, ref: str, memo: dict[object, object] | None = None) -> Row:
+        """The wave ``ref`` names (name, id or unique id prefix), if ``who`` may see it. ``memo``:
+        a generation's shared results (:class:`fleet.store.schema.GenerationMemo`), where a wave
+        found by name or id is kept (a wave's row is never changed or removed once written)."""
         check_ref(ref, "wave")
+        key = ("wave", ref)
+        row: Row | None = memo.get(key) if memo is not None else None  # type: ignore[assignment]
+        if row is not None:
+            if not who.in_scope(row["id"]):
+                raise _no_wave(ref)
+            return row
         r = self._r()
-        row: Row | None = r.execute("SELECT * FROM waves WHERE name = ? OR id = ?", (ref, ref)).fetchone()
+        row = r.execute("SELECT * FROM waves WHERE name = ? OR id = ?", (ref, ref)).fetchone()
+        if row is not None and memo is not None:
+            memo[key] = row
         if row is None and is_id_like(ref):
             rows = r.execute(
                 "SELECT * FROM waves WHERE id LIKE ? ESCAPE '\\' LIMIT 2", (like_prefix(ref),)

@@ -372,6 +372,26 @@ def note_token_write() -> None:
     _token_writes += 1
 
 
+class GenerationMemo:
+    """Query results shared by the threads that read one generation of the store (the 64 feeds a
+    post wakes ask the same wavelet for the same blips). An entry is put only from a read that saw
+    exactly its generation (:meth:`Connections.exact`), and read by a thread that took the
+    generation before its own snapshot began, so what it gets is never newer than what it reads
+    itself; at worst older, by commits whose wake-ups have not gone out yet. A newer generation
+    drops the lot."""
+
+    def __init__(self) -> None:
+        self._current: tuple[int, dict[object, object]] = (-1, {})
+
+    def at(self, generation: int) -> dict[object, object] | None:
+        """The entries of ``generation`` (a fresh table when it is newer than the last seen), or
+        None for an older one."""
+        current = self._current  # one read: the pair is replaced whole, never torn
+        if generation > current[0]:
+            current = self._current = (generation, {})
+        return current[1] if current[0] == generation else None
+
+
 class Connections:
     """One writer behind a lock, and read connections from a bounded pool, for one database file
     (migrated on open).
@@ -387,6 +407,10 @@ class Connections:
         self._wlock = threading.Lock()
         self.token_epoch = 0
         """Bumped after each commit that changed the tokens (what a cache of token look-ups compares)."""
+        self.generation = 0
+        """Write transactions ended so far (bumped when each ends, before :meth:`write` returns)."""
+        self._writing = 0
+        """The generation the write in progress will end as (== :attr:`generation` when none is)."""
         self._w = connect(path)
         migrate(self._w)
         self._local = threading.local()
@@ -442,20 +466,34 @@ class Connections:
         there is nothing to roll back, and the error that caused it is what is raised.
         """
         with self._wlock, storage_faults(self.path):
-            self._w.execute("BEGIN IMMEDIATE")
-            tokens_before = _token_writes
+            self._writing = self.generation + 1
             try:
-                yield self._w
-                self._w.execute("COMMIT")
-                if _token_writes != tokens_before:
-                    self.token_epoch += 1
-            except BaseException:
-                if self._w.in_transaction:
-                    try:
-                        self._w.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        log.exception("rolling back a failed write")
-                raise
+                self._w.execute("BEGIN IMMEDIATE")
+                tokens_before = _token_writes
+                try:
+                    yield self._w
+                    self._w.execute("COMMIT")
+                    if _token_writes != tokens_before:
+                        self.token_epoch += 1
+                except BaseException:
+                    if self._w.in_transaction:
+                        try:
+                            self._w.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            log.exception("rolling back a failed write")
+                    raise
+            finally:
+                self.generation = self._writing
+
+    def stamp(self) -> tuple[int, int]:
+        """(generation, the generation of the write in progress): taken before a read, what
+        :meth:`exact` compares with after it."""
+        return self.generation, self._writing
+
+    def exact(self, stamp: tuple[int, int]) -> bool:
+        """True when no write was in progress at ``stamp`` and none began since: a read made in
+        between saw exactly generation ``stamp[0]``."""
+        return stamp[0] == stamp[1] == self._writing
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
