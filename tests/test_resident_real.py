@@ -237,9 +237,11 @@ def test_the_resident_dispatches_a_worker_is_nudged_while_it_runs_and_reports_ba
         (nudge,) = [r for r in real.requests("resident") if any(e.kind == "prompt" for e in r.events)]
         assert any("heartbeat" in e.text and "w/job: running" in e.text for e in nudge.events)
         worker_t = real.transcript("worker")
-        assert [c.text for c in worker_t.delivered() if c.author == "resident"] == [
-            "worker: build the widget", "worker: wrap up and surface",
-        ]  # fmt: skip
+        wanted = ["worker: build the widget", "worker: wrap up and surface"]
+        real.wait(  # (Claude Code writes its transcript behind the session: the lines may lag)
+            lambda: [c.text for c in worker_t.delivered() if c.author == "resident"] == wanted,
+            "the resident's two blips in the worker's transcript",
+        )
         st = status(real, repo)
         assert st["in_flight"] == 0 and st["workers"][0]["status"] == "done", st
         real.wait(lambda: real.transcript("resident").settled(), "the resident's report turn ended")
