@@ -59,10 +59,6 @@ BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
 
-SAVE_GAP = 0.05
-"""Seconds between two saves of the state file under load (the batches between are saved together,
-the last one at shutdown): a save per batch was the largest part of a busy channel's CPU, and a
-crash replays at most this much, never skips."""
 RECEIPT_POLL = 0.05
 """Seconds between looks at the transcript while a frame is pending."""
 
@@ -85,8 +81,7 @@ class _Sink:
         now = time.time()
         if ledger is not None and c.hook_route:
             ledger.hand(frame, "waiting", now)
-            c._receipts_wanted.set()
-            return True
+            return True  # (the receipts thread is woken once the step's frames are all out)
         self.pushes += 1
         if self.drop_every and self.pushes % self.drop_every == 0:
             log.warning("fault injection: push %d swallowed", self.pushes)
@@ -94,7 +89,6 @@ class _Sink:
             return False
         if ledger is not None:
             ledger.hand(frame, "channel", now)
-            c._receipts_wanted.set()
         return True
 
 
@@ -363,6 +357,11 @@ class Channel:
             self._outage = None
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            if step.pushed and self.ledger is not None:
+                # woken after the step, not at each push: the receipts thread took the GIL between
+                # two pushes of one batch, and under load Claude Code started a turn on the first
+                # alone (a fork's provenance without the kickoff that followed it 70 ms later)
+                self._receipts_wanted.set()
             if engine.core.dirty:
                 self._save_wanted.set()
             if step.pushed and self.ledger is None:  # with receipts, presence hears of confirmations
@@ -519,8 +518,7 @@ class Channel:
     # ------------------------------------------------------------ saving
 
     def _save_forever(self) -> None:
-        """Write the state file after each batch, off the delivery thread, at most every
-        :data:`SAVE_GAP` seconds (the batches in between are saved together)."""
+        """Write the state file after each batch, off the delivery thread (coalescing under load)."""
         while True:
             self._save_wanted.wait()
             self._save_wanted.clear()
@@ -532,8 +530,6 @@ class Channel:
             with engine.lock:
                 snapshot = self._snapshot()
             self._write_state(snapshot)
-            if snapshot is not None and self._stop.wait(SAVE_GAP):
-                return  # stopping: shutdown saves the last state
 
     def _snapshot(self) -> tuple[int, dict[str, Any]] | None:
         """A numbered copy of unsaved state as data (the caller holds the engine's lock), or None
