@@ -1055,6 +1055,7 @@ class Daemon:
         wave_id = self._s.wave_id(r.who, r.arg) if body.wait > 0 else ""
         asked = (r.who.token_id, r.who.name, wave_id, body.participant, body.limit)
         last: _LastFeed | None = getattr(self._conn, "feed", None)
+        self._conn.feed = None  # (a request that fails leaves no note behind)
         start = None
         if last is not None and last.asked == asked and last.next_cursors == body.cursors:
             start = (last.seen, last.keys, Feed(wavelets=last.wavelets, blips=[]))
@@ -1067,7 +1068,6 @@ class Daemon:
             start=start,
             basis=basis,
         )
-        self._conn.feed = None
         if basis and feed.blips and not feed.more and wave_id:
             # What this connection's next request will ask, and what it would be answered: nothing,
             # unless a commit touches these keys since the fetch began. So that request parks at
