@@ -358,9 +358,9 @@ class Channel:
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
             if step.pushed and self.ledger is not None:
-                # woken after the step, not at each push: the receipts thread took the GIL between
-                # two pushes of one batch, and under load Claude Code started a turn on the first
-                # alone (a fork's provenance without the kickoff that followed it 70 ms later)
+                # woken after the step, not at each push, so that it does not run between two pushes
+                # of one batch (under load Claude Code once started a turn on the first alone: a
+                # fork's provenance, its kickoff pushed 70 ms later)
                 self._receipts_wanted.set()
             if engine.core.dirty:
                 self._save_wanted.set()
