@@ -273,6 +273,7 @@ class _Seen:
     last_post: float | None = None
     delivered: int = 0
     gone: bool = False
+    launch: str | None = None
 
 
 @dataclass
@@ -291,6 +292,7 @@ class PresenceBook:
             s = self._rows.setdefault((wave_id, r.participant), _Seen())
             s.session_id = r.session_id or s.session_id
             s.host = r.host or s.host
+            s.launch = r.launch or s.launch
             if r.event == "gone":
                 s.gone = True
                 return
@@ -332,6 +334,7 @@ class PresenceBook:
                         last_delivery=s.last_delivery,
                         last_post=s.last_post,
                         delivered=s.delivered,
+                        launch=s.launch,
                     )
                 )
             return out

@@ -242,6 +242,8 @@ class PresenceRow:
     last_delivery: float | None = None
     last_post: float | None = None
     delivered: int = 0
+    launch: str | None = None
+    """The launch of the channel that reported last (:class:`PresenceReport`)."""
 
 
 @record
@@ -478,6 +480,9 @@ class PresenceReport:
     count: int = 0
     session_id: str | None = field(default=None, max_length=MAX_SESSION_ID)
     host: str | None = field(default=None, max_length=MAX_HOST)
+    launch: str | None = field(default=None, max_length=MAX_SESSION_ID)
+    """The launch this channel belongs to (``FLEET_LAUNCH``, set by spawn per launch): a respawn is
+    ready only when its own channel speaks, not the one it replaces (same session id)."""
 
 
 @record(extra="forbid")

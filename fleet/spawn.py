@@ -164,6 +164,7 @@ def channel_entry(
     cap: int | None = None,
     receipts: bool = False,
     hook_fallback: bool = False,
+    launch: str = "",
 ) -> dict[str, object]:
     """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file).
 
@@ -181,6 +182,8 @@ def channel_entry(
     if cap is not None:
         args += ["--cap", str(cap)]
     env = {k: os.environ[k] for k in ("FLEET_HOME",) if os.environ.get(k)}
+    if launch:
+        env["FLEET_LAUNCH"] = launch  # in its presence reports: this launch's channel, not an older one
     return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
 
 
@@ -255,6 +258,8 @@ class Spawner:
 
             hook_settings = partial(fleet_hook, daemon=client.base_url)
         self.hook_settings: HookSettingsFn = hook_settings
+        self._launches: dict[str, str] = {}
+        """Pane id -> the launch id its channel was given (``FLEET_LAUNCH``): readiness is its ping."""
 
     # ---------------------------------------------------------------- helpers
 
@@ -322,10 +327,12 @@ class Spawner:
         # auto: the hook takes what Claude Code's transcript shows it did not take; an agent that keeps
         # no transcript gets the channel alone (no receipts: nothing for a hook to take over)
         fallback = transport == "auto" and claude
+        launch = str(uuid.uuid4())
+        self._launches[pane_id] = launch
         entry = channel_entry(
             participant, wave.name, self.client.base_url, token_file,
             attention=profile.attention, deliver=transport != "hook", cap=profile.cap,
-            receipts=claude, hook_fallback=fallback,
+            receipts=claude, hook_fallback=fallback, launch=launch,
         )  # fmt: skip
         hook = None
         if transport == "hook" or fallback:
@@ -661,7 +668,10 @@ class Spawner:
                 pane: PaneInfo | None = panes.get(rep.pane_id)
                 row = presence.get(name)
                 fresh = row and row.last_ping and row.last_ping != before.get(name)
-                if row and fresh and row.session_id == rep.session_id and not rep.ready:
+                # this launch's channel, not the one it replaced (a respawn keeps the session id); a
+                # channel that names no launch (an older fleet) is taken at its word, as before
+                ours = row is not None and row.launch in (None, self._launches.get(rep.pane_id))
+                if row and fresh and ours and row.session_id == rep.session_id and not rep.ready:
                     rep.ready, rep.why = True, "channel connected"
                     if name in accepted:
                         rep.route = ROUTE_CHANNEL

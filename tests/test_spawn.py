@@ -367,3 +367,40 @@ def test_spawning_with_a_participant_token_says_what_token_it_needs_and_leaves_n
     assert not tmux_server.is_alive() or not tmux_server.sessions  # no stray placeholder pane
     assert operator.list_tokens("demo") == tokens_before and operator.sessions("demo") == sessions_before
     assert not (fleet_env.tokens).exists() or not any(fleet_env.tokens.rglob("*.token"))
+
+
+def test_a_respawn_is_ready_on_its_own_channel_not_on_the_one_it_replaces(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """A respawn keeps the session id, so the old channel's last pings (until its process is gone)
+    looked like the new one's: `respawn` said ready before the new agent had started. Readiness is
+    the ping of this launch's channel (``FLEET_LAUNCH`` in its presence reports)."""
+    import threading
+
+    from fleet.models import PresenceReport
+
+    first = spawner(operator, tmux_server, fleet_env)
+    bob = next(
+        p for p in first.spawn("demo/main", layouts.load("trio", fleet_env)).panes if p.participant == "bob"
+    )
+    old_launch = first._launches[bob.pane_id]
+    replaced = threading.Event()
+
+    def old_channel_still_pinging() -> None:  # until the new agent starts, as a dying channel may
+        while not replaced.is_set() and len(argv_received(fleet_env, "bob")) < 2:
+            report = PresenceReport(
+                participant="bob", event="ping", session_id=bob.session_id, launch=old_launch
+            )
+            operator.report_presence("demo", report)
+            replaced.wait(0.02)
+
+    t = threading.Thread(target=old_channel_still_pinging)
+    t.start()
+    try:
+        again = spawner(operator, tmux_server, fleet_env, agent=None).respawn("demo", "bob", force=True)
+    finally:
+        replaced.set()
+        t.join(5)
+    assert again.ready, again.why
+    runs = argv_received(fleet_env, "bob")
+    assert len(runs) == 2 and "--resume" in runs[1], "ready before the respawned agent had started"

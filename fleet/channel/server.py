@@ -140,8 +140,9 @@ class Channel:
                 self._attendant = Attendant(config.attendant, self.routing, timeout)
         self.reload_token()
         self.presence = Presence(
-            self.client, self.wave, self.participant, session_id=config.session_id, host=config.host
-        )
+            self.client, self.wave, self.participant, session_id=config.session_id, host=config.host,
+            launch=os.environ.get("FLEET_LAUNCH") or None,
+        )  # fmt: skip
         self._presence_loop = PresenceLoop(
             self.presence, config.ping_interval, lambda: self._reports_presence, self._stop
         )

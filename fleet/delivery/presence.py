@@ -40,12 +40,14 @@ class Presence:
         *,
         session_id: str | None = None,
         host: str | None = None,
+        launch: str | None = None,
     ) -> None:
         self.client = client
         self.wave = wave
         self.participant = participant
         self.session_id = session_id
         self.host = host
+        self.launch = launch
 
     def report(self, event: Event, count: int = 0, timeout: float = 0.0) -> None:
         """Send one report (best effort). With ``timeout``, wait at most that long for it."""
@@ -55,6 +57,7 @@ class Presence:
             count=count,
             session_id=self.session_id,
             host=self.host,
+            launch=self.launch,
         )
 
         def send() -> None:
