@@ -411,7 +411,6 @@ def _compile(hint: Any) -> _Conv:  # one branch per annotation kind, as in _conv
         return literal
     if origin is list:
         (item_hint,) = typing.get_args(hint) or (Any,)
-        item = _fast(item_hint)
         if item_hint is str:
 
             def strings(v: Any) -> Any:
@@ -420,6 +419,7 @@ def _compile(hint: Any) -> _Conv:  # one branch per annotation kind, as in _conv
                 raise _Misfit
 
             return strings
+        item = _fast(item_hint)
 
         def array(v: Any) -> Any:
             if isinstance(v, list):
@@ -507,9 +507,7 @@ def _compile_record(cls: type) -> _Conv:
                 raise _Misfit
         if forbid and not known.issuperset(v):
             raise _Misfit
-        obj: Any = object.__new__(cls)
-        obj.__dict__.update(values)
-        return obj
+        return built(cls, values)
 
     return rec
 

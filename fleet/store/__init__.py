@@ -174,11 +174,12 @@ class Store:
         self.summaries = Summaries(self._db, self.access, self.ids, self._text)
         """Rolling summaries, pins, and context assembly over them (:mod:`fleet.store.summaries`)."""
         self._auth_cache: dict[str, tuple[int, Principal]] = {}
-        self._memo = GenerationMemo()
-        self._live: dict[str, int] = {}
-        """Token id -> the token epoch at which it was last found unrevoked."""
         """Token hash -> (token epoch when read, who): good until a write that changes the tokens
         commits (a revocation takes effect at the next request); known tokens only."""
+        self._live: dict[str, int] = {}
+        """Token id -> the token epoch at which it was last found unrevoked."""
+        self._memo = GenerationMemo()
+        """What the feeds one commit wakes read alike, per generation (:meth:`feed`, :meth:`budgets`)."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
