@@ -16,6 +16,10 @@
 7. A burst of ``--burst-blips`` blips into a wave of ``--burst-agents`` stand-ins (``fleet-standin``
    with its own ``fleet channel`` each, as spawn runs them, minus tmux), beside the same burst to one
    stand-in: deliveries counted, and ack → notification latency p50/p99 from the stand-ins' logs.
+   The same blips paced at ``--burst-rate`` posts/s as well (the fan-out without a poster that
+   outruns it), and for each run the CPU per delivery (daemon + channels + stand-ins) and how many
+   of the machine's cores the run kept busy: a back-to-back burst runs the machine at its limit,
+   where latency is the length of the queue, whatever the code.
 """
 
 from __future__ import annotations
@@ -311,6 +315,14 @@ class Burst:
     daemon_cpu_s: float
     channels_cpu_s: float
     standins_cpu_s: float
+    rate: float
+    """Posts per second (0: back to back)."""
+    span_s: float
+    """From the first post to the last notification."""
+
+    @property
+    def cpu_s(self) -> float:
+        return self.daemon_cpu_s + self.channels_cpu_s + self.standins_cpu_s
 
 
 def _cpu(pid: int) -> float:
@@ -334,10 +346,11 @@ def _cpu_sum(pids: list[int]) -> float:
     return total
 
 
-def burst(home: Path, agents: int, blips: int) -> Burst:
-    """``blips`` posted back to back into a wave of ``agents`` stand-ins (``fleet-standin``, each
-    running its own ``fleet channel`` over MCP, as spawn launches them, without tmux). Latency: from
-    the post's acknowledgement to the stand-in logging the channel notification that carries it."""
+def burst(home: Path, agents: int, blips: int, rate: float = 0.0) -> Burst:
+    """``blips`` posted back to back (or ``rate`` a second) into a wave of ``agents`` stand-ins
+    (``fleet-standin``, each running its own ``fleet channel`` over MCP, as spawn launches them,
+    without tmux). Latency: from the post's acknowledgement to the stand-in logging the channel
+    notification that carries it."""
     import uuid
 
     from fleet.client import Client
@@ -399,8 +412,10 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
         channels = [c for pid in standins for c in _children(pid)]
         standins0, channels0 = _cpu_sum(standins), _cpu_sum(channels)
         acks: dict[str, float] = {}
-        t0 = time.monotonic()
+        t0, first = time.monotonic(), time.time()
         for i in range(blips):
+            if rate > 0:
+                time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
             b = poster.post(main, f"burst blip {i}")
             acks[b.id] = time.time()
         posting = time.monotonic() - t0
@@ -412,9 +427,10 @@ def burst(home: Path, agents: int, blips: int) -> Burst:
             time.sleep(0.2)
         seen = notified()
         lat = [(got[b] - t) * 1000 for got in seen for b, t in acks.items() if b in got]
+        last = max((got[b] for got in seen for b in acks if b in got), default=first)
         return Burst(
             agents, blips, len(lat), lat, posting, _cpu(daemon_pid) - cpu0,
-            _cpu_sum(channels) - channels0, _cpu_sum(standins) - standins0,
+            _cpu_sum(channels) - channels0, _cpu_sum(standins) - standins0, rate, last - first,
         )  # fmt: skip
     finally:
         os.environ.pop("FLEET_HOME", None)
@@ -441,21 +457,30 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def report_bursts(tmp: Path, agents: int, blips: int) -> None:
-    """Section 7: the burst to ``agents`` stand-ins beside the same burst to one (the baseline)."""
+def report_bursts(tmp: Path, agents: int, blips: int, rate: float) -> None:
+    """Section 7: the burst to ``agents`` stand-ins beside the same burst to one (the baseline),
+    and the burst to ``agents`` paced at ``rate`` posts/s (0: not run)."""
     runs = [burst(tmp / f"burst-{n}", n, blips) for n in sorted({1, agents})]
+    if rate > 0 and agents > 1:
+        runs.append(burst(tmp / f"burst-{agents}-paced", agents, blips, rate))
+    cores = os.cpu_count() or 1
     for b in runs:
         expected = b.agents * b.blips
         p50b, p99b = pct(b.latencies_ms, 50), pct(b.latencies_ms, 99)
         label = f"burst of {b.blips} blips to {b.agents} stand-in(s)" + (
             " (baseline)" if b.agents == 1 and len(runs) > 1 else ""
-        )
+        ) + (f" at {b.rate:g}/s" if b.rate else "")  # fmt: skip
         row(f"{label}: delivered", f"{b.delivered:,} / {expected:,}",
             f"posting took {b.posting_s:.2f} s; CPU: daemon {b.daemon_cpu_s:.1f} s, channels"
             f" {b.channels_cpu_s:.1f} s, stand-ins {b.standins_cpu_s:.1f} s")  # fmt: skip
         row(f"{label}: ack -> notification p50 / p99", f"{p50b:.1f} / {p99b:.1f} ms",
             f"max {max(b.latencies_ms):.1f} ms; target p99 <= {TARGET_BURST_P99_MS:g} ms:"
             f" {ok(p99b <= TARGET_BURST_P99_MS)}")  # fmt: skip
+        if b.delivered:
+            busy = b.cpu_s / b.span_s if b.span_s > 0 else 0.0
+            row(f"{label}: CPU per delivery, cores busy", f"{b.cpu_s / b.delivered * 1e6:,.0f} µs",
+                f"{busy:.2f} of {cores} cores busy over the {b.span_s:.2f} s from first post to last"
+                " notification")  # fmt: skip
 
 
 def main() -> None:
@@ -471,6 +496,7 @@ def main() -> None:
     ap.add_argument("--fresh", type=int, default=1000, help="fresh connections for the footprint run")
     ap.add_argument("--burst-agents", type=int, default=64, help="stand-ins in the burst (0: skip it)")
     ap.add_argument("--burst-blips", type=int, default=200)
+    ap.add_argument("--burst-rate", type=float, default=10.0, help="posts/s of the paced burst (0: skip it)")
     ap.add_argument("--burst-only", action="store_true", help="run the burst (7.) alone")
     args = ap.parse_args()
     per_client = max(1, args.posts // args.clients)
@@ -483,7 +509,7 @@ def main() -> None:
         )
 
         if args.burst_only:
-            report_bursts(tmp, args.burst_agents or 64, args.burst_blips)
+            report_bursts(tmp, args.burst_agents or 64, args.burst_blips, args.burst_rate)
             return
         raw = raw_sqlite(args.raw, tmp)
         row("raw SQLite INSERT+COMMIT per row (WAL, synchronous=NORMAL)", f"{raw:,.0f} commits/s")
@@ -547,7 +573,7 @@ def main() -> None:
                 f"target within 5 %: {ok(fd1 <= fd0 * 1.05)}")  # fmt: skip
 
         if args.burst_agents:
-            report_bursts(tmp, args.burst_agents, args.burst_blips)
+            report_bursts(tmp, args.burst_agents, args.burst_blips, args.burst_rate)
 
 
 if __name__ == "__main__":
