@@ -511,6 +511,43 @@ def test_heartbeat_always_stops_at_its_daily_budget_and_a_memory_update_reaches_
         sup.stop()
 
 
+def test_the_minds_own_memory_write_from_its_bash_is_the_residents_and_wakes_no_one(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """The mind runs `fleet memory add` in its Bash tool: Claude Code gives that shell the session's
+    CLAUDE_CODE_SESSION_ID, so the write is the resident's (a system blip naming no one), not the
+    operator's (whose write wakes the mind to re-read): the one turn it ran in is the only one."""
+    real = real_fleet(channels=True)
+    remember = f"{sys.executable} -m fleet memory add w 'Deploys go through CI.'"
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="remember"),
+            steps(call("Bash", command=remember, description="remember it"), say("remembered")),
+        ),
+        rule(on_message(contains="re-read"), say("re-read the memory")),  # (it must not come)
+    )
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("Keep watch.\n")
+    (repo / "wave" / "w" / "MEMORY.md").write_text("Nothing learnt yet.\n")
+    (real.home / ".claude").mkdir(exist_ok=True)
+    (real.home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"allow": ["Bash"]}}))
+    # (Bash runs without asking: the user's permission rule, and a mode that needs no classifier)
+    start(real, repo, real.layout(["resident"], defaults={"permission_mode": "acceptEdits"}))
+    operator.post(operator.resolve("w/main").id, "resident: remember that deploys go through CI")
+    t = real.transcript("resident")
+    real.wait(lambda: t.settled() and status(real, repo)["turns"] == 1, "the remembering turn ended")
+    assert "Deploys go through CI." in (repo / "wave" / "w" / "MEMORY.md").read_text()
+    (said,) = system_blips(real, "resident: memory added: ")
+    assert "Deploys go through CI." in said
+    assert not [b for b in real.blips("w/main") if b.kind != "system" and "memory added" in b.text]
+    time.sleep(2 * BEAT)  # a wake that should not come can only be waited out
+    assert [b.author for b in t.delivered() if b.author != "system"] == ["operator"]
+    assert not [b for b in t.delivered() if "memory added" in b.text]
+    assert len(real.requests("resident")) == 2  # the operator's blip, then the Bash result: one turn
+
+
 def test_a_worker_the_resident_dispatches_with_a_participant_worktree_works_in_its_own(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:
