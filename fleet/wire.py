@@ -199,6 +199,13 @@ def _fields(cls: type) -> tuple[_Field, ...]:
     return fields
 
 
+def copy_into(target: T, source: T) -> None:
+    """Set every field of the record ``target`` to ``source``'s (in place: who holds ``target``
+    sees the change)."""
+    for f in _fields(type(target)):
+        setattr(target, f.name, getattr(source, f.name))
+
+
 def _hints(cls: type) -> dict[str, Any]:
     """The fields' annotations, evaluated (once per class, on first use)."""
     got = _HINTS.get(cls)

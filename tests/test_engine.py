@@ -143,6 +143,30 @@ def test_a_failed_push_keeps_the_cursor_and_the_rest_comes_next_time() -> None:
     assert [f.id for f in [*failing.frames, *ok.frames]] == [b.id for b in blips]  # each once, in order
 
 
+@pytest.mark.parametrize("attention", ["full", "targeted"])
+def test_a_step_whose_frames_cannot_be_written_together_commits_none_of_them(attention: Attention) -> None:
+    """The channel's sink keeps a step's frames and writes them in one write at the step's flush.
+    If that write fails, the state is as it was before the step's first push (cursors, counts,
+    nothing saved as delivered), and the next step hands the same blips out again, each once."""
+    feed = FakeFeed()
+    wl = feed.join("main")
+    feed.post(wl, "bob", "alice: first")
+    e = engine(feed, attention=attention, cap=5)
+    e.step(0)
+    e.core.mark_saved()
+    before = wire.dump(e.core.state)
+    blips = [feed.post(wl, "bob", f"alice: b{i}") for i in range(3)]
+    e.sink = failing = ListSink(fail_flush=True)
+    step = e.step(0)
+    assert (step.pushed, step.complete) == (0, False)
+    assert len(failing.frames) == 3  # pushed, then the flush failed
+    assert wire.dump(e.core.state) == before and e.core.dirty  # (dirty: the file is saved again)
+    e.sink = ok = ListSink()
+    e.step(0)
+    assert [f.id for f in ok.frames] == [b.id for b in blips]
+    assert e.core.state.delivered[wl] == 4
+
+
 def test_the_cap_sends_one_notice_then_silence_until_the_operator_posts() -> None:
     feed = FakeFeed()
     wl = feed.join("main")

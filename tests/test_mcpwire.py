@@ -333,6 +333,57 @@ def test_tool_exceptions_become_error_results() -> None:
     assert reply["result"]["isError"] is True and "kaboom" in reply["result"]["content"][0]["text"]
 
 
+class Writes(Sink):
+    """A protocol output that records each write call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_held_notifications_go_out_in_one_write_and_only_the_holders() -> None:
+    """The delivery thread holds a step's pushes and releases them in one write (a client reading
+    then gets them together); another thread's messages are not held meanwhile."""
+    out = Writes()
+    server = Server(ServerInfo(name="t", version="1"), [], input=io.BytesIO(), output=out)
+    init(server)
+    out.calls.clear()
+    server.hold()
+    assert server.notify("n/one", {"i": 1}) and server.notify("n/two", {"i": 2})
+    other = threading.Thread(target=server.notify, args=("n/other",))
+    other.start()
+    other.join()
+    assert [json.loads(c)["method"] for c in out.calls] == ["n/other"]  # not held: not the holder's
+    assert server.release()
+    assert len(out.calls) == 2
+    assert [json.loads(raw)["method"] for raw in out.calls[1].splitlines()] == ["n/one", "n/two"]
+    assert server.notify("n/three") and len(out.calls) == 3  # released: written at once again
+    assert server.release()  # nothing held: nothing to write, and no failure
+
+
+def test_a_release_to_a_closed_output_says_so_and_before_initialized_they_wait_in_order() -> None:
+    server, sink = make_server()
+    init(server, initialized=False)
+    server.hold()
+    server.notify("n/one")
+    assert server.release()  # not ready: queued behind the handshake, in order
+    server.notify("n/two")
+    server.handle_line(line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    assert [m.get("method") for m in sink.lines()] == [None, "n/one", "n/two"]
+    r, w = os.pipe()
+    out = os.fdopen(w, "w", encoding="utf-8")
+    closed = Server(ServerInfo(name="t", version="1"), [], input=io.BytesIO(), output=out)
+    init(closed)
+    os.close(r)
+    closed.hold()
+    assert closed.notify("n/x")  # held: the failure shows at the release
+    assert closed.release() is False and closed.closed.is_set()
+
+
 def test_concurrent_writes_never_interleave() -> None:
     r, w = os.pipe()
     out = os.fdopen(w, "w", encoding="utf-8")

@@ -123,6 +123,25 @@ def test_a_session_killed_between_push_and_receipt_gets_the_blip_again_once_afte
     real.wait(lambda: not state(real, "alice").pending, "the kickoff confirmed")
 
 
+def test_a_batch_reaches_the_model_in_one_turn_even_when_the_channel_stalls_between_its_pushes(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """The wave's creation (provenance: held until a blip that wakes) and the kickoff are one batch.
+    The channel stalls a second after each push (fault injection: a channel descheduled under load).
+    Claude Code still takes both into one turn, because a step's pushes go out in one write; pushed
+    one by one, the session answered the provenance alone, then the kickoff in a second turn."""
+    script = Script({"bob": [rule(on_message(author="operator"), say("on it"))]})
+    real = real_fleet(channels=True, script=script)
+    operator.create_wave("w", ["bob"])
+    layout = real.layout(["bob"], participants={"bob": {"env": {"FLEET_FAULT_PUSH_GAP": "1"}}})
+    real.spawn("w/main", layout)
+    kickoff = operator.post(operator.resolve("w/main").id, "bob: one job for you.")
+    bob = real.transcript("bob")
+    real.wait(lambda: kickoff.id in reached(bob) and bob.settled(), "the kickoff's turn ended")
+    turns = real.requests("bob")
+    assert [[e.blip_kind for e in t.channel_events()] for t in turns] == [["system", "message"]]
+
+
 def test_blips_posted_while_the_session_is_busy_are_all_confirmed_in_order(
     real_fleet: RealFleetFactory, operator: Client
 ) -> None:

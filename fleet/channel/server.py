@@ -72,6 +72,10 @@ class _Sink:
         self.pushes = 0
         fault = os.environ.get("FLEET_FAULT_DROP_PUSH", "")
         self.drop_every = int(fault) if fault.isdigit() else 0
+        gap = os.environ.get("FLEET_FAULT_PUSH_GAP", "")
+        self.gap = float(gap) if gap.replace(".", "", 1).isdigit() else 0.0
+        """Fault injection: seconds to stall after each push (a descheduled channel, in tests)."""
+        self._holding = False
 
     def push(self, frame: Frame) -> bool:
         c = self.channel
@@ -82,6 +86,9 @@ class _Sink:
         if ledger is not None and c.hook_route:
             ledger.hand(frame, "waiting", now)
             return True  # (the receipts thread is woken once the step's frames are all out)
+        if not self._holding:  # a step's pushes go out together, in one write, at its flush
+            c.server.hold()
+            self._holding = True
         self.pushes += 1
         if self.drop_every and self.pushes % self.drop_every == 0:
             log.warning("fault injection: push %d swallowed", self.pushes)
@@ -89,7 +96,17 @@ class _Sink:
             return False
         if ledger is not None:
             ledger.hand(frame, "channel", now)
+        if self.gap:
+            time.sleep(self.gap)
         return True
+
+    def flush(self) -> bool:
+        """Write the step's pushes in one write (Claude Code then takes them into one turn: pushed
+        one by one, a channel descheduled between two once had its session answer the first alone)."""
+        if not self._holding:
+            return True
+        self._holding = False
+        return self.channel.server.release()
 
 
 class Channel:

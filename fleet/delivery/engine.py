@@ -10,7 +10,8 @@
 :meth:`Engine.step` polls the source once and :meth:`Engine.handle` runs the batch: labels and
 retain (memberships left are forgotten), gather (targeted attention's digest hold), the attendant
 (rescue only), deliver (frames pushed in order; a wavelet batch commits whole, a failed push keeps
-its cursor), the routing log, and the commit of the core's state in memory. Saving the state is the
+its cursor; the sink's ``flush`` ends the step's pushes, and a flush that fails takes back everything
+the step pushed), the routing log, and the commit of the core's state in memory. Saving the state is the
 caller's (the channel saves off its delivery thread, the hook right after it has written its
 frames). The engine starts no thread and owns no clock of its own (``clock`` is injectable), so a
 test drives it with a fake feed and a list sink in milliseconds. ``lock`` is held while the state
@@ -27,11 +28,12 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleet.delivery.frames import Frame, frame_of
 from fleet.delivery.rules import Decision, Delivery
 from fleet.models import Blip, Feed
+from fleet.wire import copy_into, dump, load
 
 if TYPE_CHECKING:
     from fleet.budgets import Budget
@@ -55,24 +57,33 @@ class FeedSource(Protocol):
 
 class Sink(Protocol):
     """Where an engine puts frames. ``push`` returns False when the frame could not be delivered
-    (the protocol output is gone): the step stops and the frame's batch stays uncommitted."""
+    (the protocol output is gone): the step stops and the frame's batch stays uncommitted.
+    ``flush`` ends a step that pushed: a sink may keep a step's frames and write them together
+    here; False (they could not be written) leaves everything that step pushed uncommitted."""
 
     def push(self, frame: Frame) -> bool: ...
+
+    def flush(self) -> bool: ...
 
 
 class ListSink:
     """A sink that keeps the frames (the hook, plain watch, tests)."""
 
-    def __init__(self, fail_after: int | None = None) -> None:
+    def __init__(self, fail_after: int | None = None, *, fail_flush: bool = False) -> None:
         self.frames: list[Frame] = []
         self.fail_after = fail_after
         """Refuse every push after this many (tests of failed pushes); None: never refuse."""
+        self.fail_flush = fail_flush
+        """Refuse every flush (tests of a step whose frames could not be written together)."""
 
     def push(self, frame: Frame) -> bool:
         if self.fail_after is not None and len(self.frames) >= self.fail_after:
             return False
         self.frames.append(frame)
         return True
+
+    def flush(self) -> bool:
+        return not self.fail_flush
 
     def take(self) -> list[Frame]:
         frames, self.frames = self.frames, []
@@ -127,6 +138,8 @@ class Engine:
         """Given the memberships (id -> WAVE/WAVELET) and the budgets the feed answer carried (None:
         it carried none), the wavelet ids not to deliver now (a spent budget,
         :class:`fleet.budgets.BudgetWatch`): their blips stay uncommitted."""
+        self._before: dict[str, Any] | None = None
+        """The state as data before the current step's first push (see :meth:`_flushed`)."""
         self._held_back: dict[str, str] = {}
         """Held-back wavelet id -> the newest blip seen there: the feed is asked past it (so it does
         not return them again) while the committed cursor stays; dropped when delivery resumes, and
@@ -187,23 +200,36 @@ class Engine:
             core.retain(self.labels)
             before = self.feed_cursors
             if core.attention == "full":
-                pushed, complete = core.process(blips, self._push)
+                pushed, complete = self._flushed(*core.process(blips, self._push))
         if core.attention == "targeted":
             batches = core.gather(blips, self.clock())
             if self.attendant is not None:  # outside the lock: a run may take seconds
                 for batch in batches:
                     self.attendant.review(batch, self.labels.get(batch.wavelet_id, batch.wavelet_id))
             with self.lock:
-                pushed, complete = core.deliver(batches, self._push)
+                pushed, complete = self._flushed(*core.deliver(batches, self._push))
             if self.routing is not None:
                 self.routing.routed(core.take_routed(), self.labels)
         stuck = bool(feed.blips) and self.feed_cursors == before and self._held_back == before_held
         return Step(pushed=pushed, complete=complete, blips=len(feed.blips), stuck=stuck)
 
     def _push(self, decision: Decision) -> bool:
+        if self._before is None:  # the step's first push: what to go back to if its flush fails
+            self._before = dump(self.core.state)
         wavelet = decision.blip.wavelet_id
         label = self.labels.get(wavelet, wavelet)
         return self.sink.push(frame_of(decision, label, self.core.cap, self.core.attention))
+
+    def _flushed(self, pushed: int, complete: bool) -> tuple[int, bool]:
+        """End a step's pushes (the caller holds the lock): the sink writes what it kept. If it
+        cannot, the state goes back to what it was before the step's first push: nothing that step
+        pushed is committed (it is delivered again, from the cursors, when delivery resumes)."""
+        before, self._before = self._before, None
+        if before is None or self.sink.flush():
+            return pushed, complete
+        copy_into(self.core.state, load(type(self.core.state), before))
+        self.core.dirty = True
+        return 0, False
 
 
 @dataclass
