@@ -167,6 +167,36 @@ def test_a_step_whose_frames_cannot_be_written_together_commits_none_of_them(att
     assert e.core.state.delivered[wl] == 4
 
 
+def test_an_error_between_two_pushes_still_ends_the_steps_pushes() -> None:
+    """A push that raises: what the step pushed before it is flushed (the channel writes it, it is
+    committed) and the error raised; the next step starts afresh."""
+
+    class Raising(ListSink):
+        flushes = 0
+
+        def push(self, frame: Frame) -> bool:
+            if self.frames:
+                raise RuntimeError("a broken frame")
+            return super().push(frame)
+
+        def flush(self) -> bool:
+            self.flushes += 1
+            return True
+
+    feed = FakeFeed()
+    wl = feed.join("main")
+    first, second = feed.post(wl, "bob", "one"), feed.post(wl, "bob", "two")
+    e = engine(feed, sink := Raising())
+    with pytest.raises(RuntimeError):
+        e.step(0)
+    assert sink.flushes == 1 and e.core.cursors[wl] == first.id
+    e.sink = ok = ListSink(fail_flush=True)
+    assert e.step(0).complete is False and e.core.cursors[wl] == first.id  # its own restore point
+    e.sink = ok = ListSink()
+    e.step(0)
+    assert [f.id for f in ok.frames] == [second.id]
+
+
 def test_the_cap_sends_one_notice_then_silence_until_the_operator_posts() -> None:
     feed = FakeFeed()
     wl = feed.join("main")

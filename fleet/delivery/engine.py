@@ -200,14 +200,14 @@ class Engine:
             core.retain(self.labels)
             before = self.feed_cursors
             if core.attention == "full":
-                pushed, complete = self._flushed(*core.process(blips, self._push))
+                pushed, complete = self._pushing(lambda: core.process(blips, self._push))
         if core.attention == "targeted":
             batches = core.gather(blips, self.clock())
             if self.attendant is not None:  # outside the lock: a run may take seconds
                 for batch in batches:
                     self.attendant.review(batch, self.labels.get(batch.wavelet_id, batch.wavelet_id))
             with self.lock:
-                pushed, complete = self._flushed(*core.deliver(batches, self._push))
+                pushed, complete = self._pushing(lambda: core.deliver(batches, self._push))
             if self.routing is not None:
                 self.routing.routed(core.take_routed(), self.labels)
         stuck = bool(feed.blips) and self.feed_cursors == before and self._held_back == before_held
@@ -219,6 +219,16 @@ class Engine:
         wavelet = decision.blip.wavelet_id
         label = self.labels.get(wavelet, wavelet)
         return self.sink.push(frame_of(decision, label, self.core.cap, self.core.attention))
+
+    def _pushing(self, run: Callable[[], tuple[int, bool]]) -> tuple[int, bool]:
+        """``run()`` (the rules pushing; the caller holds the lock), then the sink's flush: what was
+        pushed before an error is flushed as well (or taken back), and the error raised."""
+        try:
+            done = run()
+        except BaseException:
+            self._flushed(0, False)
+            raise
+        return self._flushed(*done)
 
     def _flushed(self, pushed: int, complete: bool) -> tuple[int, bool]:
         """End a step's pushes (the caller holds the lock): the sink writes what it kept. If it
