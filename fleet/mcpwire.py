@@ -199,9 +199,8 @@ class Server:
         self._phase: Literal["new", "initializing", "ready"] = "new"
         self._pending: list[str] = []
         """Framed notifications waiting for ``notifications/initialized``."""
-        self._held: list[str] | None = None
-        self._holder: int | None = None
-        """The thread whose notifications are held (:meth:`hold`), and what they are."""
+        self._held: dict[int, list[str]] = {}
+        """Thread id -> its notifications held (:meth:`hold`)."""
         self._in_flight: set[RequestId] = set()
         self._cancelled: set[RequestId] = set()
         self._flight_lock = threading.Lock()
@@ -245,8 +244,9 @@ class Server:
         with self._write_lock:
             if self.closed.is_set():
                 return False
-            if self._held is not None and self._holder == threading.get_ident():
-                self._held.append(line)
+            held = self._held.get(threading.get_ident()) if self._held else None
+            if held is not None:
+                held.append(line)
                 return True
             if self._phase != "ready":
                 self._pending.append(line)
@@ -258,13 +258,13 @@ class Server:
         a client reading them gets them together (Claude Code takes one batch of blips into one
         turn, not its first blip alone). Other threads' messages go out as usual meanwhile."""
         with self._write_lock:
-            self._held, self._holder = [], threading.get_ident()
+            self._held.setdefault(threading.get_ident(), [])
 
     def release(self) -> bool:
         """Write what :meth:`hold` kept, in one write. False when the output is closed: then none of
         it is known to have reached the client."""
         with self._write_lock:
-            held, self._held, self._holder = self._held or [], None, None
+            held = self._held.pop(threading.get_ident(), [])
             if self.closed.is_set():
                 return False
             if not held:

@@ -358,6 +358,17 @@ def test_held_notifications_go_out_in_one_write_and_only_the_holders() -> None:
     other.start()
     other.join()
     assert [json.loads(c)["method"] for c in out.calls] == ["n/other"]  # not held: not the holder's
+
+    def own_hold() -> None:
+        server.hold()
+        server.notify("n/theirs")
+        server.release()
+
+    theirs = threading.Thread(target=own_hold)
+    theirs.start()
+    theirs.join()
+    assert [json.loads(c)["method"] for c in out.calls] == ["n/other", "n/theirs"]  # each its own
+    out.calls.remove(out.calls[1])
     assert server.release()
     assert len(out.calls) == 2
     assert [json.loads(raw)["method"] for raw in out.calls[1].splitlines()] == ["n/one", "n/two"]
