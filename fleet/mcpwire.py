@@ -377,9 +377,8 @@ class Server:
         with self._write_lock:
             self._phase = "ready"
             pending, self._pending = self._pending, []
-            for line in pending:
-                if not self._write_locked(line):
-                    break
+            if pending:  # in one write, as a released hold is (Claude Code takes them together)
+                self._write_locked("".join(pending))
         self.initialized.set()
 
     # ------------------------------------------------------------ requests

@@ -376,9 +376,8 @@ class Channel:
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
             if step.pushed and self.ledger is not None:
-                # woken after the step, not at each push, so that it does not run between two pushes
-                # of one batch (under load Claude Code once started a turn on the first alone: a
-                # fork's provenance, its kickoff pushed 70 ms later)
+                # woken once the step's frames are out (the sink's flush wrote them in one write):
+                # before that the transcript has nothing of them to show
                 self._receipts_wanted.set()
             if engine.core.dirty:
                 self._save_wanted.set()
