@@ -36,12 +36,18 @@ def tokens(requests: list[Request]) -> int:
     )
 
 
-ROUTES = {
-    "channel": (True, (), Transcript.delivered),
-    "auto-without-channels": (False, (), Transcript.hook_blocks),
-    "hook": (False, ("--transport", "hook"), Transcript.hook_blocks),
+LATE = {"FLEET_FAULT_RECEIPTS_LAG": "2"}
+"""The channel sees its pushes in the transcript only 2 s late (Claude Code writes it behind the
+session): the budget is reached while the route is still unknown, a push out and not yet taken."""
+
+ROUTES: dict[str, tuple[bool, tuple[str, ...], Any, dict[str, str]]] = {
+    "channel": (True, (), Transcript.delivered, {}),
+    "channel-transcript-late": (True, (), Transcript.delivered, LATE),
+    "auto-without-channels": (False, (), Transcript.hook_blocks, {}),
+    "hook": (False, ("--transport", "hook"), Transcript.hook_blocks, {}),
 }
-"""How the session is woken -> (channels preview on, spawn's extra options, where its blocks are)."""
+"""How the session is woken -> (channels preview on, spawn's extra options, where its blocks are,
+the channel's environment)."""
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
@@ -51,7 +57,7 @@ def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_b
     """The same on each route that wakes a session: pushes (channels), the hook of ``--transport
     auto`` where Claude Code takes no push, and ``--transport hook``. On the hook routes the one
     notice comes in the hook's feedback, and it wakes the session once: no wake while held."""
-    channels, extra, received = ROUTES[route]
+    channels, extra, received, env = ROUTES[route]
     script = Script(
         {
             "alice": [
@@ -69,7 +75,9 @@ def test_a_session_past_its_token_budget_is_held_told_once_and_gets_every_held_b
     real = real_fleet(channels=channels, script=script)
     operator.create_wave("w", ["alice"])
     main = operator.resolve("w/main")
-    real.spawn("w/main", real.layout(["alice"], defaults={"budget": {"tokens": BUDGET}}), *extra)
+    limit = {"budget": {"tokens": BUDGET}}
+    layout = real.layout(["alice"], defaults=limit, participants={"alice": {"env": env}})
+    real.spawn("w/main", layout, *extra)
     (budget,) = operator.budgets("w")
     assert (budget.participant, budget.tokens, budget.source) == ("alice", BUDGET, "layout")
     transcript = real.transcript("alice")

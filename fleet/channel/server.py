@@ -14,7 +14,9 @@ shows it in the model's context, and presence says ``delivered`` then, not at th
 bound is owed to the hook, and once no push was ever taken the channel stops pushing: every frame
 waits for the hook's next arm at the :class:`~fleet.delivery.gate.Gate`.
 
-``FLEET_FAULT_DROP_PUSH=N`` (tests only) swallows every N-th push as Claude Code would drop it.
+``FLEET_FAULT_DROP_PUSH=N`` (tests only) swallows every N-th push as Claude Code would drop it;
+``FLEET_FAULT_PUSH_GAP=S`` stalls S seconds after each push; ``FLEET_FAULT_RECEIPTS_LAG=S`` reads the
+transcript only once the newest push is S seconds old (Claude Code writes it behind the session).
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ class Channel:
         self.ledger: Ledger | None = None
         self._transcript: Transcript | None = None
         self._receipts_wanted = threading.Event()
+        lag = os.environ.get("FLEET_FAULT_RECEIPTS_LAG", "")
+        self._receipts_lag = float(lag) if lag.replace(".", "", 1).isdigit() else 0.0
         self.gate: Gate | None = (
             Gate(self.state_file.path) if config.hook_fallback and self.receipts else None
         )
@@ -434,9 +438,11 @@ class Channel:
 
     def _budget_notice(self, frame: Frame) -> None:
         """The one budget notice, on the route that wakes the session: pushed once Claude Code takes
-        pushes here; otherwise, with a hook installed (``--transport auto``), owed to the hook's next
-        arm (kept in the state, so a restarted channel still owes it) and handed once — the arm it
-        wakes ends its turn and arms again to find nothing owed, so it never loops."""
+        pushes here; otherwise, with a hook installed (``--transport auto``), owed (kept in the
+        state, so a restarted channel still owes it) and handed once by the receipts thread: pushed
+        if the transcript then shows a push taken, else to the hook's next arm — the arm it wakes
+        ends its turn and arms again to find nothing owed, so it never loops. While a push is out
+        and the transcript shows neither its taking nor its loss, the notice waits."""
         engine, ledger = self.engine, self.ledger
         if self.gate is None or ledger is None or engine is None or ledger.state.route == "channel":
             self.server.notify(NOTIFICATION, notification(frame))
@@ -486,7 +492,10 @@ class Channel:
         """One look at the transcript (the caller holds the engine's lock)."""
         now = time.time()
         transcript = self._transcript
-        if transcript is not None:
+        lag = self._receipts_lag
+        if lag and any(now < p.handed_at + lag for p in ledger.state.pending):
+            pass  # fault injection: the transcript shows nothing of the newest push yet
+        elif transcript is not None:
             confirmed = ledger.apply(transcript.read(), transcript.last_at)
             if transcript.problem != ledger.state.receipts_problem:
                 ledger.state.receipts_problem = transcript.problem
@@ -508,6 +517,17 @@ class Channel:
             ledger.owe_hook(p, now)
         owed = ledger.waiting()
         notices = list(ledger.state.notices)
+        if notices and ledger.state.route == "channel":
+            # owed while no push was known to be taken, and one is now: pushed after all
+            for frame in notices:
+                self.server.notify(NOTIFICATION, notification(frame))
+            del ledger.state.notices[: len(notices)]
+            ledger.dirty = True
+            notices = []
+        elif ledger.state.route == "unknown" and any(p.path == "channel" for p in ledger.state.pending):
+            # a push is out and neither taken nor lost yet: the transcript will say which route
+            # wakes the session (Claude Code writes it behind the session) — the notice waits
+            notices = []
         gate = self.gate
         handed = (owed or notices) and gate is not None and gate.armed
         if handed and gate is not None and gate.send([*(p.frame for p in owed), *notices]):
