@@ -507,8 +507,9 @@ class Route:
     ``keyed``: it writes, so it honours an ``Idempotency-Key`` (every POST but the ones that only read
     or report presence: :mod:`fleet.store.keys`). ``rebuild``: how its answer is rebuilt from the event
     it recorded when the daemon died before storing that answer (None: a repeat then says the request
-    was applied). ``secret``: its answer carries a secret, which is never stored (a repeat says what
-    was made instead).
+    was applied); ``exact``: that rebuild is the first answer itself (a blip write's answer is the
+    blip its event holds), so the answer is never stored: a repeat always rebuilds it. ``secret``:
+    its answer carries a secret, which is never stored (a repeat says what was made instead).
     """
 
     method: str
@@ -518,6 +519,7 @@ class Route:
     auth: bool = True
     keyed: bool | None = None
     rebuild: Rebuild | None = None
+    exact: bool = False
     secret: bool = False
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
@@ -909,8 +911,9 @@ class Daemon:
                         claim, status, ErrorEnvelope(error=ErrorBody(kind=kind, message=exc.message))
                     )
                 raise
-            if run.seq is None or route.secret:
-                return status, payload  # nothing written (a repeat runs again), or not to be stored
+            if run.seq is None or route.secret or route.exact:
+                # nothing written (a repeat runs again), not to be stored, or rebuilt exactly by a repeat
+                return status, payload
             return status, self._answered(claim, status, payload)
 
     def _answered(self, claim: Claim, status: int, payload: object) -> Raw:
@@ -928,9 +931,7 @@ class Daemon:
                 " key for each operation (docs/http-api.md)"
             )
         if found.status is not None and found.body is not None:
-            if found.status >= 400:
-                raise errors.from_kind(*_error_of(found.body))
-            return found.status, Raw(found.body)
+            return found.status, Raw(found.body)  # an error the first time is the same error again
         etype, data = self._s.keys.event_at(found.seq)
         event = parse(etype, data)
         if route.secret and isinstance(event, TokenMinted):
@@ -945,7 +946,7 @@ class Daemon:
             )
         run.written(found.seq)
         status, payload = route.rebuild(self, r, event)
-        return status, self._answered(claim, status, payload)
+        return status, payload if route.exact else self._answered(claim, status, payload)
 
     # ---------------------------------------------------------------- handlers
 
@@ -1328,11 +1329,6 @@ def _wavelet_answer(status: int) -> Rebuild:
     return rebuild
 
 
-def _error_of(body: bytes) -> tuple[str, str]:
-    err = loads(ErrorEnvelope, body).error
-    return err.kind, err.message
-
-
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/health", Daemon._health, auth=False),
     Route("GET", "/v1/whoami", Daemon._whoami, console=True),
@@ -1368,10 +1364,19 @@ ROUTES: tuple[Route, ...] = (
         console=True,
         rebuild=_wavelet_answer(200),
     ),
-    Route("POST", "/v1/wavelets/{wavelet}/blips", Daemon._post, console=True, rebuild=_blip_answer),
+    Route(
+        "POST", "/v1/wavelets/{wavelet}/blips", Daemon._post, console=True, rebuild=_blip_answer, exact=True
+    ),
     Route("GET", "/v1/wavelets/{wavelet}/blips", Daemon._read, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system, rebuild=_blip_answer),
-    Route("POST", "/v1/wavelets/{wavelet}/surface", Daemon._surface, console=True, rebuild=_blip_answer),
+    Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system, rebuild=_blip_answer, exact=True),
+    Route(
+        "POST",
+        "/v1/wavelets/{wavelet}/surface",
+        Daemon._surface,
+        console=True,
+        rebuild=_blip_answer,
+        exact=True,
+    ),
     Route("GET", "/v1/wavelets/{wavelet}/context", Daemon._context, console=True),
     Route("GET", "/v1/wavelets/{wavelet}/summaries", Daemon._summaries),
     Route("POST", "/v1/wavelets/{wavelet}/summaries", Daemon._summarize),
@@ -1380,7 +1385,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/blips/{blip}/pin", Daemon._pin),
     Route("GET", "/v1/blips/{blip}", Daemon._get_blip, console=True),
     Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
-    Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True, rebuild=_blip_answer),
+    Route(
+        "POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True, rebuild=_blip_answer, exact=True
+    ),
     Route("POST", "/v1/tokens", Daemon._mint, secret=True),
     Route("POST", "/v1/machines", Daemon._mint_machine, secret=True),
     Route("GET", "/v1/tokens", Daemon._list_tokens),

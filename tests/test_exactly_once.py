@@ -120,7 +120,9 @@ def crash_while(restarter: Restarter, writers: list[threading.Thread], crashes: 
 def stored_texts(db: Path) -> collections.Counter[str]:
     conn = sqlite3.connect(db)
     try:
-        return collections.Counter(r[0] for r in conn.execute("SELECT text FROM blips WHERE kind = 'message'"))
+        return collections.Counter(
+            r[0] for r in conn.execute("SELECT text FROM blips WHERE kind = 'message'")
+        )
     finally:
         conn.close()
 
@@ -141,7 +143,11 @@ def check_exactly_once(db: Path, acked: dict[str, str]) -> collections.Counter[s
 def replay_is_clean(paths: Paths) -> None:
     env = {**os.environ, "FLEET_HOME": str(paths.data.parent)}
     done = subprocess.run(
-        [sys.executable, "-m", "fleet", "replay", "--check"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "fleet", "replay", "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -243,5 +249,7 @@ def test_an_agent_posting_through_its_channel_never_sees_a_quick_restart(
     restarter.stop()
     stored = check_exactly_once(restarter.paths.db, acked)
     assert len(acked) > 100, f"only {len(acked)} posts: the agents hardly ran"
-    print(f"{len(acked)} wavelet_post acked over {restarter.starts - 1} crashes, {sum(stored.values())} stored")
+    print(
+        f"{len(acked)} wavelet_post acked over {restarter.starts - 1} crashes, {sum(stored.values())} stored"
+    )
     replay_is_clean(restarter.paths)

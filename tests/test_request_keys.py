@@ -327,3 +327,56 @@ def test_request_keys_hold_under_any_interleaving(tmp_path: Path) -> None:
         max_examples=12, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
     )
     Machine.TestCase().runTest()
+
+
+class _Host:
+    """What the channel's tools need of their channel, over a real client (the seam
+    :class:`fleet.channel.tools.Host`)."""
+
+    def __init__(self, client: Client) -> None:
+        self.participant, self.wave, self.daemon = "alice", "w", client.url
+        self.token_file, self.session_id = "", ""
+        self.routing = None
+        self._client = client
+
+    def client(self) -> Client:
+        return self._client
+
+    def reload_token(self) -> bool:
+        return False
+
+    def outage_since(self) -> float | None:
+        return None
+
+    def label(self, wavelet_id: str) -> str | None:
+        return None
+
+    def delivery_status(self) -> object:
+        raise AssertionError("not used")
+
+
+def test_an_agent_told_its_post_may_have_landed_can_post_it_again_and_it_lands_once(daemon: Daemon) -> None:
+    from fleet.channel.tools import Tools
+
+    op = Client(daemon.url, daemon.operator_token)
+    op.create_wave("w", ["alice"])
+    proxy = _AnswerDropper(daemon.url, drops=10**6)  # every answer lost, as through a daemon's crashes
+    try:
+        c = Client(proxy.url, op.mint_token("w", "alice").token, retries=2, backoff=0.01)
+        post = next(t for t in Tools(_Host(c)).table() if t.name == "wavelet_post")  # type: ignore[arg-type]
+        first = post.handler({"wavelet": "main", "text": "ship it"})
+        assert first.isError
+        said = first.content[0].text
+        assert (
+            "may or may not have been stored" in said
+            and "calling it again with the same text is safe" in said
+        )
+        proxy.drops = 0  # the daemon answers again
+        again = post.handler({"wavelet": "main", "text": "ship it"})
+        assert not again.isError, again.content[0].text
+        assert [b.text for b in op.read("w/main").blips].count("ship it") == 1
+        # A new post of the same text, once the first settled, is a new post.
+        assert not post.handler({"wavelet": "main", "text": "ship it"}).isError
+        assert [b.text for b in op.read("w/main").blips].count("ship it") == 2
+    finally:
+        proxy.close()

@@ -7,10 +7,12 @@ every resend. What a caller may rely on:
   (:func:`fleet.store.events.record`) also inserts the key's row, in the same transaction: if the
   write committed, so did its key, and a daemon killed a moment later still knows it was applied.
 - **The answer follows.** Once the handler has answered, the answer (status and body) is stored in
-  the key's row (:meth:`Keys.answered`). A repeat of the key gets that answer, byte for byte; a repeat
-  that finds the write applied but its answer not stored (the daemon died between the two) is
-  answered from the event the write recorded, or, where the answer cannot be rebuilt (a minted
-  token's secret is never stored), with a Conflict saying that the request was applied.
+  the key's row (:meth:`Keys.answered`), in a second transaction — except where the answer is the
+  event's own record (a blip write: the blip it recorded), which is rebuilt from the event, byte for
+  byte, at no cost to the write. A repeat of the key gets that answer; a repeat that finds the write
+  applied but its answer not stored (the daemon died between the two) is answered from the event the
+  write recorded, or, where the answer cannot be rebuilt (a minted token's secret is never stored),
+  with a Conflict saying that the request was applied.
 - **A key is the caller's.** Keys are scoped by the principal that sent them; the same key with a
   different request (method, path or body) is a Conflict (409), and nothing runs.
 - **Kept for :data:`WINDOW` seconds** (24 hours), longer than any resend fleet makes; older rows are
@@ -95,17 +97,26 @@ class _Running(threading.local):
 _running = _Running()
 
 
+_claims = 0
+"""Keys written in this process: every :data:`PRUNE_EVERY`-th also prunes those past the window."""
+
+
 def on_record(conn: sqlite3.Connection, seq: int) -> None:
     """Called by :func:`fleet.store.events.record` with the seq of each event it appends: the first
     one of a request with a key writes the key's row, in that event's transaction."""
+    global _claims
     claim = _running.claim
     if claim is None or _running.seq is not None:
         return
+    at = time.time()
     conn.execute(
         "INSERT INTO request_keys(scope, key, fingerprint, seq, created_at) VALUES (?,?,?,?,?)",
-        (claim.scope, claim.key, claim.fingerprint, seq, time.time()),
+        (claim.scope, claim.key, claim.fingerprint, seq, at),
     )
     _running.seq = seq
+    _claims += 1
+    if _claims % PRUNE_EVERY == 1:
+        conn.execute("DELETE FROM request_keys WHERE created_at < ?", (at - WINDOW,))
 
 
 class Run:
@@ -128,7 +139,6 @@ class Keys:
         self._db = db
         self._inflight: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
-        self._answers = 0
 
     def find(self, scope: str, key: str) -> Found | None:
         row = (
@@ -172,15 +182,12 @@ class Keys:
             mine.set()
 
     def answered(self, claim: Claim, status: int, body: bytes) -> None:
-        """Store the answer of a request whose write recorded its key; now and then prune old keys."""
+        """Store the answer of a request whose write recorded its key."""
         with self._db.write() as conn:
             conn.execute(
                 "UPDATE request_keys SET status = ?, body = ? WHERE scope = ? AND key = ?",
                 (status, body, claim.scope, claim.key),
             )
-            self._answers += 1
-            if self._answers % PRUNE_EVERY == 1:
-                conn.execute("DELETE FROM request_keys WHERE created_at < ?", (time.time() - WINDOW,))
 
     def event_at(self, seq: int) -> tuple[str, str]:
         """(type, payload) of the event with ``seq``: what a lost answer is rebuilt from."""
