@@ -786,12 +786,14 @@ class Tools:
         h = self.host
         error, version, latency, presence = "", "", None, []
         try:
-            c = h.client()
-            t0 = time.perf_counter()
-            who = c.whoami()
-            latency = round((time.perf_counter() - t0) * 1000, 2)
-            version = who.daemon_version
-            presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
+            tools = h.client()
+            # A probe answers now: no resending through an outage as the other tools do.
+            with Client(tools.base_url, tools.token, retries=1, timeout=5) as c:
+                t0 = time.perf_counter()
+                who = c.whoami()
+                latency = round((time.perf_counter() - t0) * 1000, 2)
+                version = who.daemon_version
+                presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
         except errors.FleetError as exc:
             error = self.explain("wavelet_ping", exc)
         out = PingOut(
