@@ -7,13 +7,14 @@ the same :mod:`fleet.errors` class the daemon raised. What callers may rely on:
 - **One keep-alive connection per thread**, ``TCP_NODELAY`` on, each request written to the socket
   in a single ``send`` (headers and body together: writing them separately stalls on delayed ACKs).
   A connection the server closed while idle is noticed before reuse and replaced transparently.
-- **Retries only where they are safe.** A connection that cannot be established (refused, reset,
-  timed out), a request that could not be written, or a ``503`` (the daemon refused it while
-  shutting down, before acting on it) is retried with exponential backoff (0.05 s,
-  doubling, ``retries`` times: about 1.5 s in all by default), then :class:`~fleet.errors.DaemonUnreachable`
-  is raised naming the URL. A request that was written but got no answer is retried only if it is a
-  read, or once if it went out on a reused keep-alive connection (the server closed it as idle);
-  a write that may have been applied is never sent twice.
+- **Every request is safe to resend.** Each write carries a request key (``Idempotency-Key``, a
+  UUIDv7 made once per call and kept across its resends), so the daemon applies it once however
+  often it arrives and answers a repeat with the first answer (docs/http-api.md). A connection that
+  cannot be established (refused, reset, timed out), a request written but not answered, or a
+  ``503`` (the daemon refused it while shutting down) is resent with exponential backoff (0.05 s,
+  doubling to 1 s, ``retries`` times: about 1.5 s in all by default, or for ``patience`` seconds),
+  then :class:`~fleet.errors.DaemonUnreachable` is raised naming the URL and, for a write, whether
+  it may have been applied (``maybe_applied``: False when it never reached the daemon whole).
 - **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``.
 
 :func:`connect` is the discovery rule of docs/design.md §2: ``FLEET_DAEMON`` (+ ``FLEET_TOKEN`` or
@@ -43,6 +44,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import fleet
 from fleet import errors
 from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.ids import request_key
 from fleet.models import (
     Blip,
     BlipList,
@@ -274,7 +276,8 @@ class Client:
     """A typed client of one daemon. Thread-safe: each thread gets its own keep-alive connection.
 
     ``timeout`` bounds connecting and waiting for an answer (long-polls add their ``wait``);
-    ``retries`` bounds reconnection attempts, spaced ``backoff`` seconds apart and doubling.
+    ``retries`` bounds reconnection attempts, spaced ``backoff`` seconds apart and doubling (to 1 s at
+    most); ``patience`` keeps them going for at least that many seconds in all (a daemon restarting).
     """
 
     def __init__(
@@ -287,6 +290,7 @@ class Client:
         backoff: float = 0.05,
         connect_timeout: float = 3.0,
         fingerprint: str | None = None,
+        patience: float = 0.0,
     ) -> None:
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -315,6 +319,8 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
+        self.patience = patience
+        """Seconds to keep resending past ``retries`` while the daemon is away (a restart)."""
         self.connect_timeout = min(connect_timeout, timeout)
         self._local = threading.local()
         self._all: list[_Connection] = []
@@ -360,12 +366,12 @@ class Client:
         body: bytes | None,
         *,
         read_timeout: float,
-        idempotent: bool,
+        key: str | None,
         retries: int | None = None,
     ) -> tuple[int, bytes]:
-        """Send one request and return (status, body), reconnecting and retrying where safe."""
+        """Send one request and return (status, body), reconnecting and resending where safe."""
         try:
-            return self._exchange_retrying(method, path, body, read_timeout, idempotent, retries)
+            return self._exchange_retrying(method, path, body, read_timeout, key, retries)
         except BaseException:
             # Whatever interrupted the exchange (an error, Ctrl-C) left the connection mid-request:
             # drop it so the next call starts clean.
@@ -378,7 +384,7 @@ class Client:
         path: str,
         body: bytes | None,
         read_timeout: float,
-        idempotent: bool,
+        key: str | None,
         retries: int | None,
     ) -> tuple[int, bytes]:
         retries = self.retries if retries is None else retries
@@ -390,13 +396,20 @@ class Client:
         }
         if body is not None:
             headers["Content-Type"] = "application/json"
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        # A read, or a write with its request key, is the same sent once or many times.
+        resendable = method == "GET" or key is not None
         target = self._prefix + path
         delay, attempt, stale_retry_used = self.backoff, 0, False
+        patience_until = time.monotonic() + self.patience
+        written = False
+        """Whether the request ever reached the daemon whole: if not, it certainly was not applied."""
 
         def backoff_or_raise(reason: str) -> None:
             nonlocal delay, attempt
-            if attempt >= retries:
-                raise _unreachable(self.url, reason)
+            if attempt >= retries and time.monotonic() >= patience_until:
+                raise self._gave_up(method, reason, written)
             attempt += 1
             log.debug("daemon %s: %s; retry %d in %.2fs", self.base_url, reason, attempt, delay)
             time.sleep(delay)
@@ -426,6 +439,7 @@ class Client:
                     continue
                 backoff_or_raise(_reason(exc))
                 continue
+            written = True
             try:
                 try:
                     status, data = conn.getresponse()
@@ -433,27 +447,22 @@ class Client:
                     raise _NoAnswer(_reason(exc)) from exc
             except TimeoutError:
                 conn.close()
-                raise _unreachable(self.url, f"no answer within {read_timeout:g}s") from None
+                raise self._gave_up(method, f"no answer within {read_timeout:g}s", written) from None
             except _NoAnswer as exc:
                 conn.close()
-                if reused and not stale_retry_used:
+                if reused and not stale_retry_used and resendable:
                     stale_retry_used = True  # the server dropped an idle keep-alive socket
                     continue
-                if idempotent:
+                if resendable:
                     backoff_or_raise(str(exc))
                     continue
-                raise _unreachable(
-                    self.url, f"{exc} before answering; the {method} may or may not have been applied"
-                ) from None
+                raise self._gave_up(method, f"{exc} before answering", written) from None
             except (OSError, _BadAnswer) as exc:
                 conn.close()
-                if idempotent:
+                if resendable:
                     backoff_or_raise(_reason(exc))
                     continue
-                raise _unreachable(
-                    self.url,
-                    f"{_reason(exc)} while reading the answer; the {method} may have been applied",
-                ) from None
+                raise self._gave_up(method, f"{_reason(exc)} while reading the answer", written) from None
             conn.served += 1
             if status == 503:
                 # The daemon refused the request before acting on it (it is shutting down): any
@@ -463,6 +472,16 @@ class Client:
                 continue
             return status, data
 
+    def _gave_up(self, method: str, reason: str, written: bool) -> errors.DaemonUnreachable:
+        """The error of a request given up on; for a write, whether it may have been applied."""
+        exc = _unreachable(self.url, reason)
+        if method == "GET":
+            return exc
+        said = (
+            "may or may not have been applied" if written else "was not applied: it never reached the daemon"
+        )
+        return errors.DaemonUnreachable(f"{exc.message}; the {method} {said}", maybe_applied=written)
+
     def _call(
         self,
         method: str,
@@ -471,18 +490,23 @@ class Client:
         body: object | None = None,
         *,
         wait: float = 0.0,
-        idempotent: bool | None = None,
         retries: int | None = None,
+        key: str | None = None,
     ) -> M:
+        """One API call. A write (any method but GET) carries a request key, made here once per call
+        (or ``key``, the caller's, to make two calls one operation) and sent with every resend, so
+        the daemon applies it once however many times it arrives (docs/http-api.md)."""
         payload = None
         if body is not None:
             payload = dumps(body, exclude_none=True).encode()
+        if method != "GET" and key is None:
+            key = request_key()
         status, data = self._exchange(
             method,
             path,
             payload,
             read_timeout=self.timeout + max(wait, 0.0),
-            idempotent=method == "GET" if idempotent is None else idempotent,
+            key=key if method != "GET" else None,
             retries=retries,
         )
         if status >= 400:
@@ -551,24 +575,31 @@ class Client:
         req = RosterChange(name=name, as_=as_)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/leave", Wavelet, req)
 
-    def post(self, wavelet_id: str, text: str, as_: str | None = None) -> Blip:
+    def post(self, wavelet_id: str, text: str, as_: str | None = None, *, key: str | None = None) -> Blip:
+        """A ``message`` blip. ``key``: the request key, when the caller makes two calls one post."""
         req = NewBlip(text=text, as_=as_)
-        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/blips", Blip, req)
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/blips", Blip, req, key=key)
 
     def post_system(self, wavelet_id: str, text: str) -> Blip:
         """Post a ``system`` blip (author ``system``) so the transcript records an operator tool's act.
 
-        Operator only; never retried (a write that may have landed is not sent twice).
+        Operator only.
         """
         req = NewSystemBlip(text=text)
         return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/system", Blip, req)
 
     def surface(
-        self, wavelet_id: str, text: str, source_blip_id: str | None = None, as_: str | None = None
+        self,
+        wavelet_id: str,
+        text: str,
+        source_blip_id: str | None = None,
+        as_: str | None = None,
+        *,
+        key: str | None = None,
     ) -> Blip:
         """Post a ``surface`` blip into the parent of ``wavelet_id``, referencing it as the source."""
         req = NewSurface(text=text, source_blip_id=source_blip_id, as_=as_)
-        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/surface", Blip, req)
+        return self._call("POST", f"/v1/wavelets/{_q(wavelet_id)}/surface", Blip, req, key=key)
 
     def replace(self, blip_id: str, text: str, as_: str | None = None) -> Blip:
         """Append a new version of ``blip_id`` (the new blip has ``replaces`` set and a new id)."""
@@ -649,7 +680,7 @@ class Client:
     ) -> Feed:
         """One long-poll across every wavelet on ``participant``'s roster in ``wave`` (safe to retry)."""
         req = FeedRequest(participant=participant, cursors=cursors, wait=wait, limit=limit)
-        return self._call("POST", f"/v1/waves/{_q(wave)}/feed", Feed, req, wait=wait, idempotent=True)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/feed", Feed, req, wait=wait)
 
     def report_presence(self, wave: str, report: PresenceReport) -> None:
         self._call("POST", f"/v1/waves/{_q(wave)}/presence", Ok, report)
@@ -698,7 +729,7 @@ class Client:
 
     def record_session(self, wave: str, session: NewSession) -> SessionRecord:
         """Remember the agent session a participant runs (operator only; see ``fleet respawn``)."""
-        return self._call("POST", f"/v1/waves/{_q(wave)}/sessions", SessionRecord, session, idempotent=True)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/sessions", SessionRecord, session)
 
     def sessions(self, wave: str, participant: str | None = None) -> list[SessionRecord]:
         query = f"?{urlencode({'participant': participant})}" if participant else ""
@@ -710,14 +741,14 @@ class Client:
 
     def claim_seat(self, wave: str, seat: NewSeat) -> Seat:
         """Seat a resident (operator only); Conflict names a live seat of another session."""
-        got = self._call("POST", f"/v1/waves/{_q(wave)}/seat", SeatAnswer, seat, idempotent=False).seat
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/seat", SeatAnswer, seat).seat
         assert got is not None
         return got
 
     def close_seat(self, wave: str, why: str, session_id: str | None = None) -> Seat | None:
         """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
         req = CloseSeat(why=why, session_id=session_id)
-        return self._call("POST", f"/v1/waves/{_q(wave)}/seat/close", SeatAnswer, req, idempotent=True).seat
+        return self._call("POST", f"/v1/waves/{_q(wave)}/seat/close", SeatAnswer, req).seat
 
     def memory(self, wave: str) -> MemoryAnswer:
         """The wave's MEMORY.md (the operator or the seated resident only)."""
@@ -727,9 +758,9 @@ class Client:
         self, wave: str, op: MemoryOp, content: str, summary: str | None = None, as_: str | None = None
     ) -> MemoryAnswer:
         """``update`` (replace) or ``add`` to the wave's MEMORY.md (``as_``: the operator writing
-        as the seated resident); never retried (``add`` twice would add twice)."""
+        as the seated resident). A resend carries the same request key, so ``add`` adds once."""
         req = MemoryWrite(op=op, content=content, summary=summary, as_=as_)
-        return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req, idempotent=False)
+        return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req)
 
     def events(self, after: int = 0, limit: int = 1000, wave: str | None = None) -> EventPage:
         """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only."""
@@ -743,21 +774,17 @@ class Client:
 
     def set_budget(self, wave: str, req: SetBudget) -> Budget | None:
         """Set or clear (neither tokens nor cost) a budget (operator only); the budget as it now is."""
-        got = self._call("POST", f"/v1/waves/{_q(wave)}/budgets", BudgetList, req, idempotent=True).budgets
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/budgets", BudgetList, req).budgets
         return got[0] if got else None
 
     def report_spend(self, wave: str, report: SpendReport) -> list[Budget]:
         """Report a session's spend on wavelets with a shared budget (the participant's channel);
         the budgets that apply to it, with the members' sums."""
-        return self._call(
-            "POST", f"/v1/waves/{_q(wave)}/budgets/spend", BudgetList, report, idempotent=True
-        ).budgets
+        return self._call("POST", f"/v1/waves/{_q(wave)}/budgets/spend", BudgetList, report).budgets
 
     def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReached:
         """Report a budget passed (the participant's channel); ``first`` for the report that counted."""
-        return self._call(
-            "POST", f"/v1/waves/{_q(wave)}/budgets/reached", BudgetReached, report, idempotent=True
-        )
+        return self._call("POST", f"/v1/waves/{_q(wave)}/budgets/reached", BudgetReached, report)
 
 
 def _reason(exc: BaseException) -> str:

@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from fleet import __version__, errors, hangup
 from fleet.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
 from fleet.console import Console, presence_key, tree_key
-from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
+from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, json_bytes, parse_listen
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     MAX_REF,
@@ -53,6 +53,8 @@ from fleet.models import (
     BlipPage,
     CloseSeat,
     Endpoint,
+    ErrorBody,
+    ErrorEnvelope,
     Feed,
     FeedRequest,
     FeedWavelet,
@@ -89,7 +91,21 @@ from fleet.models import (
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
+from fleet.store.events import (
+    BlipPosted,
+    BlipReplaced,
+    BlipSurfaced,
+    Event,
+    RosterInvited,
+    RosterLeft,
+    TokenMinted,
+    WaveCreated,
+    WaveletForked,
+    parse,
+)
 from fleet.store.faults import open_store, storage_faults
+from fleet.store.keys import Claim, Found, Run, check_key, fingerprint, scope_of
+from fleet.store.rows import blip_of
 from fleet.store.summaries import CONTEXT_PAGE
 from fleet.store.summaries import INPUT_MAX as SUMMARY_INPUT_MAX
 from fleet.tls import shown
@@ -466,7 +482,21 @@ def _check_integers(data: Any, depth: int = 0) -> None:
 
 
 Answer = tuple[int, Any]
-"""A status and the record answered with."""
+"""A status and the record answered with (or :class:`Raw`: the JSON bytes of one)."""
+
+
+class Raw(bytes):
+    """An answer already in JSON (a request key's stored answer), sent as it is."""
+
+
+Rebuild = Callable[["Daemon", Request, Event], Answer]
+"""How a write's answer is rebuilt from the event it recorded, when the daemon died before storing it."""
+
+
+def _rerun(d: Daemon, r: Request, _e: Event) -> Answer:
+    """A write that is the same whether applied once or twice (a set, a close, a record): run it again."""
+    route, _args = d.route(r.method, r.path)
+    return route.handler(d, r)
 
 
 @dataclass(frozen=True)
@@ -474,6 +504,12 @@ class Route:
     """One endpoint. ``path`` is a template whose ``{name}`` parts each match one path segment.
 
     ``console``: the operator console's ``/api/v1/…`` proxy exposes it. ``auth``: it needs a token.
+    ``keyed``: it writes, so it honours an ``Idempotency-Key`` (every POST but the ones that only read
+    or report presence: :mod:`fleet.store.keys`). ``rebuild``: how its answer is rebuilt from the event
+    it recorded when the daemon died before storing that answer (None: a repeat then says the request
+    was applied); ``exact``: that rebuild is the first answer itself (a blip write's answer is the
+    blip its event holds), so the answer is never stored: a repeat always rebuilds it. ``secret``:
+    its answer carries a secret, which is never stored (a repeat says what was made instead).
     """
 
     method: str
@@ -481,10 +517,16 @@ class Route:
     handler: Callable[[Daemon, Request], Answer]
     console: bool = False
     auth: bool = True
+    keyed: bool | None = None
+    rebuild: Rebuild | None = None
+    exact: bool = False
+    secret: bool = False
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pattern", re.compile(re.sub(r"\{\w+\}", "([^/]+)", self.path)))
+        if self.keyed is None:
+            object.__setattr__(self, "keyed", self.method == "POST")
 
 
 # ---------------------------------------------------------------- the daemon
@@ -817,10 +859,18 @@ class Daemon:
         raise errors.NotFound(f"no such endpoint {method} {path}: see docs/http-api.md")
 
     def dispatch(
-        self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
+        self,
+        method: str,
+        target: str,
+        authorization: str | None,
+        body: bytes,
+        *,
+        console: bool = False,
+        key: str | None = None,
     ) -> Answer:
         """Run one API call: ``target`` is the request target (path and query), ``authorization``
-        the ``Authorization`` header. ``console``: only the routes the console exposes exist."""
+        the ``Authorization`` header, ``key`` the ``Idempotency-Key`` header. ``console``: only the
+        routes the console exposes exist."""
         split = urlsplit(target)
         route, args = self.route(method, split.path, console=console)
         for n, arg in zip(re.findall(r"\{(\w+)\}", route.path), args, strict=False):
@@ -837,7 +887,66 @@ class Daemon:
                     f"query parameter {k[:40]!r} is {max(len(k), len(v))} characters, over the limit"
                     f" of {MAX_REF}"
                 )
-        return route.handler(self, Request(method, split.path, query, body, who, args))
+        request = Request(method, split.path, query, body, who, args)
+        if key is not None and route.keyed:
+            return self._keyed(
+                route, request, Claim(scope_of(who), check_key(key), fingerprint(method, target, body))
+            )
+        return route.handler(self, request)
+
+    def _keyed(self, route: Route, r: Request, claim: Claim) -> Answer:
+        """Run a write under its request key (:mod:`fleet.store.keys`): a repeat of the key gets the
+        first answer, however many times the client sent it and whatever died in between."""
+        keys = self._s.keys
+        with keys.running(claim) as run:
+            found = keys.find(claim.scope, claim.key)
+            if found is not None:
+                return self._repeat(route, r, claim, found, run)
+            try:
+                status, payload = route.handler(self, r)
+            except errors.FleetError as exc:
+                if run.seq is not None:  # it wrote, then failed: the repeat must fail alike
+                    status, kind = errors.status_of(exc)
+                    self._answered(
+                        claim, status, ErrorEnvelope(error=ErrorBody(kind=kind, message=exc.message))
+                    )
+                raise
+            if run.seq is None or route.secret or route.exact:
+                # nothing written (a repeat runs again), not to be stored, or rebuilt exactly by a repeat
+                return status, payload
+            return status, self._answered(claim, status, payload)
+
+    def _answered(self, claim: Claim, status: int, payload: object) -> Raw:
+        body = Raw(json_bytes(payload))
+        try:
+            self._s.keys.answered(claim, status, body)
+        except errors.FleetError as exc:  # the write stands: a repeat rebuilds its answer from its event
+            log.warning("storing the answer of request key %s failed: %s", claim.key, exc.message)
+        return body
+
+    def _repeat(self, route: Route, r: Request, claim: Claim, found: Found, run: Run) -> Answer:
+        if found.fingerprint != claim.fingerprint:
+            raise errors.Conflict(
+                f"the Idempotency-Key {claim.key!r} was already used for a different request: make a new"
+                " key for each operation (docs/http-api.md)"
+            )
+        if found.status is not None and found.body is not None:
+            return found.status, Raw(found.body)  # an error the first time is the same error again
+        etype, data = self._s.keys.event_at(found.seq)
+        event = parse(etype, data)
+        if route.secret and isinstance(event, TokenMinted):
+            raise errors.Conflict(
+                f"this mint was applied (token {event.token_id}), but its secret is shown only once and the"
+                f" answer was lost: revoke it (`fleet token revoke --id {event.token_id}`) and mint again"
+            )
+        if route.rebuild is None:
+            raise errors.Conflict(
+                f"this request (Idempotency-Key {claim.key!r}) was applied, but the daemon stopped before"
+                " it answered: read the current state to see what it made"
+            )
+        run.written(found.seq)
+        status, payload = route.rebuild(self, r, event)
+        return status, payload if route.exact else self._answered(claim, status, payload)
 
     # ---------------------------------------------------------------- handlers
 
@@ -1202,37 +1311,72 @@ class Daemon:
         return 200, Revoked(revoked=revoked)
 
 
+def _blip_answer(_d: Daemon, _r: Request, e: Event) -> Answer:
+    assert isinstance(e, BlipPosted | BlipSurfaced | BlipReplaced)
+    return 201, blip_of(e.blip)
+
+
+def _wave_answer(d: Daemon, r: Request, e: Event) -> Answer:
+    assert isinstance(e, WaveCreated)
+    return 201, d._s.get_wave(r.who, e.wave_id)
+
+
+def _wavelet_answer(status: int) -> Rebuild:
+    def rebuild(d: Daemon, r: Request, e: Event) -> Answer:
+        assert isinstance(e, WaveletForked | RosterInvited | RosterLeft)
+        return status, d._s.resolve(r.who, e.wavelet_id)
+
+    return rebuild
+
+
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/health", Daemon._health, auth=False),
     Route("GET", "/v1/whoami", Daemon._whoami, console=True),
-    Route("POST", "/v1/waves", Daemon._create_wave),
+    Route("POST", "/v1/waves", Daemon._create_wave, rebuild=_wave_answer),
     Route("GET", "/v1/waves", Daemon._list_waves, console=True),
     Route("GET", "/v1/waves/{wave}", Daemon._get_wave, console=True),
-    Route("POST", "/v1/waves/{wave}/feed", Daemon._feed),
-    Route("POST", "/v1/waves/{wave}/presence", Daemon._report_presence),
+    Route("POST", "/v1/waves/{wave}/feed", Daemon._feed, keyed=False),
+    Route("POST", "/v1/waves/{wave}/presence", Daemon._report_presence, keyed=False),
     Route("GET", "/v1/waves/{wave}/presence", Daemon._presence, console=True),
     Route("GET", "/v1/waves/{wave}/blips", Daemon._read_wave),
     Route("GET", "/v1/waves/{wave}/activity", Daemon._activity),
-    Route("POST", "/v1/waves/{wave}/sessions", Daemon._record_session),
+    Route("POST", "/v1/waves/{wave}/sessions", Daemon._record_session, rebuild=_rerun),
     Route("GET", "/v1/waves/{wave}/sessions", Daemon._sessions),
     Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
     Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
-    Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat),
+    Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat, rebuild=_rerun),
     Route("GET", "/v1/waves/{wave}/memory", Daemon._memory),
     Route("POST", "/v1/waves/{wave}/memory", Daemon._write_memory),
     Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets),
-    Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget),
-    Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached),
-    Route("POST", "/v1/waves/{wave}/budgets/spend", Daemon._report_spend),
+    Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget, rebuild=_rerun),
+    Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached, rebuild=_rerun),
+    Route("POST", "/v1/waves/{wave}/budgets/spend", Daemon._report_spend, rebuild=_rerun),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/invite", Daemon._invite, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/leave", Daemon._leave_roster, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/blips", Daemon._post, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True, rebuild=_wavelet_answer(201)),
+    Route(
+        "POST", "/v1/wavelets/{wavelet}/invite", Daemon._invite, console=True, rebuild=_wavelet_answer(200)
+    ),
+    Route(
+        "POST",
+        "/v1/wavelets/{wavelet}/leave",
+        Daemon._leave_roster,
+        console=True,
+        rebuild=_wavelet_answer(200),
+    ),
+    Route(
+        "POST", "/v1/wavelets/{wavelet}/blips", Daemon._post, console=True, rebuild=_blip_answer, exact=True
+    ),
     Route("GET", "/v1/wavelets/{wavelet}/blips", Daemon._read, console=True),
-    Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system),
-    Route("POST", "/v1/wavelets/{wavelet}/surface", Daemon._surface, console=True),
+    Route("POST", "/v1/wavelets/{wavelet}/system", Daemon._post_system, rebuild=_blip_answer, exact=True),
+    Route(
+        "POST",
+        "/v1/wavelets/{wavelet}/surface",
+        Daemon._surface,
+        console=True,
+        rebuild=_blip_answer,
+        exact=True,
+    ),
     Route("GET", "/v1/wavelets/{wavelet}/context", Daemon._context, console=True),
     Route("GET", "/v1/wavelets/{wavelet}/summaries", Daemon._summaries),
     Route("POST", "/v1/wavelets/{wavelet}/summaries", Daemon._summarize),
@@ -1241,11 +1385,13 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/blips/{blip}/pin", Daemon._pin),
     Route("GET", "/v1/blips/{blip}", Daemon._get_blip, console=True),
     Route("GET", "/v1/blips/{blip}/history", Daemon._history, console=True),
-    Route("POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True),
-    Route("POST", "/v1/tokens", Daemon._mint),
-    Route("POST", "/v1/machines", Daemon._mint_machine),
+    Route(
+        "POST", "/v1/blips/{blip}/replace", Daemon._replace, console=True, rebuild=_blip_answer, exact=True
+    ),
+    Route("POST", "/v1/tokens", Daemon._mint, secret=True),
+    Route("POST", "/v1/machines", Daemon._mint_machine, secret=True),
     Route("GET", "/v1/tokens", Daemon._list_tokens),
-    Route("POST", "/v1/tokens/revoke", Daemon._revoke),
+    Route("POST", "/v1/tokens/revoke", Daemon._revoke, rebuild=_rerun),
     Route("GET", "/v1/events", Daemon._events),
 )
 """The whole API (``docs/http-api.md``). ``console=True``: the operator console's page may call it
@@ -1266,9 +1412,16 @@ class _ApiHandler(Handler):
 
     def handle_request(self, body: bytes) -> None:
         status, payload = self.server.daemon.dispatch(
-            self.command, self.path, self.headers.get("Authorization"), body
+            self.command,
+            self.path,
+            self.headers.get("Authorization"),
+            body,
+            key=self.headers.get("Idempotency-Key"),
         )
-        self.respond_json(status, payload)
+        if isinstance(payload, Raw):
+            self.respond(status, payload, "application/json")
+        else:
+            self.respond_json(status, payload)
 
     def finish(self) -> None:
         """The client connection ends: its thread's read connection goes back to the store's pool."""

@@ -63,10 +63,17 @@ class HttpError(UsageError):
 
 
 class DaemonUnreachable(FleetError):
+    """``maybe_applied``: for a write given up on, whether it may have been applied (False: it never
+    reached the daemon whole); None for a read, or where nobody knows."""
+
     exit_code = 3
     status = 503
     kind = "unreachable"
     transient = True
+
+    def __init__(self, message: str, *, maybe_applied: bool | None = None) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class NotFound(FleetError):

@@ -8,10 +8,10 @@ millisecond. "Deliver blips with id > cursor" is correct because of that guarant
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import uuid
-
-import uuid6
 
 
 def _bump(value: str) -> str:
@@ -40,12 +40,24 @@ class IdMinter:
                 self._last = existing
 
     def mint(self) -> str:
+        import uuid6  # here, not at the top: a client making request keys need not load it (~17 ms)
+
         with self._lock:
             candidate = str(uuid6.uuid7())
             if candidate <= self._last:
                 candidate = _bump(self._last)
             self._last = candidate
             return candidate
+
+
+def request_key() -> str:
+    """A fresh request key (``Idempotency-Key``): a UUIDv7 (the time in ms, 74 random bits), made
+    once per logical write by a client. Unique, not ordered: the daemon's ids are :class:`IdMinter`'s."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big") >> 6
+    n = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def is_id_like(text: str) -> bool:

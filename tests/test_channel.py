@@ -365,19 +365,26 @@ def test_daemon_outage_keeps_answering_and_resumes_without_loss(world: World, fl
     world.daemon.stop()
 
     alice.request("ping")
-    res = alice.call("wavelet_post", {"wavelet": "main", "text": "anyone?"})
-    assert res["isError"] is True and "unreachable" in res["content"][0]["text"]
     ping = alice.call("wavelet_ping")["structuredContent"]
-    assert ping["reachable"] is False
+    assert ping["reachable"] is False  # a probe answers at once
     retry_until(
         lambda: alice.call("wavelet_ping")["structuredContent"]["delivery"]["state"] == "reconnecting",
         what="delivery to notice the outage",
     )
+    # A post during the outage waits (TOOL_PATIENCE) for the daemon to come back, then lands once:
+    # the agent never sees the outage.
+    post = {"name": "wavelet_post", "arguments": {"wavelet": "main", "text": "anyone?"}}
+    alice.send({"jsonrpc": "2.0", "id": 900, "method": "tools/call", "params": post})
+    assert alice.call("wavelet_ping")["structuredContent"]["reachable"] is False  # tools answer meanwhile
+    assert not [m for m in alice.messages if m.get("id") == 900]  # the post waits
 
     revived = Daemon(fleet_env, listen=f"127.0.0.1:{port}")
     revived.start()
     try:
+        res = alice.response(900, timeout=30)["result"]
+        assert res["isError"] is False, res
         op = Client(revived.url, revived.operator_token)
+        assert [b.text for b in op.read(world.main).blips].count("anyone?") == 1
         op.post(world.main, "after the outage", as_="bob")
         wait_text(alice, "after the outage", timeout=20)
         assert texts(alice).count("before the outage") == 1

@@ -53,6 +53,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0008_summaries",
         "0009_blip_replacer",
         "0010_budget_spend",
+        "0011_request_keys",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -251,7 +252,7 @@ def test_a_reopened_store_mints_ids_above_everything_it_holds(
     # the clock now reads far in the past (a restored VM, a skewed host): ids must still increase
     import uuid
 
-    monkeypatch.setattr("fleet.ids.uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
+    monkeypatch.setattr("uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
     s2 = Store(tmp_path / "db")
     a = s2.post(OP, "demo/main", "two").id
     b = s2.post(OP, "demo/main", "three").id

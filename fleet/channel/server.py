@@ -30,7 +30,14 @@ from typing import IO, TYPE_CHECKING, Any
 import fleet
 from fleet import errors
 from fleet.budgets import BudgetWatch
-from fleet.channel.tools import DeliveryOut, DeliveryPhase, Tools, WaveletDelivery, instructions
+from fleet.channel.tools import (
+    TOOL_PATIENCE,
+    DeliveryOut,
+    DeliveryPhase,
+    Tools,
+    WaveletDelivery,
+    instructions,
+)
 from fleet.client import Client
 from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
@@ -270,7 +277,9 @@ class Channel:
                     self._feed_client = Client(self.config.daemon, self._token, retries=0)
                 return self._feed_client
             if self._tools_client is None:
-                self._tools_client = Client(self.config.daemon, self._token, retries=2, timeout=15)
+                self._tools_client = Client(
+                    self.config.daemon, self._token, retries=2, timeout=15, patience=TOOL_PATIENCE
+                )
             return self._tools_client
 
     def outage_since(self) -> float | None:

@@ -11,14 +11,18 @@ records; their JSON Schemas are derived from them (:func:`fleet.wire.schema`).
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fleet import errors
 from fleet.client import Client
 from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention
+from fleet.ids import request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import Blip, Context, NewSummary, Summary, Wavelet
 from fleet.wire import RecordError, field, load, record, schema
@@ -28,6 +32,12 @@ if TYPE_CHECKING:  # loaded under targeted attention only
     from fleet.delivery.state import StateFile
 
 READ_LIMIT_DEFAULT, READ_LIMIT_MAX = 100, 2000
+TOOL_PATIENCE = 20.0
+"""Seconds a tool call keeps resending while the daemon is away (each write under its one request
+key, so it lands once): a daemon that restarts within them is invisible to the agent."""
+UNSETTLED_FOR, UNSETTLED_MAX = 3600.0, 256
+"""How long (and how many) message writes given up on keep their request key for the agent's retry
+(well inside the daemon's 24-hour key window)."""
 
 
 def instructions(participant: str, wave: str, attention: Attention = "full") -> str:
@@ -390,6 +400,9 @@ class Tools:
 
     def __init__(self, host: Host) -> None:
         self.host = host
+        self._unsettled: dict[str, tuple[str, float]] = {}
+        """Message writes given up on with their outcome unknown: signature -> (request key, when)."""
+        self._unsettled_lock = threading.Lock()
 
     def table(self) -> list[Tool]:
         def tool(
@@ -520,11 +533,21 @@ class Tools:
         message = exc.message
         if isinstance(exc, errors.DaemonUnreachable):
             since = h.outage_since() or time.time()
+            if exc.maybe_applied is None:
+                outcome = ""
+            elif not exc.maybe_applied:
+                outcome = " Nothing was written: the request never reached the daemon."
+            elif name in ("wavelet_post", "wavelet_surface"):
+                outcome = (
+                    " It may or may not have been stored; calling it again with the same text is safe:"
+                    " fleet recognises the repeat and stores it once."
+                )
+            else:
+                outcome = " It may or may not have been applied: check with wavelet_read or wavelet_list."
             return (
                 f"{name} failed: the fleet daemon at {h.daemon} is unreachable "
-                f"(down for {time.time() - since:.0f}s: {message}). The channel keeps reconnecting and "
-                "will resume delivery without losing blips. Retry later; a post that failed this way "
-                "may or may not have been stored, so check with wavelet_read before posting it again."
+                f"(down for {time.time() - since:.0f}s, retried for {TOOL_PATIENCE:.0f}s: {message}). The"
+                f" channel keeps reconnecting and will resume delivery without losing blips.{outcome}"
             )
         if isinstance(exc, errors.Unauthorized):
             return (
@@ -549,9 +572,32 @@ class Tools:
     def _resolve(self, ref: str) -> Wavelet:
         return self.host.client().resolve(ref.strip(), wave=self.host.wave)
 
+    @contextmanager
+    def _once(self, what: str, *parts: str) -> Iterator[str]:
+        """The request key of one message write (``what`` of ``parts``): the key of the same write
+        given up on before, if there is one (so the agent's retry of it lands once), else a new one.
+        Kept only while the write's outcome is unknown."""
+        sig = hashlib.sha256("\0".join((what, *parts)).encode()).hexdigest()
+        now = time.monotonic()
+        with self._unsettled_lock:
+            for old, (_key, at) in list(self._unsettled.items()):
+                if now - at > UNSETTLED_FOR:
+                    del self._unsettled[old]
+            key = self._unsettled.pop(sig, (request_key(), now))[0]
+        try:
+            yield key
+        except errors.DaemonUnreachable as exc:
+            if exc.maybe_applied:
+                with self._unsettled_lock:
+                    while len(self._unsettled) >= UNSETTLED_MAX:
+                        del self._unsettled[next(iter(self._unsettled))]
+                    self._unsettled[sig] = (key, now)
+            raise
+
     def _post(self, args: PostArgs) -> ToolResult:
         w = self._resolve(args.wavelet)
-        blip = self.host.client().post(w.id, args.text, as_=self.host.participant)
+        with self._once("post", w.id, args.text) as key:
+            blip = self.host.client().post(w.id, args.text, as_=self.host.participant, key=key)
         out = PostOut(blip=_blip_out(blip, w.path))
         return ToolResult.ok(f"posted blip {blip.id} to {w.path}", out)
 
@@ -716,9 +762,9 @@ class Tools:
     def _surface(self, args: SurfaceArgs) -> ToolResult:
         w = self._resolve(args.wavelet)
         c = self.host.client()
-        blip = c.surface(
-            w.id, args.text, source_blip_id=args.source_blip_id or None, as_=self.host.participant
-        )
+        source = args.source_blip_id or None
+        with self._once("surface", w.id, args.text, source or "") as key:
+            blip = c.surface(w.id, args.text, source_blip_id=source, as_=self.host.participant, key=key)
         label = self.host.label(blip.wavelet_id) or c.get_wavelet(blip.wavelet_id).path
         out = PostOut(blip=_blip_out(blip, label))
         return ToolResult.ok(f"surfaced {w.path} into {label} as blip {blip.id}", out)
@@ -740,12 +786,14 @@ class Tools:
         h = self.host
         error, version, latency, presence = "", "", None, []
         try:
-            c = h.client()
-            t0 = time.perf_counter()
-            who = c.whoami()
-            latency = round((time.perf_counter() - t0) * 1000, 2)
-            version = who.daemon_version
-            presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
+            tools = h.client()
+            # A probe answers now: no resending through an outage as the other tools do.
+            with Client(tools.base_url, tools.token, retries=1, timeout=5) as c:
+                t0 = time.perf_counter()
+                who = c.whoami()
+                latency = round((time.perf_counter() - t0) * 1000, 2)
+                version = who.daemon_version
+                presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
         except errors.FleetError as exc:
             error = self.explain("wavelet_ping", exc)
         out = PingOut(

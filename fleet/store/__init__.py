@@ -104,6 +104,7 @@ from fleet.store.events import (
     record,
     replay,
 )
+from fleet.store.keys import Keys
 from fleet.store.schema import (
     MATERIALISED,
     MIGRATIONS,
@@ -180,6 +181,8 @@ class Store:
         """Token id -> the token epoch at which it was last found unrevoked."""
         self._memo = GenerationMemo()
         """What the feeds one commit wakes read alike, per generation (:meth:`feed`, :meth:`budgets`)."""
+        self.keys = Keys(self._db)
+        """Request keys (:mod:`fleet.store.keys`): what makes a resent write answer as the first did."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""

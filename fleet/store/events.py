@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from fleet import errors
 from fleet.models import OPERATOR, ROOT_WAVELET, BlipKind, ParticipantKind, Transport
+from fleet.store import keys
 from fleet.store.schema import connect, migrate, note_token_write, now
 
 
@@ -358,12 +359,15 @@ def apply(conn: sqlite3.Connection, event: Event) -> None:
 
 
 def record(conn: sqlite3.Connection, event: Event) -> None:
-    """Append ``event`` to the log and apply it, inside the caller's write transaction."""
-    conn.execute(
+    """Append ``event`` to the log and apply it, inside the caller's write transaction (with the
+    request key of the request that wrote it, if it is that request's first event: :mod:`keys`)."""
+    cur = conn.execute(
         "INSERT INTO events(type, payload, created_at) VALUES (?,?,?)",
         (event.type, payload_of(event), now()),
     )
     apply(conn, event)
+    assert cur.lastrowid is not None
+    keys.on_record(conn, cur.lastrowid)
 
 
 def _insert_blip(conn: sqlite3.Connection, b: BlipData) -> None:

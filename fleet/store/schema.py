@@ -287,6 +287,25 @@ def _m0010_budget_spend(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0011_request_keys(conn: sqlite3.Connection) -> None:
+    # Bookkeeping, not state (fleet/store/keys.py): not an event, not materialised, never exported.
+    conn.execute(
+        """
+        CREATE TABLE request_keys (
+            scope       TEXT NOT NULL,
+            key         TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            created_at  REAL NOT NULL,
+            status      INTEGER,
+            body        BLOB,
+            PRIMARY KEY (scope, key)
+        ) WITHOUT ROWID
+        """
+    )
+    conn.execute("CREATE INDEX request_keys_created ON request_keys(created_at)")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -298,6 +317,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0008_summaries", _m0008_summaries),
     ("0009_blip_replacer", _m0009_blip_replacer),
     ("0010_budget_spend", _m0010_budget_spend),
+    ("0011_request_keys", _m0011_request_keys),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
