@@ -269,10 +269,16 @@ def test_members_and_the_operator_still_see_every_id(world: World) -> None:
     assert surfaced["source_wavelet_id"] == world.huddle  # alice is on the huddle
     assert surfaced["source_blip_id"] == world.surfaced["source_blip_id"]
     alice.close()
-    tree = {w["id"]: w for w in world.op.get(f"/v1/waves/{q(m.wave)}").ok(200)["wavelets"]}
-    assert set(tree) == set(m.nodes)
-    for n in m.nodes.values():
-        assert (tree[n.id]["parent_id"], tree[n.id]["parent_withheld"]) == (n.parent, False)
+    machine = world.op.post("/v1/machines", {"name": "laptop", "waves": [m.wave]}).ok(201)["token"]
+    for token in (world.d.operator_token, machine):  # a machine token is the operator in its waves
+        h = Http(world.d.url, token)
+        tree = {w["id"]: w for w in h.get(f"/v1/waves/{q(m.wave)}").ok(200)["wavelets"]}
+        assert set(tree) == set(m.nodes)
+        for n in m.nodes.values():
+            assert (tree[n.id]["parent_id"], tree[n.id]["parent_withheld"]) == (n.parent, False)
+        shown = next(b for b in h.read(m.root).ok(200)["blips"] if b["kind"] == "surface")
+        assert shown["source_wavelet_id"] == world.huddle
+        h.close()
     assert world.surfaced["source_wavelet_id"] == world.huddle  # bob's own write: he is on the huddle
 
 
