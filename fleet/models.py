@@ -55,12 +55,19 @@ class Wavelet:
     wave: str
     name: str
     parent_id: str | None
+    """The parent's id: None for the wave's root, and withheld (None) from a reader who cannot see
+    the parent (a private wavelet it is not on: then ``parent_withheld``)."""
     fork_blip_id: str | None = None
-    """The last parent blip visible in this fork's context (None: the parent was empty)."""
+    """The last parent blip visible in this fork's context (None: the parent was empty, or it is
+    withheld with ``parent_id``)."""
     private: bool
     created_by: str
     created_at: str
     roster: list[Member] = field(default_factory=list)
+    parent_withheld: bool = False
+    """This wavelet has a parent the reader may not be told of (a private wavelet it is not on):
+    ``parent_id`` and ``fork_blip_id`` are None though it is not the root. It is shown as a top of
+    the reader's tree, under a private wavelet."""
 
     @property
     def path(self) -> str:
@@ -86,7 +93,10 @@ class Blip:
     text: str
     replaces: str | None = None
     source_wavelet_id: str | None = None
+    """A surface's source wavelet, a provenance blip's other wavelet; None where there is none, and
+    withheld (None) from a reader who cannot see it (a private wavelet it is not on)."""
     source_blip_id: str | None = None
+    """The blip in ``source_wavelet_id`` it refers to (withheld with it)."""
     created_at: str
     superseded_by: str | None = None
     """Set on reads that include history: the id of the blip that replaced this one."""
@@ -144,7 +154,8 @@ class Context:
 
     wavelet: Wavelet
     path: list[Wavelet]
-    """Root first, this wavelet last."""
+    """Root first, this wavelet last: the ancestors the reader can see (a withheld one is left out,
+    and the next one's ``parent_withheld`` says so)."""
     blips: list[Blip]
     """This page's blips, oldest first (ids ascend across the whole context)."""
     summaries: list[Summary] = field(default_factory=list)

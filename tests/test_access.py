@@ -66,7 +66,8 @@ def test_a_non_members_view_of_a_public_child_names_nothing_of_its_private_paren
         shown = json.dumps(ctx) + json.dumps(blips)
         for leak in ("secret-plans", "the secret itself"):
             assert leak not in shown, (reader, leak)
-        assert h.wavelet(wave.child).ok(200)["parent_id"] == wave.secret  # an opaque id, 404 to them
+        child = h.wavelet(wave.child).ok(200)  # the parent's id is withheld, not merely opaque
+        assert (child["parent_id"], child["fork_blip_id"], child["parent_withheld"]) == (None, None, True)
         assert h.wavelet(wave.secret).status == 404
         h.close()
     alice = wave.as_("alice")  # a member of the parent still sees the whole path

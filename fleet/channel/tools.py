@@ -209,12 +209,18 @@ class WaveletOut:
     id: str
     path: str = field(doc="WAVE/WAVELET.")
     name: str
-    parent_id: str | None
+    parent_id: str | None = field(
+        doc="The parent's id: null for the wave's root, and for a wavelet under a private wavelet"
+        " you are not on (then parent_withheld)."
+    )
     private: bool
     created_by: str
     members: list[str]
     member: bool = field(
         doc="Whether this channel's participant is on the roster (and so receives its blips)."
+    )
+    parent_withheld: bool = field(
+        default=False, doc="Its parent is a private wavelet you are not on: its id is not shown."
     )
 
 
@@ -344,6 +350,7 @@ def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
         created_by=w.created_by,
         members=names,
         member=participant in names,
+        parent_withheld=w.parent_withheld,
     )
 
 
@@ -737,10 +744,14 @@ class Tools:
                 lines.append("  " * depth + _wavelet_line(item))
                 walk(item.id, depth + 1)
 
-        walk(None, 0)
-        for item in items:  # forks whose parent the caller cannot see
-            if item.parent_id is not None and item.parent_id not in known:
+        for item in items:  # the root, then the forks under a private wavelet the caller is not on
+            if item.parent_id is None and not item.parent_withheld:
                 lines.append(_wavelet_line(item))
+                walk(item.id, 1)
+        for item in items:
+            if item.parent_withheld or (item.parent_id is not None and item.parent_id not in known):
+                lines.append(_wavelet_line(item) + " (under a private wavelet)")
+                walk(item.id, 1)
         return ToolResult.ok(f"wave {wave.name}:\n" + "\n".join(lines), out)
 
     def _fork(self, args: ForkArgs) -> ToolResult:

@@ -148,23 +148,32 @@ def wave_list(waves: Sequence[Wave]) -> None:
 
 
 def wave_tree(wave: Wave) -> None:
-    """The wavelet tree: one line per wavelet with its roster, private ones marked."""
+    """The wavelet tree: one line per wavelet with its roster, private ones marked. A wavelet whose
+    parent the reader may not see (``parent_withheld``) is a top of the tree, marked as under a
+    private wavelet, after the root."""
     out(f"{wave.name}  ({short(wave.id)})")
-    children: dict[str | None, list[Wavelet]] = {}
+    children: dict[str, list[Wavelet]] = {}
     for wl in wave.wavelets:
-        children.setdefault(wl.parent_id, []).append(wl)
+        if wl.parent_id is not None:
+            children.setdefault(wl.parent_id, []).append(wl)
     known = {wl.id for wl in wave.wavelets}
-    # Roots: the root wavelet, plus any wavelet whose parent the caller cannot see.
-    roots = [wl for wl in wave.wavelets if wl.parent_id is None or wl.parent_id not in known]
+
+    def under_private(wl: Wavelet) -> bool:  # (a parent id not listed: an older daemon's answer)
+        return wl.parent_withheld or (wl.parent_id is not None and wl.parent_id not in known)
+
+    roots = [wl for wl in wave.wavelets if wl.parent_id is None and not wl.parent_withheld]
+    hung = [wl for wl in wave.wavelets if under_private(wl)]
+    tops = sorted(roots, key=lambda w: w.id) + sorted(hung, key=lambda w: w.id)
 
     def walk(nodes: list[Wavelet], indent: str) -> None:
-        for i, wl in enumerate(sorted(nodes, key=lambda w: w.id)):
+        for i, wl in enumerate(nodes):
             last = i == len(nodes) - 1
             private = "  (private)" if wl.private else ""
-            out(f"{indent}{'└── ' if last else '├── '}{wl.name}  [{roster(wl.roster)}]{private}")
-            walk(children.get(wl.id, []), indent + ("    " if last else "│   "))
+            where = "  (under a private wavelet)" if under_private(wl) else ""
+            out(f"{indent}{'└── ' if last else '├── '}{wl.name}  [{roster(wl.roster)}]{private}{where}")
+            walk(sorted(children.get(wl.id, []), key=lambda w: w.id), indent + ("    " if last else "│   "))
 
-    walk(roots, "")
+    walk(tops, "")
 
 
 def wavelet(wl: Wavelet, verb: str) -> None:

@@ -243,9 +243,15 @@
     const nav = $("tree");
     nav.replaceChildren();
     if (!S.wave) return;
+    // A wavelet whose parent the reader may not see (parent_withheld: a private wavelet it is not
+    // on; or a parent id that is not in the tree) hangs under one "private wavelet" placeholder,
+    // after the root: it still appears, and nothing of the parent is shown or asked for.
+    const known = new Set(S.wave.wavelets.map((w) => w.id));
+    const HIDDEN = "\u0000hidden";
     const kids = new Map();
     for (const w of S.wave.wavelets) {
-      const k = w.parent_id || "";
+      const hidden = w.parent_withheld || (w.parent_id && !known.has(w.parent_id));
+      const k = hidden ? HIDDEN : w.parent_id || "";
       if (!kids.has(k)) kids.set(k, []);
       kids.get(k).push(w);
     }
@@ -276,6 +282,16 @@
       }
     };
     walk("", 0);
+    if (kids.has(HIDDEN)) {
+      const li = el("li", "tree-hidden");
+      const row = el("div", "tree-row placeholder");
+      row.style.setProperty("--depth", "0");
+      row.title = "a private wavelet you are not on: its forks below are shown, it is not";
+      row.append(el("span", "hash", "#"), el("span", "name", "a private wavelet"));
+      li.append(row);
+      list.append(li);
+      walk(HIDDEN, 1);
+    }
     nav.append(el("h2", null, "wavelets"), list);
   }
 
@@ -285,11 +301,20 @@
     const w = waveletById(S.wavelet);
     if (!w) return;
     const path = [];
-    for (let x = w; x; x = x.parent_id ? waveletById(x.parent_id) : null) path.unshift(x.name);
-    $("wavelet-title").textContent = `${S.wave.name} / ${path.join(" › ")}`;
+    let top = w;
+    for (let x = w; x; x = x.parent_id ? waveletById(x.parent_id) : null) {
+      path.unshift(x.name);
+      top = x;
+    }
+    if (top.parent_withheld || (top.parent_id && !waveletById(top.parent_id))) path.unshift("(a private wavelet)");
     $("wavelet-private").hidden = !w.private;
+    $("wavelet-title").textContent = `${S.wave.name} / ${path.join(" › ")}`;
     $("surface-button").disabled = !w.parent_id;
-    $("surface-button").title = w.parent_id ? "post a conclusion into the parent wavelet" : "the root has no parent";
+    $("surface-button").title = w.parent_id
+      ? "post a conclusion into the parent wavelet"
+      : w.parent_withheld
+        ? "its parent is a private wavelet you are not on"
+        : "the root has no parent";
     document.body.dataset.wavelet = w.id;
     renderRoster();
   }

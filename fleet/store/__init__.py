@@ -231,21 +231,24 @@ class Store:
     def _text(self, text: str) -> str:
         return checks.text(text, self.max_blip_bytes)
 
-    def _wavelet(self, wl: Row, wave_name: str | None = None) -> Wavelet:
-        return rows.wavelet(self._r(), wl, wave_name)
+    def _wavelet(self, who: Principal, wl: Row, wave_name: str | None = None) -> Wavelet:
+        return rows.wavelet(self._r(), wl, self.access.sight(who), wave_name)
 
-    def _current(self, wavelet_id: str) -> Wavelet:
+    def _current(self, who: Principal, wavelet_id: str) -> Wavelet:
         """The wavelet a write just changed, as its writer may now see it (it is on the roster, or
         it is the operator). Read after the commit, so the roster is the new one."""
         row = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (wavelet_id,)).fetchone()
-        return self._wavelet(row)
+        return self._wavelet(who, row)
 
-    def _blips_after(self, wavelet_id: str, after: str | None, limit: int, history: bool) -> list[Blip]:
+    def _blips_after(
+        self, who: Principal, wavelet_id: str, after: str | None, limit: int, history: bool
+    ) -> list[Blip]:
         sql = "SELECT * FROM blips WHERE wavelet_id = ? AND id > ?"
         if not history:
             sql += " AND superseded_by IS NULL"
         got = self._r().execute(sql + " ORDER BY id LIMIT ?", (wavelet_id, after or "", _page(limit)))
-        return [rows.blip(b) for b in got.fetchall()]
+        sight = self.access.sight(who)
+        return [rows.blip(b, sight) for b in got.fetchall()]
 
     # ---------------------------------------------------------------- principals
 
@@ -335,7 +338,10 @@ class Store:
     def get_wave(self, who: Principal, ref: str) -> Wave:
         """The wave with the wavelets ``who`` may see (private ones only where it is on the roster)."""
         w = self.access.wave(who, ref)
-        return rows.wave(w, [self._wavelet(wl, w["name"]) for wl in self.access.wavelets(who, w["id"])])
+        sight = self.access.sight(who)
+        return rows.wave(
+            w, [rows.wavelet(self._r(), wl, sight, w["name"]) for wl in self.access.wavelets(who, w["id"])]
+        )
 
     def wave_id(self, who: Principal, wave: str) -> str:
         """The id of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it (a
@@ -432,13 +438,14 @@ class Store:
                 "SELECT * FROM blips WHERE id > ? AND wave_id = ? ORDER BY id LIMIT ?",
                 (after, w["id"], _page(limit)),
             )
-            return [rows.blip(b) for b in got.fetchall()]
+            sight = self.access.sight(who)
+            return [rows.blip(b, sight) for b in got.fetchall()]
 
     # ---------------------------------------------------------------- wavelets
 
     def resolve(self, who: Principal, ref: str, wave: str | None = None) -> Wavelet:
         """The wavelet ``ref`` names for ``who`` (``wave``: where a bare name is looked up)."""
-        return self._wavelet(self.access.wavelet(who, ref, wave=wave))
+        return self._wavelet(who, self.access.wavelet(who, ref, wave=wave))
 
     def fork(
         self,
@@ -471,12 +478,14 @@ class Store:
             if conn.execute(
                 "SELECT 1 FROM wavelets WHERE wave_id = ? AND name = ?", (parent["wave_id"], name)
             ).fetchone():
-                # One answer whether or not the caller can see the wavelet that has the name: a
-                # private wavelet's name must not be learnable from the refusal.
-                # "Not available", not "exists": the refusal does not confirm a wavelet the caller
-                # may not see (names are unique per wave, so that one bit stays: docs/design.md §1).
+                # Names are unique per wave, so this refusal tells a caller that the name is taken,
+                # by a wavelet it may not see: when the name is not in its tree, that a private
+                # wavelet holds it (the one bit docs/design.md §1 owns up to, and why no cheaper
+                # design removes it). The message says so, and is the same whoever holds the name,
+                # so it says nothing more: not the holder's id, parent, roster or privacy.
                 raise errors.Conflict(
-                    f"the wavelet name {name!r} is not available in this wave: pick another"
+                    f"the wavelet name {name!r} is not available in this wave: it is taken, perhaps by"
+                    " a wavelet you cannot see (names are unique per wave); pick another"
                 )
             at = now()
             fork_point = self._last_blip_id(conn, parent["id"]) or None
@@ -526,7 +535,7 @@ class Store:
                     blips=blips,
                 ),
             )
-        return self._current(wavelet_id)
+        return self._current(who, wavelet_id)
 
     def invite(self, who: Principal, ref: str, name: str, *, as_: str | None = None) -> Wavelet:
         """Add ``name`` to the roster (a no-op if already on it). Members and the operator may invite."""
@@ -538,7 +547,7 @@ class Store:
             if conn.execute(
                 "SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", (wl["id"], name)
             ).fetchone():
-                return self._current(wl["id"])
+                return self._current(who, wl["id"])
             at = now()
             since = self._last_blip_id(conn, wl["id"])
             record(
@@ -551,7 +560,7 @@ class Store:
                     blip=self._new_blip(wl, "system", "system", f"{actor} invited {name}", at, actor=actor),
                 ),
             )
-        return self._current(wl["id"])
+        return self._current(who, wl["id"])
 
     def leave(self, who: Principal, ref: str, name: str, *, as_: str | None = None) -> Wavelet:
         """Take ``name`` off the roster: deliveries to it stop. A participant may only remove itself."""
@@ -576,7 +585,7 @@ class Store:
                     blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
                 ),
             )
-        return self._current(wl["id"])
+        return self._current(who, wl["id"])
 
     # ---------------------------------------------------------------- blips
 
@@ -589,7 +598,7 @@ class Store:
         with self._db.write() as conn:
             blip = self._new_blip(wl, author, "message", text, now())
             record(conn, BlipPosted(blip=blip))
-        return rows.blip_of(blip)
+        return rows.blip_of(blip, self.access.sight(who))
 
     def post_system(self, who: Principal, ref: str, text: str) -> Blip:
         """Post a ``system`` blip (author ``system``) into ``ref``: operator only.
@@ -603,7 +612,7 @@ class Store:
         with self._db.write() as conn:
             blip = self._new_blip(wl, "system", "system", text, now())
             record(conn, BlipPosted(blip=blip))
-        return rows.blip_of(blip)
+        return rows.blip_of(blip, self.access.sight(who))
 
     def surface(
         self,
@@ -640,7 +649,7 @@ class Store:
                 source_blip_id=source_blip_id,
             )
             record(conn, BlipSurfaced(blip=blip))
-        return rows.blip_of(blip)
+        return rows.blip_of(blip, self.access.sight(who))
 
     def _require_writer_of_parent(self, who: Principal, wl: Row) -> None:
         """Forbidden unless ``who`` may surface into ``wl``'s parent: a public parent takes the
@@ -684,7 +693,7 @@ class Store:
                 replaced_by=writer,
             )
             record(conn, BlipReplaced(blip=blip))
-        return rows.blip_of(blip)
+        return rows.blip_of(blip, self.access.sight(who))
 
     def read(
         self,
@@ -697,7 +706,7 @@ class Store:
     ) -> list[Blip]:
         """Blips of ``ref`` with id > ``after``, oldest first; replaced versions only with ``history``."""
         wl = self.access.wavelet(who, ref)
-        return self._blips_after(wl["id"], after, limit, history)
+        return self._blips_after(who, wl["id"], after, limit, history)
 
     def read_resolved(
         self,
@@ -716,7 +725,7 @@ class Store:
         with self._db.snapshot():  # the check and the read see one state: no leave slips between
             self.access.require_live(who)
             self.access.wavelet_by_id(who, wavelet_id)
-            return self._blips_after(wavelet_id, after, limit, history)
+            return self._blips_after(who, wavelet_id, after, limit, history)
 
     def read_tail(
         self, who: Principal, ref: str, *, before: str | None = None, limit: int = 200
@@ -733,11 +742,12 @@ class Store:
         if before:
             sql, args = sql + " AND id < ?", (*args, before)
         got = self._r().execute(sql + " ORDER BY id DESC LIMIT ?", (*args, _page(limit)))
-        return [rows.blip(b) for b in reversed(got.fetchall())]
+        sight = self.access.sight(who)
+        return [rows.blip(b, sight) for b in reversed(got.fetchall())]
 
     def get_blip(self, who: Principal, ref: str) -> Blip:
         """The blip ``ref`` names (id or unique prefix), whichever version it is."""
-        return rows.blip(self.access.blip(who, ref))
+        return rows.blip(self.access.blip(who, ref), self.access.sight(who))
 
     def history(self, who: Principal, ref: str) -> list[Blip]:
         """Every version of the blip ``ref`` belongs to, oldest first."""
@@ -750,7 +760,8 @@ class Store:
             chain.append(
                 r.execute("SELECT * FROM blips WHERE id = ?", (chain[-1]["superseded_by"],)).fetchone()
             )
-        return [rows.blip(b) for b in chain]
+        sight = self.access.sight(who)
+        return [rows.blip(b, sight) for b in chain]
 
     def context(
         self, who: Principal, ref: str, *, limit: int = CONTEXT_PAGE, before: str | None = None
@@ -792,6 +803,8 @@ class Store:
             wavelets: list[FeedWavelet] = []
             blips: list[Blip] = []
             more = False
+            # the memo is shared by every reader's feed: it keeps blips whole, each feed withholds
+            sight, whole = self.access.sight(who), self.access.sight(OPERATOR_PRINCIPAL)
             for row in memberships:
                 wavelets.append(
                     FeedWavelet(
@@ -809,7 +822,7 @@ class Store:
                 got: list[Blip] | None = memo.get(key) if memo is not None else None  # type: ignore[assignment]
                 if got is None:
                     got = [
-                        rows.blip(b)
+                        rows.blip(b, whole)
                         for b in r.execute(
                             "SELECT * FROM blips WHERE wavelet_id = ? AND id > ? ORDER BY id LIMIT ?",
                             (row["id"], cursor, limit + 1),
@@ -819,7 +832,7 @@ class Store:
                         memo[key] = got  # the other feeds woken by the same commit read it from here
                 if len(got) > limit:
                     more, got = True, got[:limit]
-                blips.extend(got)
+                blips.extend(got if sight.everything else [rows.shown(b, sight) for b in got])
             blips.sort(key=lambda b: b.id)
             return Feed(wavelets=wavelets, blips=blips, more=more)
 

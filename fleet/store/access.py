@@ -20,7 +20,13 @@ one place. The rules (docs/design.md §1, §2):
   and replace only its own blips.
 - A wave's memory (MEMORY.md, through the daemon) is the operator's and the seated resident's only.
 - What is shown of a wavelet's ancestors (a context's path, provenance text) leaves out those the
-  caller cannot see.
+  caller cannot see, and so does every id a record points at (:class:`Sight`): a visible wavelet's
+  parent and fork point, a blip's source wavelet and source blip are withheld (null) from a
+  reader who cannot see the wavelet they are in, so no answer carries the id of a private
+  wavelet, or of a blip in it, to anyone off its roster.
+- What a non-member *can* learn of a private wavelet is that its name is taken: names are unique
+  per wave, so a fork under that name is refused (409, worded alike whoever can see the holder).
+  docs/design.md §1 says why no cheaper design removes that one bit.
 
 References resolve as: a wave by name, id or unique id prefix; a wavelet as ``WAVE/NAME``, as ``NAME``
 within a wave (the principal's own, or the one given), by id or by unique id prefix (prefixes are
@@ -365,3 +371,42 @@ class Access:
     def _sees_blip(self, who: Principal, b: Row) -> bool:
         wl = self._r().execute("SELECT * FROM wavelets WHERE id = ?", (b["wavelet_id"],)).fetchone()
         return wl is not None and self.can_see(who, wl)
+
+    def sight(self, who: Principal) -> Sight:
+        """What ``who`` may be told of the wavelets records point at, for one answer."""
+        return Sight(self, who)
+
+
+class Sight:
+    """Which of the wavelets a record points at (a wavelet's parent, a blip's source) one principal
+    may be told of: the rule :mod:`fleet.store.rows` withholds ids by.
+
+    Made per answer (:meth:`Access.sight`) and asked id by id; each id is looked up once and the
+    answer remembered, so an answer of hundreds of blips that name a few sources costs a few
+    lookups. An answer is as of the moment it is first asked: make a new one per request. The
+    operator (and a machine token: a record's pointers stay inside the record's wave, which was
+    checked) is told every id without a lookup.
+    """
+
+    __slots__ = ("_access", "_seen", "_who")
+
+    def __init__(self, access: Access, who: Principal) -> None:
+        self._access = access
+        self._who = who
+        self._seen: dict[str, bool] = {}
+
+    @property
+    def everything(self) -> bool:
+        """Nothing is withheld from this principal (the operator's powers)."""
+        return self._who.is_operator
+
+    def sees(self, wavelet_id: str) -> bool:
+        """Whether the wavelet with this id may be named to the principal (NotFound's rule: a private
+        wavelet only to its roster; a wavelet that is not there, to no one)."""
+        if self._who.is_operator:
+            return True
+        seen = self._seen.get(wavelet_id)
+        if seen is None:
+            row = self._access._r().execute("SELECT * FROM wavelets WHERE id = ?", (wavelet_id,)).fetchone()
+            seen = self._seen[wavelet_id] = row is not None and self._access.can_see(self._who, row)
+        return seen

@@ -1,6 +1,10 @@
 """Rows to records: how the store's tables become the :mod:`fleet.models` shapes it answers with.
 
-Builders only: no visibility decisions (those are :mod:`fleet.store.access`'s) and no writes.
+Builders only: no visibility decisions (those are :mod:`fleet.store.access`'s) and no writes. A
+record that points at another wavelet (a wavelet's parent, a blip's source) is built for one reader
+and takes that reader's :class:`~fleet.store.access.Sight`: the ids it may not be told of are
+withheld (None; a wavelet then says ``parent_withheld``). Every builder of such a record requires
+one, so no answer can forget to.
 """
 
 from __future__ import annotations
@@ -9,23 +13,42 @@ import sqlite3
 
 from fleet.budgets import Budget
 from fleet.models import Blip, Member, Seat, SessionRecord, TokenInfo, Wave, Wavelet
+from fleet.store.access import Sight
 from fleet.store.events import BlipData
 from fleet.wire import built
 
 Row = sqlite3.Row
 
 
-def blip(b: Row) -> Blip:
-    """Every field from the row (:func:`fleet.wire.built`: reads build hundreds of these)."""
-    return built(Blip, {k: b[k] for k in BLIP_FIELDS})
+def blip(b: Row, sight: Sight) -> Blip:
+    """Every field from the row (:func:`fleet.wire.built`: reads build hundreds of these), the
+    source withheld where ``sight`` may not be told of it."""
+    values = {k: b[k] for k in BLIP_FIELDS}
+    source = values["source_wavelet_id"]
+    if source is not None and not sight.sees(source):
+        values["source_wavelet_id"] = values["source_blip_id"] = None
+    return built(Blip, values)
+
+
+def shown(b: Blip, sight: Sight) -> Blip:
+    """``b`` as ``sight``'s reader may see it: ``b`` itself, or a copy with its source withheld
+    (``b`` may be shared between readers, as a feed's generation memo shares it: never changed)."""
+    if b.source_wavelet_id is None or sight.sees(b.source_wavelet_id):
+        return b
+    return built(Blip, {**vars(b), "source_wavelet_id": None, "source_blip_id": None})
 
 
 BLIP_FIELDS = tuple(f.name for f in Blip.__record_fields__)  # type: ignore[attr-defined]
 """Blip's fields, each a column of the ``blips`` table of the same name."""
 
 
-def blip_of(b: BlipData) -> Blip:
-    """The blip an event just wrote, as a read would show it (nothing supersedes it yet)."""
+def blip_of(b: BlipData, sight: Sight) -> Blip:
+    """The blip an event just wrote, as a read by ``sight``'s reader would show it (nothing
+    supersedes it yet)."""
+    return shown(_written(b), sight)
+
+
+def _written(b: BlipData) -> Blip:
     return Blip(
         id=b.id,
         wavelet_id=b.wavelet_id,
@@ -52,21 +75,32 @@ def members(conn: sqlite3.Connection, wavelet_id: str) -> list[Member]:
     ]
 
 
-def wavelet(conn: sqlite3.Connection, wl: Row, wave_name: str | None = None) -> Wavelet:
-    """A wavelet with its roster (``wave_name`` saves a lookup when the caller has it)."""
+def parent(wl: Row, sight: Sight) -> tuple[str | None, str | None, bool]:
+    """(``parent_id``, ``fork_blip_id``, ``parent_withheld``) of wavelet row ``wl`` for ``sight``'s
+    reader: the parent's ids, or (None, None, True) where it may not be told of the parent."""
+    if wl["parent_id"] is None or sight.sees(wl["parent_id"]):
+        return wl["parent_id"], wl["fork_blip_id"], False
+    return None, None, True
+
+
+def wavelet(conn: sqlite3.Connection, wl: Row, sight: Sight, wave_name: str | None = None) -> Wavelet:
+    """A wavelet with its roster, for ``sight``'s reader (``wave_name`` saves a lookup when the
+    caller has it)."""
     if wave_name is None:
         wave_name = conn.execute("SELECT name FROM waves WHERE id = ?", (wl["wave_id"],)).fetchone()[0]
+    parent_id, fork_blip_id, withheld = parent(wl, sight)
     return Wavelet(
         id=wl["id"],
         wave_id=wl["wave_id"],
         wave=wave_name,
         name=wl["name"],
-        parent_id=wl["parent_id"],
-        fork_blip_id=wl["fork_blip_id"],
+        parent_id=parent_id,
+        fork_blip_id=fork_blip_id,
         private=bool(wl["private"]),
         created_by=wl["created_by"],
         created_at=wl["created_at"],
         roster=members(conn, wl["id"]),
+        parent_withheld=withheld,
     )
 
 

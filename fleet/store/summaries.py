@@ -46,7 +46,7 @@ from fleet.models import (
     Wavelet,
 )
 from fleet.store import checks, rows
-from fleet.store.access import Access, Principal
+from fleet.store.access import Access, Principal, Sight
 from fleet.store.events import BlipPinned, SummaryRecorded, record
 from fleet.store.schema import Connections, now
 from fleet.wire import built
@@ -110,8 +110,9 @@ def summary_of(s: Row, *, load_bearing: bool = True) -> Summary:
     )
 
 
-def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str) -> list[Wavelet]:
-    """The wavelets of ``nodes`` with their rosters (:func:`fleet.store.rows.wavelet`), in one query."""
+def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str, sight: Sight) -> list[Wavelet]:
+    """The wavelets of ``nodes`` with their rosters, for ``sight``'s reader (as
+    :func:`fleet.store.rows.wavelet` builds them), in one query."""
     rosters: dict[str, list[Member]] = {n["id"]: [] for n in nodes}
     if nodes:
         marks = ",".join("?" * len(nodes))
@@ -123,14 +124,16 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str) -> lis
                 built(Member, {"name": m["name"], "kind": m["kind"], "joined_at": m["joined_at"],
                                "since": m["since"]})
             )  # fmt: skip
-    return [
-        built(Wavelet, {
+    out: list[Wavelet] = []
+    for wl in nodes:
+        parent_id, fork_blip_id, withheld = rows.parent(wl, sight)
+        out.append(built(Wavelet, {
             "id": wl["id"], "wave_id": wl["wave_id"], "wave": wave_name, "name": wl["name"],
-            "parent_id": wl["parent_id"], "fork_blip_id": wl["fork_blip_id"], "private": bool(wl["private"]),
+            "parent_id": parent_id, "fork_blip_id": fork_blip_id, "private": bool(wl["private"]),
             "created_by": wl["created_by"], "created_at": wl["created_at"], "roster": rosters[wl["id"]],
-        })
-        for wl in nodes
-    ]  # fmt: skip
+            "parent_withheld": withheld,
+        }))  # fmt: skip
+    return out
 
 
 def _ancestry(conn: sqlite3.Connection, wl: Row) -> list[Row]:
@@ -318,7 +321,7 @@ class Summaries:
             ):
                 e = BlipPinned(blip_id=b["id"], wavelet_id=wl["id"], wave_id=wl["wave_id"], by=by, at=now())
                 record(conn, e)
-        return rows.blip(b)
+        return rows.blip(b, self.access.sight(who))
 
     # ---------------------------------------------------------------- readers
 
@@ -383,10 +386,11 @@ class Summaries:
             more = len(got) > limit
             got = got[:limit]
             need = self._required(r, wl, prev, got[-1]["id"]) if got else []
+            sight = self.access.sight(who)
             return SummaryInput(
                 wavelet_id=wl["id"],
                 previous=summary_of(prev) if prev is not None else None,
-                blips=[rows.blip(b) for b in got],
+                blips=[rows.blip(b, sight) for b in got],
                 load_bearing=need,
                 more=more,
             )
@@ -443,11 +447,12 @@ class Summaries:
             blips.sort(key=lambda b: b["id"])
             summaries.sort(key=lambda s: s["upto"])
             wave_name = str(r.execute("SELECT name FROM waves WHERE id = ?", (wl["wave_id"],)).fetchone()[0])
-            shown = _wavelets(r, visible, wave_name)
+            sight = self.access.sight(who)
+            shown = _wavelets(r, visible, wave_name, sight)
             return Context(
                 wavelet=shown[-1],  # the wavelet itself is always visible: it was resolved for who
                 path=shown,
-                blips=[rows.blip(b) for b in blips],
+                blips=[rows.blip(b, sight) for b in blips],
                 summaries=[summary_of(s, load_bearing=False) for s in summaries],
                 bytes=size,
                 full_bytes=full,
