@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -83,6 +84,10 @@ class Model:
     def sees(self, who: str, wavelet_id: str) -> bool:
         n = self.nodes[wavelet_id]
         return not n.private or who in n.roster
+
+    def hidden_names(self, who: str) -> set[str]:
+        """The names of the wavelets ``who`` cannot see: no answer's text may hold them either."""
+        return {n.name for n in self.nodes.values() if not self.sees(who, n.id)}
 
     def hidden_ids(self, who: str) -> set[str]:
         """Every id ``who`` must never be told: the wavelets it cannot see and their blips."""
@@ -183,6 +188,8 @@ def assert_withheld(m: Model, who: str, got: list[tuple[str, Resp]]) -> None:
         text = r.raw.decode()
         leaked = sorted(i for i in hidden if i in text)
         assert not leaked, f"{who} asked {what} and was told {leaked}: {text[:600]}"
+        named = sorted(n for n in m.hidden_names(who) if re.search(rf"\b{re.escape(n)}\b", text))
+        assert not named, f"{who} asked {what} and was told the name of {named}: {text[:600]}"
     for what, r in got:
         if r.status != 200:
             continue
@@ -231,9 +238,9 @@ def world(daemon: Daemon) -> Iterator[World]:
     inner = fork(op, m, secret, "inner", ["alice", "carol"], True)
     fork(op, m, child, "leaf", ["bob"], False)
     huddle = fork(op, m, m.root, "huddle", ["alice", "bob"], True)
-    note = post(op, huddle, "the huddle's reasoning", "bob")
+    note = post(op, huddle, "the reasoning behind it", "bob")
     bob = Http(daemon.url, m.tokens["bob"])
-    surfaced = bob.surface(huddle, "huddle says: ship it", source_blip_id=note).ok(201)
+    surfaced = bob.surface(huddle, "verdict: ship it", source_blip_id=note).ok(201)
     bob.close()
     m.refresh_blips(op)
     yield World(daemon, op, m, secret, child, inner, huddle, surfaced)
@@ -253,7 +260,7 @@ def test_a_non_member_is_told_no_id_of_a_private_wavelet_on_any_route(world: Wor
     assert (root["parent_id"], root["parent_withheld"]) == (None, False)  # the root: no parent at all
     shown = next(b for b in carol.read(m.root).ok(200)["blips"] if b["kind"] == "surface")
     assert (shown["source_wavelet_id"], shown["source_blip_id"]) == (None, None)
-    assert shown["text"] == "huddle says: ship it"  # the conclusion itself is the parent's to read
+    assert shown["text"] == "verdict: ship it"  # the conclusion itself is the parent's to read
     carol.close()
 
 
@@ -475,13 +482,13 @@ def build(op: Http, m: Model, ops: list[tuple[Any, ...]]) -> None:
         members = sorted(n.roster)
         if kind == "fork":
             private, roster = rest
-            fork(op, m, n.id, f"f{k}", list(roster), private)
+            fork(op, m, n.id, f"fork{k}x", list(roster), private)
         elif kind == "post" and members:
-            post(op, n.id, f"note {k} from {n.name}", members[rest[0] % len(members)])
+            post(op, n.id, f"note {k}", members[rest[0] % len(members)])  # texts name no wavelet:
         elif kind == "surface" and members and n.parent is not None:
             who = members[rest[0] % len(members)]
             source = post(op, n.id, f"finding {k}", who) if rest[1] else None
-            surface(op, n.id, f"conclusion {k} of {n.name}", who, source)
+            surface(op, n.id, f"conclusion {k}", who, source)  # a name in one is fleet's own
         elif kind == "leave" and members:
             op.leave(n.id, members[rest[0] % len(members)]).ok(200)
             n.roster.discard(members[rest[0] % len(members)])

@@ -504,10 +504,11 @@ class Store:
                         actor=author,
                     )
                 )
-            # A public fork of a private wavelet is read by people who cannot see the parent: its
-            # provenance then neither names nor points at it.
-            hidden = bool(parent["private"]) and not private
-            origin = "" if hidden else f" from {parent['name']}"
+            # A fork of a private wavelet may be read by someone who cannot see the parent (anyone in
+            # the wave when the fork is public; a member of the fork who is not of the parent, now or
+            # invited later, when it is private): its text never names it. The ids it points at are
+            # withheld per reader (fleet.store.access.Sight), so they are kept for whoever may see them.
+            origin = "" if parent["private"] else f" from {parent['name']}"
             blips.append(
                 self._new_blip(
                     (wavelet_id, parent["wave_id"]),
@@ -515,8 +516,8 @@ class Store:
                     "system",
                     f"{author} forked {'private ' if private else ''}{name}{origin} with {who_txt}",
                     at,
-                    source_wavelet_id=None if hidden else parent["id"],
-                    source_blip_id=None if hidden else fork_point,
+                    source_wavelet_id=parent["id"],
+                    source_blip_id=fork_point,
                     actor=author,
                 )
             )
