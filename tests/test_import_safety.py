@@ -449,3 +449,73 @@ def test_mutated_exports_are_refused_untouched_or_only_add(tmp_path: Path, start
     shutil.copyfile(pristine, db)
     report = import_log(db, db.parent / "daemon.lock", io.BytesIO(original.encode()), "f", with_tokens=True)
     assert report.events == n - 2 and report.waves == ["w", "v"]
+
+
+def test_the_largest_legitimate_lines_round_trip(tmp_path: Path, started: list[Daemon]) -> None:
+    """The bound admits what a store writes: blips at the limit of control characters (6 bytes each
+    once JSON-escaped) and of 2-byte characters (6 bytes for 2), written in-process (no request body
+    holds them, escaped as the client sends them), and one of ASCII posted through the daemon."""
+    home = tmp_path / "src"
+    paths_in(home).data.mkdir(parents=True)
+    store = Store(paths_in(home).db)
+    w = store.create_wave(OPERATOR_PRINCIPAL, "w", ["alice"])
+    store.post(OPERATOR_PRINCIPAL, w.root_id, "\x01" * DEFAULT_MAX_BLIP_BYTES, as_="alice")
+    store.post(OPERATOR_PRINCIPAL, w.root_id, "é" * (DEFAULT_MAX_BLIP_BYTES // 2), as_="alice")
+    store.close()
+    d, op = serve(home, started)
+    op.post(w.root_id, "a" * DEFAULT_MAX_BLIP_BYTES, as_="alice")
+    text = export_of(home)
+    longest = max(len(x.encode()) for x in text.splitlines())
+    assert 6 * DEFAULT_MAX_BLIP_BYTES < longest <= line_limit(DEFAULT_MAX_BLIP_BYTES)
+    d.stop()
+    started.remove(d)
+    f = tmp_path / "big.jsonl"
+    f.write_text(text)
+    target = tmp_path / "target"
+    ok(fleet("import", str(f), home=target))
+    _, top = serve(target, started)
+    assert [len(b.text) for b in top.read(w.root_id).blips][1:] == [
+        DEFAULT_MAX_BLIP_BYTES,
+        DEFAULT_MAX_BLIP_BYTES // 2,
+        DEFAULT_MAX_BLIP_BYTES,
+    ]
+    # A store served with a smaller blip limit: the same file is refused by `--max-blip-bytes`.
+    small = tmp_path / "small"
+    r = fleet("import", "--max-blip-bytes", "1000", str(f), home=small)
+    refused(r, 2, "line 3", "longer than")
+    assert not paths_in(small).db.exists()
+
+
+def test_a_store_that_imported_an_older_wave_exports_and_imports_again(
+    tmp_path: Path, started: list[Daemon]
+) -> None:
+    """Ids grow per wave, not across a store that imported: B holds its own newer wave before the
+    older ones it imported from A, and B's export still imports (and adds to) C."""
+    a = tmp_path / "a"
+    d, _op, tokens = source(a, started)
+    older = export_of(a, "--with-tokens")
+    d.stop()
+    started.remove(d)
+    b = tmp_path / "b"
+    bd, bop = serve(b, started)
+    bop.create_wave("mine", ["zed"])
+    bd.stop()
+    started.remove(bd)
+    f = tmp_path / "older.jsonl"
+    f.write_text(older)
+    ok(fleet("import", "--with-tokens", str(f), home=b))
+    bd, bop = serve(b, started)
+    bop.post("w/main", "after the import", as_="alice")
+    merged = export_of(b, "--with-tokens")
+    before = reads(bop)
+    bd.stop()
+    started.remove(bd)
+    g = tmp_path / "merged.jsonl"
+    g.write_text(merged)
+    c = tmp_path / "c"
+    out = ok(fleet("import", "--with-tokens", str(g), home=c))
+    assert "mine, w, v" in out, out
+    cd, cop = serve(c, started)
+    assert reads(cop) == before
+    assert Client(cd.url, tokens["alice"]).whoami().principal == "alice"
+    ok(fleet("replay", "--check", home=c))

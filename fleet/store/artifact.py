@@ -7,13 +7,18 @@ What a caller may rely on:
   keeps writing meanwhile), a single self-contained file (journal mode DELETE), mode 0600, checked
   with ``quick_check`` before it is moved into place. It is the same store (same ``store_id``).
 - :func:`export_page` pages the event log for ``GET /v1/events`` (full operator only): the rows
-  verbatim, of one wave only when one is named. An export file (``fleet export``) is a header line
-  (:data:`FORMAT`, the source's ``store_id``, the wave) and one line per log row, the payload as a
-  JSON object.
-- :func:`import_log` applies an export to a store through :func:`fleet.store.events.apply`, with the
-  daemon's instance lock held (no daemon runs beside it), in one transaction: the same ids, the
-  same state. A wave the store already holds (by id or name), or any other row that does not fit, is
-  a Conflict naming the line, and nothing is changed.
+  verbatim, of one wave only when one is named, token rows only when asked (``tokens``). An export
+  file (``fleet export``, :class:`ExportWriter`) is a header line (:data:`FORMAT`, the source's
+  ``store_id``, the wave), one line per log row (the payload as a JSON object), and a trailer
+  (:func:`trailer`: the row count and the SHA-256 of every byte before it).
+- :func:`import_log` adds the waves of an export to a store, with the daemon's instance lock held (no
+  daemon runs beside it), in one transaction, through :func:`fleet.store.events.apply`: the same
+  ids, the same state. It only adds (:class:`_Adder`): every event must belong to a wave created
+  earlier in the same file, every id must be new to the store and increasing, every event one a
+  live write could have made, token rows only with ``with_tokens``. It reads a bounded line at a
+  time (:func:`line_limit`), so memory follows the bound, not the file, and it needs the trailer
+  (``allow_partial``: the whole rows before the damage). Any refusal is a UsageError naming the line,
+  and nothing is changed.
 - :func:`replay_check` rebuilds the materialised tables from the log (one read snapshot of the live
   store) in a scratch in-memory database and lists every row that differs.
 """
@@ -248,9 +253,9 @@ _UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 _HASH = re.compile(r"[0-9a-f]{64}")
 SYSTEM = "system"
 """The author of provenance blips (no participant may take the name: ``checks.RESERVED``)."""
-_HELD_ID = " UNION ALL ".join(
-    f"SELECT '{t[:-1]}' FROM {t} WHERE id = ?1" for t in ("waves", "wavelets", "blips", "tokens", "summaries")
-)
+_ID_TABLES = ("waves", "wavelets", "blips", "tokens", "summaries")
+"""The tables whose ids the store's minter hands out."""
+_HELD_ID = " UNION ALL ".join(f"SELECT '{t[:-1]}' FROM {t} WHERE id = ?1" for t in _ID_TABLES)
 
 
 def line_limit(max_blip_bytes: int = DEFAULT_MAX_BLIP_BYTES) -> int:
@@ -454,7 +459,7 @@ class _Adder:
       not hold it, by id or name), and everything it names (wavelets, blips, tokens, the waves of a
       machine token's scope) to such a wave: the store's own waves are never written.
     - Every id it mints (wave, root, wavelet, blip, token, summary) is UUIDv7 text, held by no table
-      of the store, and greater than every id before it in the file (a store mints them strictly
+      of the store, and greater than every id before it in its wave (a store mints them strictly
       increasing in commit order).
     - It respects what a live write enforces (fleet/store/__init__.py): a message, a surface, a pin
       or a participant's summary by a member of the wavelet at that point (or the operator); system
@@ -476,9 +481,18 @@ class _Adder:
         """Waves created by this file: id -> name."""
         self.wavelets: dict[str, sqlite3.Row] = {}
         """Wavelets of those waves, as created (a wavelet row never changes)."""
-        self.last_id = ""
+        self.last: dict[str, str] = {}
+        """Per wave created by this file, the last id it minted so far."""
         self.events = 0
         self.tokens = 0
+        row = conn.execute(
+            "SELECT max(m) FROM ("
+            + " UNION ALL ".join(f"SELECT max(id) AS m FROM {t}" for t in _ID_TABLES)
+            + ")"
+        ).fetchone()
+        self.top = str(row[0] or "")
+        """The greatest id the store holds (this import's included): a greater one cannot be held, so
+        only ids at or below it are looked up (none, for a whole-store export into a fresh store)."""
 
     # ------------------------------------------------------------ lookups
 
@@ -486,18 +500,23 @@ class _Adder:
         row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
         return row
 
-    def _new_id(self, value: str, what: str) -> None:
+    def _new_id(self, value: str, what: str, wave_id: str) -> None:
+        """``value`` is an id fleet mints, new to the store, and greater than the ids before it in its
+        wave. (Per wave, not across the file: a store that imported an older wave holds it after
+        newer ones, and exports it so; within a wave, ids grow in commit order even then.)"""
         if not _UUID7.fullmatch(value):
             raise _Refused(f"{what} {value!r} is not an id fleet mints (UUIDv7 text)")
-        if value <= self.last_id:
+        last = self.last.get(wave_id, "")
+        if value <= last:
             raise _Refused(
-                f"{what} {value} is not greater than the id before it in the file ({self.last_id}): a store"
-                " mints ids strictly increasing in commit order (lines reordered or repeated?)"
+                f"{what} {value} is not greater than the id before it in its wave ({last}): a store mints"
+                " ids strictly increasing in commit order (lines reordered or repeated?)"
             )
-        held = self._one(_HELD_ID, value)
+        held = self._one(_HELD_ID, value) if value <= self.top else None
         if held is not None:
             raise _Refused(f"{what} {value} is an id this store already holds (a {held[0]})")
-        self.last_id = value
+        self.last[wave_id] = value
+        self.top = max(self.top, value)
 
     def _wave(self, wave_id: str) -> None:
         if wave_id in self.waves:
@@ -547,7 +566,7 @@ class _Adder:
 
     def _blip(self, b: BlipData, wave_id: str, new_wavelet: str | None = None) -> None:
         """A blip an event adds: a new id, in the event's wave, its references in that wave too."""
-        self._new_id(b.id, "blip")
+        self._new_id(b.id, "blip", wave_id)
         if b.wave_id != wave_id:
             raise _Refused(f"blip {b.id} names wave {b.wave_id}, not its event's wave {wave_id}")
         if b.wavelet_id != new_wavelet:
@@ -704,8 +723,8 @@ class _Adder:
             checks.name(e.name, "wave")
         except errors.FleetError as exc:
             raise _Refused(exc.message) from None
-        self._new_id(e.wave_id, "wave")
-        self._new_id(e.root_id, "root wavelet")
+        self._new_id(e.wave_id, "wave", e.wave_id)
+        self._new_id(e.root_id, "root wavelet", e.wave_id)
         _participant(e.created_by, "its creator")
         self._members(e.members)
         if any(m.since for m in e.members):
@@ -720,7 +739,7 @@ class _Adder:
         parent = self._wavelet(e.parent_id, e.wave_id, "parent")
         if e.fork_blip_id != (self._last_blip(parent["id"]) or None):
             raise _Refused(f"its fork point {e.fork_blip_id} is not the parent's last blip then")
-        self._new_id(e.wavelet_id, "wavelet")
+        self._new_id(e.wavelet_id, "wavelet", e.wave_id)
         try:
             checks.name(e.name, "wavelet")
         except errors.FleetError as exc:
@@ -771,7 +790,7 @@ class _Adder:
     def _token_minted(self, e: TokenMinted) -> None:
         self._require_tokens()
         self._wave(e.wave_id)
-        self._new_id(e.token_id, "token")
+        self._new_id(e.token_id, "token", e.wave_id)
         _participant(e.participant, "its participant")
         if not _HASH.fullmatch(e.hash):
             raise _Refused("its hash is not a SHA-256 in hex")
@@ -796,7 +815,7 @@ class _Adder:
     def _summary_recorded(self, e: SummaryRecorded) -> None:
         self._wave(e.wave_id)
         wl = self._wavelet(e.wavelet_id, e.wave_id)
-        self._new_id(e.summary_id, "summary")
+        self._new_id(e.summary_id, "summary", e.wave_id)
         upto = self._blip_row(e.upto, e.wave_id, "last covered blip")
         if upto["wavelet_id"] != wl["id"]:
             raise _Refused(f"its last covered blip {e.upto} is not in {wl['name']!r}")
