@@ -201,6 +201,10 @@ def test_truncated_and_resealed_wrong_files_are_refused_and_allow_partial_takes_
     assert "imported 11 events" in out and "skipped" in out and "line 13" in out, out
     assert [r[0] for r in log_of(paths_in(target).db)] == [x["type"] for x in rows_of(text)[:11]]
     assert replay_check(paths_in(target).db).total == 0
+    # A refused import into a store that exists leaves it as it was.
+    tables, log = tables_of(paths_in(target).db), log_of(paths_in(target).db)
+    refused(fleet("import", str(cut), home=target), 2, "line 2", "already holds wave 'w'")
+    assert tables_of(paths_in(target).db) == tables and log_of(paths_in(target).db) == log
 
     # A trailer that does not match (a byte changed, or a count), even under --allow-partial.
     fresh = tmp_path / "fresh"
@@ -411,7 +415,7 @@ def test_mutated_exports_are_refused_untouched_or_only_add(tmp_path: Path, start
     runs = tmp_path / "runs"
     runs.mkdir()
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.lists(mutation, min_size=1, max_size=3), st.booleans(), st.booleans())
     def check(mutations: list[tuple[Any, ...]], forge: bool, partial: bool) -> None:
         data = original.encode()

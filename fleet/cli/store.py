@@ -85,13 +85,13 @@ def export(
     c = client()
     if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
         os.fchmod(sys.stdout.fileno(), 0o600)
-    if with_tokens:
+    page = c.events(after=0, wave=wave, tokens=with_tokens)
+    if with_tokens:  # (once the daemon let it: a refused export warns of nothing)
         render.note(
             "this export holds every token's hash (--with-tokens): those tokens keep working on any store"
             " that imports it; keep the file like the database, and revoke (`fleet token revoke`) what"
             " should not travel"
         )
-    page = c.events(after=0, wave=wave, tokens=with_tokens)
     name = c.get_wave(page.wave_id).name if page.wave_id else None
     out = sys.stdout.buffer
     writer = ExportWriter(out.write)
@@ -129,7 +129,7 @@ def import_(
         typer.Option(
             "--max-blip-bytes",
             min=1,
-            help="The blip limit the source daemon ran with (`fleet daemon start --max-blip-bytes`): it"
+            help="The blip limit the source daemon ran with (`fleet daemon run --max-blip-bytes`): it"
             " bounds blip texts and lines (8 x it + 1 MiB).",
         ),
     ] = DEFAULT_MAX_BLIP_BYTES,
@@ -140,12 +140,14 @@ def import_(
     An import only adds: it creates waves the store does not hold and nothing else. Every line must
     belong to a wave created earlier in the same file, every id must be new to the store, and each
     event must be one a live write could have made (author on the roster, parents before children,
-    ids increasing). A file that ends without `fleet export`'s trailer (cut short), with a trailer
-    that does not match, with a line longer than the bound, or with tokens but no --with-tokens is
-    refused naming the line (exit 2), and nothing changes. --allow-partial imports a damaged file's
-    whole rows before the damage (checked the same way) and says what it skipped; a trailer that does
-    not match is refused even then. The local daemon must be stopped (`fleet daemon stop`); the next
-    command starts it again.
+    ids increasing within a wave). A file that ends without `fleet export`'s trailer (cut short),
+    with a trailer that does not match, with a line over 3 MiB (8 x the blip limit + 1 MiB: more than
+    the longest a store writes; it is not read further), or with tokens but no --with-tokens is
+    refused naming the line (exit 2), and nothing changes. --allow-partial imports what verifies of a
+    damaged file: the whole rows before the first damaged line (one cut short or not a log row, the
+    missing trailer, lines after it), checked the same way, and says what it skipped; a trailer that
+    does not match is refused even then (which lines changed cannot be told). The local daemon must
+    be stopped (`fleet daemon stop`); the next command starts it again.
     """
     from fleet.store.artifact import import_log
 
