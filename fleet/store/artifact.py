@@ -359,8 +359,8 @@ class _Reader:
             )
         if obj.get("version") != VERSION:
             raise errors.UsageError(
-                f"{self.name} is a fleet export of version {obj.get('version')!r}; this fleet reads version"
-                f" {VERSION}: use the fleet that wrote it, or upgrade"
+                f"{self.name} line 1: a fleet export of version {obj.get('version')!r}; this fleet reads"
+                f" version {VERSION}: use the fleet that wrote it, or upgrade"
             )
         self._digest.update(raw)
         return obj
