@@ -8,14 +8,15 @@ On a store of ``--blips`` posts (one wave, 200-byte texts), in-process:
    run's baseline, opening the store (``Store(path)``: migrations, id minter) without it.
 2. ``backup`` (SQLite's online backup, then ``quick_check`` of the copy) beside copying the file
    (``shutil.copyfile`` after a checkpoint: what a backup costs over a plain copy).
-3. Export (``export_page`` until ``more`` is false, lines as ``fleet export`` writes them), import of
-   that into a fresh store (``import_log``), and ``replay_check``.
+3. Export (``export_page`` until ``more`` is false, lines and trailer as ``fleet export`` writes
+   them), import of that into a fresh store (``import_log``: read a bounded line at a time, every
+   event checked to only add), and ``replay_check``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import shutil
 import sqlite3
 import tempfile
@@ -37,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from fleet.store import OPERATOR_PRINCIPAL, Store
-    from fleet.store.artifact import backup, export_page, header, import_log, line, replay_check
+    from fleet.store.artifact import ExportWriter, backup, export_page, import_log, replay_check
     from fleet.store.faults import check_database
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,18 +73,24 @@ def main() -> None:
         store = Store(db)
 
         def export() -> bytes:
+            buf = io.BytesIO()
+            writer = ExportWriter(buf.write)
             page = export_page(store, OPERATOR_PRINCIPAL, None)
-            out = [json.dumps(header(page.store_id, None, None))]
+            writer.start(page.store_id, None, None)
             while True:
-                out.extend(json.dumps(line(r), separators=(",", ":")) for r in page.events)
+                for r in page.events:
+                    writer.row(r)
                 if not page.more:
-                    return ("\n".join(out) + "\n").encode()
+                    writer.end()
+                    return buf.getvalue()
                 page = export_page(store, OPERATOR_PRINCIPAL, None, after=page.cursor)
 
         t_export, data = timed(export)
         store.close()
         fresh = root / "fresh" / "fleet.sqlite3"
-        t_import, _ = timed(lambda: import_log(fresh, root / "fresh" / "daemon.lock", data, "export"))
+        t_import, _ = timed(
+            lambda: import_log(fresh, root / "fresh" / "daemon.lock", io.BytesIO(data), "export")
+        )
         t_replay, report = timed(lambda: replay_check(db))
         print(
             f"export: {t_export * 1000:.0f} ms ({len(data) / 1e6:.1f} MB)   import: {t_import * 1000:.0f} ms"

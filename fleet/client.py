@@ -762,9 +762,13 @@ class Client:
         req = MemoryWrite(op=op, content=content, summary=summary, as_=as_)
         return self._call("POST", f"/v1/waves/{_q(wave)}/memory", MemoryAnswer, req)
 
-    def events(self, after: int = 0, limit: int = 1000, wave: str | None = None) -> EventPage:
-        """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only."""
+    def events(
+        self, after: int = 0, limit: int = 1000, wave: str | None = None, *, tokens: bool = False
+    ) -> EventPage:
+        """A page of the event log after seq ``after`` (of ``wave`` only): the full operator only.
+        Token rows (their hashes) only with ``tokens``."""
         query = f"after={after}&limit={limit}" + (f"&wave={_q(wave)}" if wave else "")
+        query += "&tokens=1" if tokens else ""
         return self._call("GET", f"/v1/events?{query}", EventPage)
 
     def budgets(self, wave: str, participant: str | None = None) -> list[Budget]:

@@ -1298,8 +1298,9 @@ class Daemon:
         from fleet.store.artifact import PAGE_ROWS, export_page
 
         wave = r.query.get("wave") or None
+        tokens = r.query.get("tokens", "0") not in ("", "0", "false")
         return 200, export_page(
-            self._s, r.who, wave, after=r.q_int("after", 0), limit=r.q_int("limit", PAGE_ROWS)
+            self._s, r.who, wave, after=r.q_int("after", 0), limit=r.q_int("limit", PAGE_ROWS), tokens=tokens
         )
 
     def _revoke(self, r: Request) -> Answer:

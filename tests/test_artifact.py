@@ -1,11 +1,13 @@
 """The store as an artifact (docs/design.md §2), through the CLI a user runs against real daemons:
 ``fleet backup`` while another thread posts, ``fleet export`` → ``fleet import`` into a fresh store
 (identical reads), a wave imported into a store that already holds it (refused, nothing changed),
-and ``fleet replay --check`` on a healthy and on a tampered store.
+and ``fleet replay --check`` on a healthy and on a tampered store. (What an import refuses of a crafted
+or damaged file, and exports without tokens: tests/test_import_safety.py.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -189,17 +191,17 @@ def test_export_then_import_into_a_fresh_store_reads_the_same(
     tokens = build_state(operator)
     export = tmp_path / "all.jsonl"
     with export.open("w") as f:
-        r = fleet("export", home=home, stdout=f)
+        r = fleet("export", "--with-tokens", home=home, stdout=f)
     ok(r)
     assert stat.S_IMODE(export.stat().st_mode) == 0o600  # it holds private wavelets and token hashes
     lines = export.read_text().splitlines()
     assert json.loads(lines[0])["format"] == "fleet-events"
-    assert len(lines) - 1 == len(log_of(daemon.paths.db))
+    assert json.loads(lines[-1])["events"] == len(lines) - 2 == len(log_of(daemon.paths.db))
     # Exporting is the operator's: a participant token is refused.
     refused(fleet("export", home=home, FLEET_TOKEN=tokens["alice"]), 5, "operator")
 
     fresh = tmp_path / "fresh"
-    out = ok(fleet("import", str(export), home=fresh))
+    out = ok(fleet("import", "--with-tokens", str(export), home=fresh))
     assert "imported" in out and "w, v" in out
     target, target_op = serve(fresh, other_daemons)
     assert target._s.store_id != daemon._s.store_id  # another store, with the same content
@@ -222,7 +224,7 @@ def test_a_wave_imported_into_a_store_that_holds_it_is_refused_and_nothing_chang
     export = tmp_path / "w.jsonl"
     with export.open("w") as f:
         ok(fleet("export", "w", home=home, stdout=f))
-    rows = [json.loads(x) for x in export.read_text().splitlines()[1:]]
+    rows = [json.loads(x) for x in export.read_text().splitlines()[1:-1]]
     assert rows and all("dave" not in json.dumps(x) for x in rows)  # wave v's events are left out
 
     # The source holds it, and its daemon runs: refused before anything is read into it.
@@ -233,7 +235,9 @@ def test_a_wave_imported_into_a_store_that_holds_it_is_refused_and_nothing_chang
     db = paths_in(once).db
     tables, log = tables_of(db), log_of(db)
     assert [w[1] for w in tables["waves"]] == ["w"]
-    refused(fleet("import", str(export), home=once), 1, "already holds wave 'w'", "nothing was imported")
+    refused(
+        fleet("import", str(export), home=once), 2, "line 2", "already holds wave 'w'", "nothing was imported"
+    )
     assert tables_of(db) == tables and log_of(db) == log
 
     # Another store with its own wave named w: refused the same way.
@@ -243,16 +247,19 @@ def test_a_wave_imported_into_a_store_that_holds_it_is_refused_and_nothing_chang
     store.create_wave(OPERATOR_PRINCIPAL, "w", ["zed"])
     store.close()
     tables, log = tables_of(paths_in(named).db), log_of(paths_in(named).db)
-    refused(fleet("import", str(export), home=named), 1, "another wave of that name")
+    refused(fleet("import", str(export), home=named), 2, "another wave of that name")
     assert tables_of(paths_in(named).db) == tables and log_of(paths_in(named).db) == log
 
     # A row whose wave is neither in the file nor in the store: refused, and no empty store is left.
+    # (Sealed with a trailer of its own: what stops it is the check, not the trailer.)
     orphan = tmp_path / "orphan.jsonl"
     head, *rest = export.read_text().splitlines()
     posted = next(x for x in rest if json.loads(x)["type"] == "blip.posted")
-    orphan.write_text(f"{head}\n{posted}\n")
+    body = f"{head}\n{posted}\n"
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    orphan.write_text(body + json.dumps({"end": "fleet-events", "events": 1, "sha256": digest}) + "\n")
     nowhere = tmp_path / "nowhere"
-    refused(fleet("import", str(orphan), home=nowhere), 1, "line 2 (blip.posted) does not fit")
+    refused(fleet("import", str(orphan), home=nowhere), 2, "line 2 (blip.posted)", "not created earlier")
     assert not paths_in(nowhere).db.exists()
 
     # Not an export at all: a usage error naming the line.
@@ -297,8 +304,8 @@ def test_export_pages_through_a_long_log_and_a_wave_export_skips_other_waves(
     total = len(log_of(daemon.paths.db))
     assert total > 1000
     lines = ok(fleet("export", home=home)).splitlines()
-    assert [json.loads(x)["seq"] for x in lines[1:]] == list(range(1, total + 1))
-    rows = [json.loads(x) for x in ok(fleet("export", "v", home=home)).splitlines()[1:]]
+    assert [json.loads(x)["seq"] for x in lines[1:-1]] == list(range(1, total + 1))
+    rows = [json.loads(x) for x in ok(fleet("export", "v", home=home)).splitlines()[1:-1]]
     assert [r["type"] for r in rows] == ["wave.created", "blip.posted", "blip.posted"]
     assert rows[-1]["payload"]["blip"]["text"] == "v again, after them"
     # The API pages by `limit` and hands back a cursor; every row once, in order.

@@ -3,12 +3,13 @@
 ``export`` goes through the daemon (``GET /v1/events``, the operator token: it works against a
 remote daemon too); ``backup``, ``import`` and ``replay --check`` work on this machine's database
 file (``fleet paths``): backup and check through a read connection of their own, safe while the
-daemon runs; import with the daemon stopped (it holds the daemon's instance lock).
+daemon runs; import with the daemon stopped (it holds the daemon's instance lock). An import only
+adds waves (fleet/store/artifact.py says exactly what it checks), reading its input a bounded line
+at a time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -20,6 +21,7 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client
+from fleet.models import DEFAULT_MAX_BLIP_BYTES
 from fleet.paths import Paths, get_paths
 
 
@@ -62,28 +64,45 @@ def export(
     wave: Annotated[
         str | None, typer.Argument(metavar="[WAVE]", help="Only this wave's events (name or id).")
     ] = None,
+    with_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--with-tokens",
+            help="Include the tokens' hashes: tokens of this store then work on any store that imports it.",
+        ),
+    ] = False,
 ) -> None:
     """Write the event log to stdout as JSON lines (the whole store, or WAVE's events): replayable
     with `fleet import`. The operator token only.
 
-    The export holds the wave's private wavelets and its tokens' hashes (never the tokens): keep it
-    like the database. Redirected into a file, that file is made 0600.
+    A header line, one line per log row, and a trailer line (the row count and a SHA-256 of the lines
+    before it), by which `fleet import` tells a whole file from one cut short. No tokens unless
+    --with-tokens (a warning says what that means). The export holds the waves' private wavelets:
+    keep it like the database. Redirected into a file, that file is made 0600.
     """
-    from fleet.store.artifact import header, line
+    from fleet.store.artifact import ExportWriter
 
     c = client()
     if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
         os.fchmod(sys.stdout.fileno(), 0o600)
-    page = c.events(after=0, wave=wave)
+    page = c.events(after=0, wave=wave, tokens=with_tokens)
+    if with_tokens:  # (once the daemon let it: a refused export warns of nothing)
+        render.note(
+            "this export holds every token's hash (--with-tokens): those tokens keep working on any store"
+            " that imports it; keep the file like the database, and revoke (`fleet token revoke`) what"
+            " should not travel"
+        )
     name = c.get_wave(page.wave_id).name if page.wave_id else None
-    out = sys.stdout
-    out.write(json.dumps(header(page.store_id, page.wave_id, name)) + "\n")
+    out = sys.stdout.buffer
+    writer = ExportWriter(out.write)
+    writer.start(page.store_id, page.wave_id, name)
     while True:
         for row in page.events:
-            out.write(json.dumps(line(row), separators=(",", ":")) + "\n")
+            writer.row(row)
         if not page.more:
             break
-        page = c.events(after=page.cursor, wave=page.wave_id)
+        page = c.events(after=page.cursor, wave=page.wave_id, tokens=with_tokens)
+    writer.end()
     out.flush()
 
 
@@ -91,29 +110,71 @@ def import_(
     file: Annotated[
         str, typer.Argument(metavar="FILE", help="A file written by `fleet export` (- for stdin).")
     ],
+    with_tokens: Annotated[
+        bool,
+        typer.Option(
+            "--with-tokens", help="Import the tokens a --with-tokens export carries (they work here)."
+        ),
+    ] = False,
+    allow_partial: Annotated[
+        bool,
+        typer.Option(
+            "--allow-partial",
+            help="Of a file cut short or damaged, import the whole rows before the damage, and say what was"
+            " skipped.",
+        ),
+    ] = False,
+    max_blip_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-blip-bytes",
+            min=1,
+            help="The blip limit the source daemon ran with (`fleet daemon run --max-blip-bytes`): it"
+            " bounds blip texts and lines (8 x it + 1 MiB).",
+        ),
+    ] = DEFAULT_MAX_BLIP_BYTES,
     as_json: JsonOpt = False,
 ) -> None:
-    """Import an export into this machine's store: the same ids, the same state, all or nothing.
+    """Add the waves of an export to this machine's store: the same ids, the same state, all or nothing.
 
-    A wave the store already holds, or any row that does not fit, is refused and nothing changes.
-    The local daemon must be stopped (`fleet daemon stop`); the next command starts it again.
+    An import only adds: it creates waves the store does not hold and nothing else. Every line must
+    belong to a wave created earlier in the same file, every id must be new to the store, and each
+    event must be one a live write could have made (author on the roster, parents before children,
+    ids increasing within a wave). A file that ends without `fleet export`'s trailer (cut short),
+    with a trailer that does not match, with a line over 3 MiB (8 x the blip limit + 1 MiB: more than
+    the longest a store writes; it is not read further), or with tokens but no --with-tokens is
+    refused naming the line (exit 2), and nothing changes. --allow-partial imports what verifies of a
+    damaged file: the whole rows before the first damaged line (one cut short or not a log row, the
+    missing trailer, lines after it), checked the same way, and says what it skipped; a trailer that
+    does not match is refused even then (which lines changed cannot be told). The local daemon must
+    be stopped (`fleet daemon stop`); the next command starts it again.
     """
     from fleet.store.artifact import import_log
 
     paths = _local("import")
     if file == "-":
-        data, name = sys.stdin.buffer.read(), "stdin"
+        report = import_log(
+            paths.db, paths.daemon_lock, sys.stdin.buffer, "stdin",
+            with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
+        )  # fmt: skip
     else:
         try:
-            data, name = Path(file).read_bytes(), file
+            f = open(file, "rb")  # noqa: SIM115 (closed below: the import reads it line by line)
         except OSError as exc:
             raise errors.UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
-    report = import_log(paths.db, paths.daemon_lock, data, name)
+        with f:
+            report = import_log(
+                paths.db, paths.daemon_lock, f, file,
+                with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
+            )  # fmt: skip
     if as_json:
         render.dump(report.__dict__)
-    else:
-        waves = f" (waves: {', '.join(report.waves)})" if report.waves else ""
-        render.out(f"imported {report.events} events{waves} into {paths.db}")
+        return
+    waves = f" (waves: {', '.join(report.waves)})" if report.waves else ""
+    tokens = f" with {report.tokens} tokens" if report.tokens else ""
+    render.out(f"imported {report.events} events{waves}{tokens} into {paths.db}")
+    if report.skipped:
+        render.out(f"skipped (--allow-partial) {report.skipped}")
 
 
 def replay(
