@@ -1312,9 +1312,10 @@ class Daemon:
         return 200, Revoked(revoked=revoked)
 
 
-def _blip_answer(_d: Daemon, _r: Request, e: Event) -> Answer:
+def _blip_answer(d: Daemon, r: Request, e: Event) -> Answer:
+    """The blip the write recorded, as its writer was shown it (the same sight of its sources)."""
     assert isinstance(e, BlipPosted | BlipSurfaced | BlipReplaced)
-    return 201, blip_of(e.blip)
+    return 201, blip_of(e.blip, d._s.access.sight(r.who))
 
 
 def _wave_answer(d: Daemon, r: Request, e: Event) -> Answer:

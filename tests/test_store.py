@@ -260,6 +260,28 @@ def test_a_reopened_store_mints_ids_above_everything_it_holds(
     s2.close()
 
 
+def test_a_reopened_store_mints_ids_above_its_newest_summary_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A summary's id is minted like a blip's: a store reopened on a clock in the past must mint
+    above it as well (every id increases in commit order)."""
+    from fleet.models import NewSummary
+
+    s = Store(tmp_path / "db")
+    s.create_wave(OP, "demo", ["alice"])
+    last = s.post(OP, "demo/main", "one", as_="alice").id
+    got = s.summaries.summarize(OP, "demo/main", NewSummary(text="one said", upto=last, cites=[last]))
+    assert got.accepted and got.summary is not None
+    newest = got.summary.id
+    s.close()
+    import uuid
+
+    monkeypatch.setattr("uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
+    s2 = Store(tmp_path / "db")
+    assert newest < s2.post(OP, "demo/main", "two").id
+    s2.close()
+
+
 def _exercise(store: Store) -> None:
     store.create_wave(OP, "demo", ["alice", "bob"])
     alice = participant(store, "demo", "alice")

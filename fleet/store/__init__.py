@@ -197,7 +197,8 @@ class Store:
     def _largest_id(self) -> str | None:
         row = self._db.writer.execute(
             "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
-            " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens)"
+            " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
+            " UNION ALL SELECT max(id) FROM summaries)"
         ).fetchone()
         return row[0] if row else None
 
