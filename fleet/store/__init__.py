@@ -50,6 +50,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,16 @@ AUTH_CACHE_MAX = 4096
 def hash_token(token: str) -> str:
     """What the store keeps of a token: its SHA-256, hex."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _after(previous: str, at: str) -> str:
+    """``at``, or the millisecond after ``previous`` when ``at`` is not later: a budget's setting is
+    named by its ``set_at`` (a report of passing it names the setting it passed), so two settings
+    made within one millisecond must not share one."""
+    if at > previous:
+        return at
+    t = datetime.fromisoformat(previous.replace("Z", "+00:00")) + timedelta(milliseconds=1)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _page(limit: int) -> int:
@@ -1206,7 +1217,7 @@ class Store:
                         wave_id=w["id"], wavelet_id=wavelet_id, participant=participant, tokens=req.tokens,
                         cost=None if req.cost is None else float(req.cost),
                         source="layout" if req.source == "layout" else "operator",
-                        set_by=who.name, set_at=now(),
+                        set_by=who.name, set_at=_after(old["set_at"] if old is not None else "", now()),
                     ),
                 )  # fmt: skip
         got = [b for b in self.budgets(who, wave) if (b.wavelet_id, b.participant) == key[1:]]
