@@ -351,7 +351,8 @@ def _parked(r: Running, n: int) -> None:
 def reader_bursts(r: Running, pid: int, db: Path, wave: str, wavelet: str) -> tuple[Phase, Phase]:
     """The daemon's (db fds, RSS) before, at the peak of and after (1) 1,000 idle keep-alive
     connections (one read each) and 500 parked long-polls, all then closed; (2) 30 concurrent feed
-    long-polls (a participant's token) that time out after 1 s, connections kept open, then closed."""
+    long-polls (a participant's token) that time out after 1 s, connections kept open, then closed.
+    (2) runs first, from the start; (1) starts from where (2) left."""
     warm = Conn(r.url, r.token)  # the read and long-poll paths have run once (imports, caches)
     for _ in range(20):
         assert warm.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
@@ -365,22 +366,6 @@ def reader_bursts(r: Running, pid: int, db: Path, wave: str, wavelet: str) -> tu
     time.sleep(0.5)  # let its thread end (not measured)
 
     start = db_fds(pid, db), _status(pid)["VmRSS"]
-    conns = []
-    for _ in range(1000):
-        c = Conn(r.url, alice)
-        assert c.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
-        conns.append(c)
-    for _ in range(500):
-        c = Conn(r.url, alice)
-        c.send("GET", f"/v1/wavelets/{wavelet}/blips?after=ffffffff&wait=60")
-        conns.append(c)
-    _parked(r, 500)
-    peak = db_fds(pid, db), _status(pid)["VmHWM"]
-    for c in conns:
-        c.close()
-    idle = Phase(start, peak, _settle(pid, db, start))
-
-    start = idle.after
     feeders = [Conn(r.url, alice) for _ in range(30)]
     body = json.dumps({"participant": "alice", "cursors": {}, "wait": 0}).encode()
     status, got = feeders[0].call("POST", f"/v1/waves/{wave}/feed", body)
@@ -396,7 +381,25 @@ def reader_bursts(r: Running, pid: int, db: Path, wave: str, wavelet: str) -> tu
     after_open = _settle(pid, db, start)
     for c in feeders:
         c.close()
-    return idle, Phase(start, top, _settle(pid, db, start), after_open)
+    feeds = Phase(start, top, _settle(pid, db, start), after_open)
+
+    start = feeds.after
+    conns = []
+    for _ in range(1000):
+        c = Conn(r.url, alice)
+        assert c.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
+        conns.append(c)
+    for _ in range(500):
+        c = Conn(r.url, alice)
+        c.send("GET", f"/v1/wavelets/{wavelet}/blips?after=ffffffff&wait=60")
+        conns.append(c)
+    _parked(r, 500)
+    peak = db_fds(pid, db), _status(pid)["VmHWM"]
+    for c in conns:
+        c.close()
+    idle = Phase(start, peak, _settle(pid, db, start))
+
+    return idle, feeds
 
 
 @dataclass
@@ -581,7 +584,7 @@ def report_reader_bursts(idle: Phase, feeds: Phase) -> None:
     def mib(kib: int) -> str:
         return f"{kib / 1024:.1f}"
 
-    for label, p in (("1,000 idle connections + 500 long-polls", idle), ("30 feeds timing out", feeds)):
+    for label, p in (("30 feeds timing out", feeds), ("1,000 idle connections + 500 long-polls", idle)):
         grew = (p.after[1] - p.start[1]) / p.start[1]
         fds = f"{p.start[0]} / {p.peak[0]} / {p.after[0]}"
         rss = f"{mib(p.start[1])} / {mib(p.peak[1])} / {mib(p.after[1])} MiB"
