@@ -13,6 +13,10 @@
    post to the reader holding its answer (p50/p99 over ``--wakes`` samples), daemon in a subprocess.
 5. Posts/s with K readers parked on another wave (``--parked``), beside the K = 0 rate.
 6. The daemon's RSS and open fds before and after ``--fresh`` fresh connections (one read each).
+   6b. Its descriptors on the database (file, -wal, -shm) and RSS at the start, the peak and after
+   a burst of 1,000 idle keep-alive connections and 500 parked long-polls (all then closed), and of
+   30 concurrent feed long-polls that time out (connections open, then closed): the reader pool
+   is fixed, so the descriptors never move; the RSS peak is VmHWM.
 7. A burst of ``--burst-blips`` blips into a wave of ``--burst-agents`` stand-ins (``fleet-standin``
    with its own ``fleet channel`` each, as spawn runs them, minus tmux), beside the same burst to one
    stand-in: deliveries counted, and ack → notification latency p50/p99 from the stand-ins' logs.
@@ -310,6 +314,99 @@ def fresh_connections(r: Running, pid: int, wavelet: str, n: int) -> tuple[tuple
     return before, after
 
 
+def db_fds(pid: int, db: Path) -> int:
+    """Descriptors of ``pid`` open on the database file, its -wal or its -shm."""
+    names = {str(db), f"{db}-wal", f"{db}-shm"}
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            n += os.readlink(f"/proc/{pid}/fd/{fd}") in names
+    return n
+
+
+@dataclass
+class Phase:
+    """(db fds, RSS KiB) of the daemon at the start, at the peak of a burst and after it."""
+
+    start: tuple[int, int]
+    peak: tuple[int, int]
+    after: tuple[int, int]
+    after_open: tuple[int, int] | None = None
+    """After timed-out long-polls were answered, their connections still open (feeds only)."""
+
+
+def _settle(pid: int, db: Path, start: tuple[int, int]) -> tuple[int, int]:
+    """The daemon's (db fds, RSS) once back within 10 % of ``start``, or after 15 s."""
+    deadline = time.monotonic() + 15
+    while True:
+        now = db_fds(pid, db), _status(pid)["VmRSS"]
+        if (now[0] <= start[0] * 1.1 and now[1] <= start[1] * 1.1) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.1)
+
+
+def _parked(r: Running, n: int) -> None:
+    c = Conn(r.url, r.token)
+    deadline = time.monotonic() + 60
+    while json.loads(c.call("GET", "/v1/health")[1])["parked"] < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    c.close()
+
+
+def reader_bursts(r: Running, pid: int, db: Path, wave: str, wavelet: str) -> tuple[Phase, Phase]:
+    """The daemon's (db fds, RSS) before, at the peak of and after (1) 1,000 idle keep-alive
+    connections (one read each) and 500 parked long-polls, all then closed; (2) 30 concurrent feed
+    long-polls (a participant's token) that time out after 1 s, connections kept open, then closed.
+    (2) runs first, from the start; (1) starts from where (2) left."""
+    warm = Conn(r.url, r.token)  # the read and long-poll paths have run once (imports, caches)
+    for _ in range(20):
+        assert warm.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
+    assert warm.call("GET", f"/v1/wavelets/{wavelet}/blips?after=ffffffff&wait=0.2")[0] == 200
+    status, body = warm.call(
+        "POST", "/v1/tokens", json.dumps({"wave": wave, "participant": "alice"}).encode()
+    )
+    assert status in (200, 201), body
+    alice = json.loads(body)["token"]
+    warm.close()
+    time.sleep(0.5)  # let its thread end (not measured)
+
+    start = db_fds(pid, db), _status(pid)["VmRSS"]
+    feeders = [Conn(r.url, alice) for _ in range(30)]
+    body = json.dumps({"participant": "alice", "cursors": {}, "wait": 0}).encode()
+    status, got = feeders[0].call("POST", f"/v1/waves/{wave}/feed", body)
+    assert status == 200, got
+    cursors = {b["wavelet_id"]: b["id"] for b in json.loads(got)["blips"]}
+    body = json.dumps({"participant": "alice", "cursors": cursors, "wait": 1.0}).encode()
+    for c in feeders:
+        c.send("POST", f"/v1/waves/{wave}/feed", body)
+    _parked(r, 30)
+    top = db_fds(pid, db), _status(pid)["VmRSS"]
+    for c in feeders:
+        assert c.receive()[0] == 200
+    after_open = _settle(pid, db, start)
+    for c in feeders:
+        c.close()
+    feeds = Phase(start, top, _settle(pid, db, start), after_open)
+
+    start = feeds.after
+    conns = []
+    for _ in range(1000):
+        c = Conn(r.url, alice)
+        assert c.call("GET", f"/v1/wavelets/{wavelet}/blips?limit=50")[0] == 200
+        conns.append(c)
+    for _ in range(500):
+        c = Conn(r.url, alice)
+        c.send("GET", f"/v1/wavelets/{wavelet}/blips?after=ffffffff&wait=60")
+        conns.append(c)
+    _parked(r, 500)
+    peak = db_fds(pid, db), _status(pid)["VmHWM"]
+    for c in conns:
+        c.close()
+    idle = Phase(start, peak, _settle(pid, db, start))
+
+    return idle, feeds
+
+
 @dataclass
 class Burst:
     agents: int
@@ -488,6 +585,23 @@ def report_bursts(tmp: Path, agents: int, blips: int, rate: float) -> None:
                 " notification")  # fmt: skip
 
 
+def report_reader_bursts(idle: Phase, feeds: Phase) -> None:
+    def mib(kib: int) -> str:
+        return f"{kib / 1024:.1f}"
+
+    for label, p in (("30 feeds timing out", feeds), ("1,000 idle connections + 500 long-polls", idle)):
+        grew = (p.after[1] - p.start[1]) / p.start[1]
+        fds = f"{p.start[0]} / {p.peak[0]} / {p.after[0]}"
+        rss = f"{mib(p.start[1])} / {mib(p.peak[1])} / {mib(p.after[1])} MiB"
+        if p.after_open is not None:
+            fds = f"{p.start[0]} / {p.peak[0]} / {p.after_open[0]} (open) / {p.after[0]}"
+            rss = f"{mib(p.start[1])} / {mib(p.peak[1])} / {mib(p.after_open[1])} / {mib(p.after[1])} MiB"
+        row(f"{label}: db fds start / peak / after", fds,
+            f"target within 10 %: {ok(p.after[0] <= p.start[0] * 1.1)}")  # fmt: skip
+        row(f"{label}: RSS start / peak / after", rss,
+            f"{grew:+.1%}, target within 10 %: {ok(grew <= 0.10)}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--posts", type=int, default=8000, help="posts per daemon run (split over clients)")
@@ -499,6 +613,9 @@ def main() -> None:
     )
     ap.add_argument("--parked-posts", type=int, default=4000, help="posts per parked-readers run")
     ap.add_argument("--fresh", type=int, default=1000, help="fresh connections for the footprint run")
+    ap.add_argument(
+        "--reader-bursts", type=int, default=1, help="1: measure the reader bursts (6b.), 0: skip them"
+    )
     ap.add_argument("--burst-agents", type=int, default=64, help="stand-ins in the burst (0: skip it)")
     ap.add_argument("--burst-blips", type=int, default=200)
     ap.add_argument("--burst-rate", type=float, default=10.0, help="posts/s of the paced burst (0: skip it)")
@@ -528,6 +645,10 @@ def main() -> None:
             fresh = None
             if args.fresh:  # first, from the daemon's start (later runs leave threads and readers)
                 fresh = fresh_connections(sub, sub_pid, new_wavelet(sub, "fresh"), args.fresh)
+            bursts = None
+            if args.reader_bursts:
+                db = tmp / "sub" / "data" / "fleet.sqlite3"
+                bursts = reader_bursts(sub, sub_pid, db, "readers", new_wavelet(sub, "readers"))
             # Keyed and unkeyed alternate, twice each, best of each: a daemon's first run is ~30 %
             # slower than its next (caches warming), which would be charged to whichever ran first.
             keyed_runs, unkeyed_runs = [], []
@@ -589,6 +710,9 @@ def main() -> None:
             )
             row(f"daemon open fds before / after {args.fresh:,} fresh connections", f"{fd0} / {fd1}",
                 f"target within 5 %: {ok(fd1 <= fd0 * 1.05)}")  # fmt: skip
+
+        if bursts is not None:
+            report_reader_bursts(*bursts)
 
         if args.burst_agents:
             report_bursts(tmp, args.burst_agents, args.burst_blips, args.burst_rate)

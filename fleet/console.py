@@ -524,6 +524,7 @@ class Console:
                 quiet_since = time.monotonic()
                 lapsed = True  # presence TTLs lapse without a commit: re-evaluate them now and then
                 continue
+            store.release_reader()  # a parked stream holds no read connection
             if notifier.wait(seen, min(remaining, ends - time.monotonic()), (blips_key, pres_key)):
                 return  # the client hung up: the stream ends now, not at its next write
             lapsed = notifier.seen((blips_key, pres_key)) == seen
@@ -611,6 +612,12 @@ class _ConsoleHandler(Handler):
         self._send(303, b"", "text/plain; charset=utf-8", [("Location", location), *extra])
 
     # -- dispatch
+
+    def request_done(self) -> None:
+        """Each request gives its thread's read connection back to the store's pool as it ends."""
+        store = self.server.console.daemon.store
+        if store is not None:
+            store.release_reader()
 
     def admit(self) -> bool:
         if not self.server.console.host_ok(self.headers.get("Host")):

@@ -993,6 +993,7 @@ class Daemon:
         if start is not None and wait > 0 and not self.notifier.closing:
             seen, watched, result = start
             if self.notifier.seen(watched) == seen:
+                self._s.release_reader()  # a parked long-poll holds no read connection
                 if self.notifier.wait(seen, deadline - time.monotonic(), watched):
                     return result  # the client hung up
                 if deadline - time.monotonic() <= 0:
@@ -1015,6 +1016,7 @@ class Daemon:
                 if unchanged is None:
                     continue  # something committed since the fetch began: fetch again under them
                 seen = unchanged  # nothing did: what the fetch saw is what the keys say now
+            self._s.release_reader()  # a parked long-poll holds no read connection
             if self.notifier.wait(seen, remaining, watched):
                 return result  # the client hung up: answer now, the connection ends with it
 
@@ -1407,6 +1409,12 @@ stream and system blips are the CLI's and the channels' only."""
 class _ApiServer(Server):
     daemon: Daemon
 
+    def after_burst(self) -> None:
+        store = self.daemon.store
+        if store is not None:
+            store.shrink_readers()
+        super().after_burst()
+
 
 class _ApiHandler(Handler):
     server_version = f"fleet/{__version__}"
@@ -1425,14 +1433,12 @@ class _ApiHandler(Handler):
         else:
             self.respond_json(status, payload)
 
-    def finish(self) -> None:
-        """The client connection ends: its thread's read connection goes back to the store's pool."""
-        try:
-            super().finish()
-        finally:
-            store = self.server.daemon.store
-            if store is not None:
-                store.release_reader()
+    def request_done(self) -> None:
+        """Each request gives its thread's read connection back to the store's pool as it ends: an
+        idle keep-alive connection holds none."""
+        store = self.server.daemon.store
+        if store is not None:
+            store.release_reader()
 
 
 def read_endpoint(paths: Paths) -> Endpoint | None:

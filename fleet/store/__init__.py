@@ -200,8 +200,13 @@ class Store:
         self._db.close()
 
     def release_reader(self) -> None:
-        """Give the calling thread's read connection back to the pool (when its client connection ends)."""
+        """Give the calling thread's read connection back to the pool (at the end of each request, and
+        before a long-poll parks); a no-op inside a read snapshot."""
         self._db.release_reader()
+
+    def shrink_readers(self) -> None:
+        """Free the page caches of the read connections no request holds (after a burst)."""
+        self._db.shrink_readers()
 
     # ---------------------------------------------------------------- internals
 

@@ -14,6 +14,7 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -378,7 +379,11 @@ def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
 
 
 IDLE_READERS = 8
-"""Read connections kept open for reuse once their thread released them; more are closed."""
+"""Read connections per database: all opened with it and kept until it closes, each serving one
+thread at a time (:class:`Connections`)."""
+READER_WAIT = 2.0
+"""Seconds a thread waits for a free reader before it opens one beyond the pool (closed when given
+back): a safety valve, never the way a loaded daemon serves (see :meth:`Connections.reader`)."""
 
 
 _token_writes = 0
@@ -412,14 +417,47 @@ class GenerationMemo:
         return current[1] if current[0] == generation else None
 
 
+def _in_transaction(conn: sqlite3.Connection) -> bool:
+    try:
+        return conn.in_transaction
+    except sqlite3.ProgrammingError:  # closed (by Connections.close): nothing is using it
+        return False
+
+
+class _Held:
+    """A thread's hold on a reader, kept in its thread-local: when the thread ends without giving
+    the reader back, the local goes and this with it, and the reader returns to the pool."""
+
+    __slots__ = ("conn", "give_back", "given_back")
+
+    def __init__(self, give_back: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection) -> None:
+        self.give_back = give_back
+        self.conn = conn
+        self.given_back = False
+
+    def __del__(self) -> None:
+        if not self.given_back:
+            self.given_back = True
+            with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone already
+                self.give_back(self.conn)
+
+
 class Connections:
-    """One writer behind a lock, and read connections from a bounded pool, for one database file
+    """One writer behind a lock, and a fixed pool of read connections, for one database file
     (migrated on open).
 
-    A thread takes a reader on first use and keeps it until it calls :meth:`release_reader` (the
-    daemon does so when a client connection ends), which returns it to a pool of at most
-    :data:`IDLE_READERS` idle readers (any more are closed). So open readers are bounded by the
-    threads serving right now plus the pool, not by how many connections were ever served.
+    The pool's ``idle_readers`` readers (:data:`IDLE_READERS`) are opened with it and closed only by
+    :meth:`close`. A thread takes one on first use (:meth:`reader`) and holds it until it calls
+    :meth:`release_reader` (the daemon does so at the end of each request and before a long-poll
+    parks) or ends. So the descriptors and page caches of readers are those of the pool, whatever
+    the number of connections, parked long-polls or threads, and they are the same before, during
+    and after a burst.
+
+    Why never closed: in WAL mode every open connection holds a shared lock on the database file,
+    and SQLite (unix VFS) does not close the descriptor of a connection closed while another one of
+    the process holds a lock on that file (closing it would drop the process's POSIX locks): it
+    keeps it, to reuse or close when no lock is left, which never happens while the writer is open.
+    A pool that closed its surplus readers would keep one descriptor per reader it ever opened.
     """
 
     def __init__(self, path: Path, *, idle_readers: int = IDLE_READERS) -> None:
@@ -440,6 +478,15 @@ class Connections:
         self._idle_max = idle_readers
         self._readers_lock = threading.Lock()
         self._closed = False
+        self._free = threading.Condition(self._readers_lock)
+        """Notified when a reader goes back to :attr:`_idle` (and at close)."""
+        self._extra: set[sqlite3.Connection] = set()
+        """Readers opened beyond the pool (:data:`READER_WAIT`), closed when given back."""
+        for _ in range(idle_readers):
+            conn = connect(path, readonly=True)
+            conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
+            self._readers.add(conn)
+            self._idle.append(conn)
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -448,33 +495,83 @@ class Connections:
 
     @property
     def open_readers(self) -> int:
+        """Readers open now: the pool's, plus any opened beyond it and not yet given back."""
         with self._readers_lock:
             return len(self._readers)
 
+    @property
+    def held_readers(self) -> int:
+        """Readers held by a thread now (out of the pool)."""
+        with self._readers_lock:
+            return len(self._readers) - len(self._idle)
+
     def reader(self) -> sqlite3.Connection:
-        """This thread's read connection (from the pool, or opened, on first use)."""
+        """This thread's read connection: taken from the pool on first use, this thread's alone
+        until :meth:`release_reader`.
+
+        When every pooled reader is held, the thread waits for one to come back, up to
+        :data:`READER_WAIT` s; then it opens one beyond the pool, with a warning in the log. Requests
+        hold a reader for the milliseconds of their reads, so a loaded daemon serves from the pool;
+        the valve is there for what must not wait forever (a thread inside a write transaction that
+        needs a reader while every reader's holder waits for the writer lock) and for a store used
+        by more threads than the pool that do not give theirs back.
+        """
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            with self._readers_lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                conn = connect(self.path, readonly=True)
-                with self._readers_lock:
-                    self._readers.add(conn)
+            conn = self._take()
             self._local.conn = conn
+            # a thread that ends holding its reader gives it back (the local and its token go with it)
+            self._local.token = _Held(self._give_back, conn)
+        return conn
+
+    def _take(self) -> sqlite3.Connection:
+        with self._free:
+            if not self._idle and not self._closed:
+                self._free.wait_for(lambda: bool(self._idle) or self._closed, READER_WAIT)
+            if self._idle and not self._closed:
+                return self._idle.pop()
+        if not self._closed:
+            log.warning(
+                "every one of the %d read connections to %s was held for %.0f s: opening one more"
+                " (closed when given back)",
+                self._idle_max,
+                self.path,
+                READER_WAIT,
+            )
+        conn = connect(self.path, readonly=True)
+        with self._readers_lock:
+            self._readers.add(conn)
+            self._extra.add(conn)
         return conn
 
     def release_reader(self) -> None:
-        """Give this thread's reader back (to the pool, or closed when the pool is full)."""
+        """Give this thread's reader back to the pool (a reader opened beyond it is closed). Inside
+        :meth:`snapshot` the thread keeps it: the read transaction is still using it."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or _in_transaction(conn):
             return
         self._local.conn = None
-        with self._readers_lock:
-            if not self._closed and len(self._idle) < self._idle_max:
+        token: _Held | None = getattr(self._local, "token", None)
+        self._local.token = None
+        if token is not None:
+            token.given_back = True
+        self._give_back(conn)
+
+    def shrink_readers(self) -> None:
+        """Free what the idle readers cache (their pages: up to SQLite's ``cache_size`` each, about
+        2 MiB), for when a burst that used every one is over; they refill as they are used again."""
+        with self._free:
+            for conn in self._idle:
+                conn.execute("PRAGMA shrink_memory")
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        with self._free:
+            if not self._closed and conn not in self._extra:
                 self._idle.append(conn)
+                self._free.notify()
                 return
             self._readers.discard(conn)
+            self._extra.discard(conn)
         conn.close()
 
     @contextmanager
@@ -533,9 +630,11 @@ class Connections:
         """Wait for the write in progress (if any) to commit, then close every connection."""
         with self._wlock:
             self._w.close()
-            with self._readers_lock:
+            with self._free:
                 self._closed = True
                 for c in self._readers:
                     c.close()
                 self._readers.clear()
                 self._idle.clear()
+                self._extra.clear()
+                self._free.notify_all()
