@@ -47,10 +47,13 @@ def full_walk(store: Store, reader: Principal, ref: str) -> list[Blip]:
     visible = {w.id for w in store.get_wave(reader, wl.wave_id).wavelets}
     out: list[Blip] = []
     for i, node in enumerate(chain):
-        everything = store.read(OP, node.id, limit=5000, history=True)
+        if i < len(chain) - 1 and node.id not in visible:
+            continue
+        # As the reader reads them: a source it cannot see is withheld (fleet.store.access.Sight).
+        everything = store.read(reader, node.id, limit=5000, history=True)
         if i < len(chain) - 1:
             bound = chain[i + 1].fork_blip_id
-            if not bound or node.id not in visible:
+            if not bound:
                 continue
             out += [b for b in everything if b.id <= bound and (b.superseded_by or "~") > bound]
         else:
