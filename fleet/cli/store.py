@@ -108,7 +108,7 @@ def import_(
             data, name = Path(file).read_bytes(), file
         except OSError as exc:
             raise errors.UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
-    report = import_log(paths.db, paths.daemon_lock, data, name)
+    report = import_log(paths.db, paths.store_lock, data, name)
     if as_json:
         render.dump(report.__dict__)
     else:

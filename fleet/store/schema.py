@@ -26,6 +26,7 @@ from typing import Any
 import uuid6
 
 from fleet.store.faults import storage_faults
+from fleet.store.files import Rescued, StoreFiles, rescue
 
 log = logging.getLogger(__name__)
 
@@ -413,6 +414,10 @@ class Connections:
         """The generation the write in progress will end as (== :attr:`generation` when none is)."""
         self._w = connect(path)
         migrate(self._w)
+        self._files = StoreFiles(path)
+        """The database and WAL files the writer opened, checked around each write (:meth:`write`)."""
+        self._files_fault: Rescued | None = None
+        """Set once either was found removed or replaced: what every later write is refused with."""
         self._local = threading.local()
         self._readers: set[sqlite3.Connection] = set()
         """Every open reader (held by a thread or idle), closed by :meth:`close`."""
@@ -464,8 +469,15 @@ class Connections:
         A full disk, a read-only file system or a corrupt file raise a StorageFault naming it
         (:mod:`fleet.store.faults`). SQLite may already have rolled back on such an error; then
         there is nothing to roll back, and the error that caused it is what is raised.
+
+        The database and WAL files are checked before and after (:mod:`fleet.store.files`): once either
+        is found removed or replaced, what the writer had is saved (:func:`~fleet.store.files.rescue`)
+        and this and every later write raise a StorageFault saying where and what to do. A commit
+        that went into a file found gone just after is acknowledged only when the rescue saved it
+        into the store's own database file.
         """
         with self._wlock, storage_faults(self.path):
+            self._refuse_if_files_changed()
             self._writing = self.generation + 1
             try:
                 self._w.execute("BEGIN IMMEDIATE")
@@ -484,6 +496,26 @@ class Connections:
                     raise
             finally:
                 self.generation = self._writing
+            change = self._files.changed()
+            if change is not None:  # between the check above and the commit: rescued, acked only if kept
+                self._files_fault = rescue(self._w, self._files, change)
+                if not self._files_fault.in_place:
+                    raise self._files_fault.fault
+
+    def _refuse_if_files_changed(self) -> None:
+        """Raise the files' StorageFault if they were found changed (trying the rescue again while it
+        has saved nothing), or are now."""
+        done = self._files_fault
+        if done is not None and done.kept:
+            raise done.fault
+        change = self._files.changed()
+        if change is None and done is None:
+            return
+        if change is not None:
+            self._files_fault = rescue(self._w, self._files, change)
+            raise self._files_fault.fault
+        assert done is not None
+        raise done.fault
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
