@@ -94,6 +94,7 @@ class Proc:
             return ep if ep.get("pid") == self.proc.pid else None
 
         ep = retry_until(endpoint, timeout=20, what="the daemon's endpoint file")
+        assert ep is not None
         self.url = str(ep["url"])
         self.token = self.paths.operator_token.read_text().strip()
         assert Http(self.url).get("/v1/health").ok(200)["pid"] == self.proc.pid
@@ -194,7 +195,12 @@ def test_fleet_import_beside_a_running_daemon_refuses_and_changes_nothing(
         r = cli("import", str(export), env=env)
         assert r.returncode == errors.Conflict.exit_code, (r.returncode, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
-        for word in ("a daemon runs on the store", f"pid {first.proc.pid}", first.url, "fleet daemon stop"):
+        for word in (
+            "a daemon already runs on the store",
+            f"pid {first.proc.pid}",
+            first.url,
+            "fleet daemon stop",
+        ):
             assert word in r.stderr, (word, r.stderr)
     assert first.http().get("/v1/waves").ok(200) == before
     # Stopped, the import goes through (and the lock it took does not stop the next start).
@@ -372,7 +378,7 @@ def test_the_database_file_removed_or_replaced_stops_writes_and_the_rescue_holds
     acked = acked_of(posters)
     message = json.loads(posters[0].refused[0][1])["error"]["message"]
     assert f"the store's file {fleet_env.db} was {how}" in message, message
-    found = re.search(r"saved in (\S+) ", message)
+    found = re.search(r"saved in (\S+): stop the daemon", message)
     assert found, message
     rescued = Path(found.group(1))
     assert stat.S_IMODE(rescued.stat().st_mode) == 0o600

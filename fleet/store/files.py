@@ -5,8 +5,7 @@ What a caller may rely on:
 
 - :class:`StoreFiles` records which files (device, inode) the writer opened as ``<db>`` and
   ``<db>-wal``. :meth:`StoreFiles.changed` says whether either path now names another file or none:
-  two ``stat`` calls, made before and after each write transaction
-  (:meth:`fleet.store.schema.Connections.write`).
+  two ``stat`` calls, made after each commit (:meth:`fleet.store.schema.Connections.write`).
 - While the writer is open the ``-wal`` file always exists: SQLite removes it only when the last
   connection closes, and a checkpoint (``TRUNCATE`` included) empties it in place. So a missing
   ``-wal`` is never the normal state of a running daemon; it was unlinked under it.
@@ -62,17 +61,20 @@ class StoreFiles:
     def __init__(self, db: Path) -> None:
         self.db = db
         self.wal = db.with_name(db.name + "-wal")
-        self._db = _ident(db)
-        self._wal = _ident(self.wal)
+        watched = (("database", db, _ident(db)), ("wal", self.wal, _ident(self.wal)))
+        # A file not there at open (an in-memory database; no WAL on a read-only medium) is not watched.
+        self._watched = tuple((what, str(path), ident) for what, path, ident in watched if ident is not None)
 
     def changed(self) -> Change | None:
         """The first of the two files whose path names another file (or none) now, or None."""
-        for what, path, opened in (("database", self.db, self._db), ("wal", self.wal, self._wal)):
-            now = _ident(path)
-            if now != opened:
-                if opened is None:  # not there at open (a read-only file system, say): nothing to watch
-                    continue
-                return Change(what, "removed" if now is None else "replaced", path)
+        # Runs after every commit: two stats and compares inline (about 2 µs; bench figures in README).
+        for what, path, opened in self._watched:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return Change(what, "removed", Path(path))
+            if st.st_ino != opened[1] or st.st_dev != opened[0]:
+                return Change(what, "replaced", Path(path))
         return None
 
 
@@ -126,7 +128,7 @@ def rescue(conn: sqlite3.Connection, files: StoreFiles, change: Change) -> Rescu
         log.error("%s was %s under the daemon: what it had is saved in %s", _name(change), change.how, saved)
         fault = StorageFault(
             f"{_name(change)} was {change.how} while the daemon ran: it takes no more writes. Everything"
-            f" it had committed is saved in {saved} (this write too, if it got that far): stop the daemon"
+            f" it had committed is saved in {saved}: stop the daemon"
             f" (`fleet daemon stop`), put the copy in place (`mv {saved} {db}`, unless the file now at {db}"
             f" is the store you want; remove {wal} and {db}-shm if they are there), then start it again"
         )

@@ -121,7 +121,10 @@ class StoreLock:
             )
         where = f"at {holder.url}" if holder.url else "(still starting: no url yet)"
         state = f", state dir {holder.state}" if holder.state else ""
-        return f"a daemon runs on the store {db}: pid {holder.pid} {where} (lock {lock}{state}): {if_daemon}"
+        return (
+            f"a daemon already runs on the store {db}: pid {holder.pid} {where} (lock {lock}{state}):"
+            f" {if_daemon}"
+        )
 
     def announce(self, url: str) -> None:
         """Say the url the holder listens at (a refused daemon names it)."""

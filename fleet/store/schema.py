@@ -26,7 +26,7 @@ from typing import Any
 import uuid6
 
 from fleet.store.faults import storage_faults
-from fleet.store.files import Rescued, StoreFiles, rescue
+from fleet.store.files import Change, Rescued, StoreFiles, rescue
 
 log = logging.getLogger(__name__)
 
@@ -416,8 +416,10 @@ class Connections:
         migrate(self._w)
         self._files = StoreFiles(path)
         """The database and WAL files the writer opened, checked around each write (:meth:`write`)."""
+        self._files_change: Change | None = None
         self._files_fault: Rescued | None = None
-        """Set once either was found removed or replaced: what every later write is refused with."""
+        """Set once either was found removed or replaced (``_files_change``): what every later write
+        is refused with."""
         self._local = threading.local()
         self._readers: set[sqlite3.Connection] = set()
         """Every open reader (held by a thread or idle), closed by :meth:`close`."""
@@ -470,14 +472,15 @@ class Connections:
         (:mod:`fleet.store.faults`). SQLite may already have rolled back on such an error; then
         there is nothing to roll back, and the error that caused it is what is raised.
 
-        The database and WAL files are checked before and after (:mod:`fleet.store.files`): once either
-        is found removed or replaced, what the writer had is saved (:func:`~fleet.store.files.rescue`)
-        and this and every later write raise a StorageFault saying where and what to do. A commit
-        that went into a file found gone just after is acknowledged only when the rescue saved it
-        into the store's own database file.
+        After each commit the database and WAL files are checked (:mod:`fleet.store.files`): once
+        either is found removed or replaced, what the writer had is saved
+        (:func:`~fleet.store.files.rescue`) and every later write raises a StorageFault saying where
+        and what to do, with nothing written. The commit that found it is acknowledged only when the
+        rescue saved it into the store's own database file; else it raises that fault too.
         """
         with self._wlock, storage_faults(self.path):
-            self._refuse_if_files_changed()
+            if self._files_fault is not None:
+                self._refuse_writes()
             self._writing = self.generation + 1
             try:
                 self._w.execute("BEGIN IMMEDIATE")
@@ -496,26 +499,22 @@ class Connections:
                     raise
             finally:
                 self.generation = self._writing
+            # After the commit, not before: a commit into a file removed meanwhile is then never
+            # acknowledged unsaved, and one check per write is all it costs.
             change = self._files.changed()
-            if change is not None:  # between the check above and the commit: rescued, acked only if kept
+            if change is not None:
+                self._files_change = change
                 self._files_fault = rescue(self._w, self._files, change)
                 if not self._files_fault.in_place:
                     raise self._files_fault.fault
 
-    def _refuse_if_files_changed(self) -> None:
-        """Raise the files' StorageFault if they were found changed (trying the rescue again while it
-        has saved nothing), or are now."""
-        done = self._files_fault
-        if done is not None and done.kept:
-            raise done.fault
-        change = self._files.changed()
-        if change is None and done is None:
-            return
-        if change is not None:
-            self._files_fault = rescue(self._w, self._files, change)
-            raise self._files_fault.fault
-        assert done is not None
-        raise done.fault
+    def _refuse_writes(self) -> None:
+        """Raise the StorageFault of the files found changed (trying the rescue again first while
+        it has saved nothing)."""
+        assert self._files_fault is not None and self._files_change is not None
+        if not self._files_fault.kept:
+            self._files_fault = rescue(self._w, self._files, self._files_change)
+        raise self._files_fault.fault
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
