@@ -1,6 +1,6 @@
 """The one place fleet computes where things live on disk.
 
-``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store and the operator token),
+``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store, its lock and the operator token),
 ``state/`` (the daemon endpoint file, channel cursors, routing logs), ``config/`` (user layouts) and
 ``logs/``. Without it the platform's user directories are used. ``fleet paths`` prints them.
 """

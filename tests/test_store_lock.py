@@ -24,6 +24,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,13 +35,16 @@ from conftest import retry_until
 from httphelp import Http
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from test_cli import base_env
 
 from fleet import errors
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
+from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.store import lock as lock_module
+from fleet.store.artifact import backup
 from fleet.store.lock import StoreLock, read_holder
 
 
@@ -169,6 +173,21 @@ def test_a_second_daemon_on_the_same_store_refuses_whatever_its_state_dir(
     assert stat.S_IMODE(a.store_lock.stat().st_mode) == 0o600
     holder = read_holder(a.store_lock)
     assert holder is not None and (holder.pid, holder.url) == (first.proc.pid, first.url)
+
+
+def test_a_command_from_another_state_dir_names_the_daemon_on_its_store_instead_of_starting_one(
+    tmp_path: Path, start: Callable[..., Proc]
+) -> None:
+    (a, env_a), (b, env_b) = two_state_dirs(tmp_path)
+    first = start(a, env_a)
+    # No daemon in b's state dir, so the command auto-starts one: it is refused on the store, and the
+    # command says so (Conflict, exit 1, naming the daemon to use), not "unreachable" (retried forever).
+    r = cli("wave", "list", env=env_b)
+    assert r.returncode == errors.Conflict.exit_code, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    for word in ("a daemon already runs on the store", f"pid {first.proc.pid}", first.url):
+        assert word in r.stderr, (word, r.stderr)
+    assert not b.endpoint.exists()
 
 
 def test_fleet_import_beside_a_running_daemon_refuses_and_changes_nothing(
@@ -358,6 +377,25 @@ def test_the_wal_unlinked_under_a_running_daemon_stops_writes_and_loses_nothing_
     assert acked | {"after the restart"} <= texts(fleet_env.db)
 
 
+def test_the_wal_unlinked_under_an_idle_daemon_is_saved_within_a_second(
+    fleet_env: Paths, start: Callable[..., Proc]
+) -> None:
+    env = base_env(FLEET_HOME=str(fleet_env.data.parent))
+    d = start(fleet_env, env)
+    h = d.http()
+    root = h.new_wave("w").ok(201)["root_id"]
+    acked = {h.post_blip(root, f"idle-{i}").ok(201)["text"] for i in range(100)}
+    os.unlink(str(fleet_env.db) + "-wal")
+    # No write comes: the daemon's watcher notices on its own, saves what the WAL held, says so.
+    retry_until(lambda: "was removed under the daemon" in d.log.read_text(), timeout=5, what="the watcher")
+    r = cli("post", "w/main", "after", env=d.cli_env())
+    assert r.returncode == errors.StorageFault.exit_code and "restart the daemon" in r.stderr, r.stderr
+    d.proc.kill()
+    d.proc.wait(10)
+    stored = texts(fleet_env.db)
+    assert acked <= stored, f"{len(acked - stored)} of {len(acked)} acknowledged writes lost"
+
+
 @pytest.mark.parametrize("how", ["removed", "replaced"])
 def test_the_database_file_removed_or_replaced_stops_writes_and_the_rescue_holds_every_ack(
     fleet_env: Paths, start: Callable[..., Proc], tmp_path: Path, how: str
@@ -396,3 +434,120 @@ def test_the_database_file_removed_or_replaced_stops_writes_and_the_rescue_holds
     shown = {b["text"] for b in again.http().read(root, "limit=5000").ok(200)["blips"]}
     assert acked <= shown
     again.http().post_blip(root, "after the restart").ok(201)
+
+
+# ---------------------------------------------------------------- the same, as a property
+
+
+def saved_texts(db: Path, fault: str | None, scratch: Path) -> set[str]:
+    """What a restart after ``kill -9`` would find: the database file alone when no fault named a
+    copy (the WAL may be gone), else the copy the fault names."""
+    found = re.search(r"saved in (\S+): stop the daemon", fault or "")
+    src = Path(found.group(1)) if found else db
+    copy = scratch / f"restart-{len(list(scratch.iterdir()))}.sqlite3"
+    shutil.copyfile(src, copy)  # the file alone: no -wal, no -shm beside it
+    return texts(copy)
+
+
+class FilesMachine(RuleBasedStateMachine):
+    """A store (in this process) posting while its files are removed or replaced, or touched the
+    legitimate ways (another connection's TRUNCATE checkpoint, a `fleet backup`): a legitimate touch
+    never refuses a write; after a fault every acknowledged post is in what a restart would find, and
+    once a write is refused every later one is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="fleet-files-"))
+        self.db = self.dir / "fleet.sqlite3"
+        (self.dir / "scratch").mkdir()
+        self.store = Store(self.db)
+        self.root = self.store.create_wave(OPERATOR_PRINCIPAL, "w", ["alice"]).root_id
+        self.acked: set[str] = set()
+        self.n = 0
+        self.cut = False
+        self.fault: str | None = None
+        self.old: Path | None = None
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(k=st.integers(1, 20))
+    def post(self, k: int) -> None:
+        for _ in range(k):
+            self.n += 1
+            text = f"p{self.n}"
+            try:
+                self.store.post(OPERATOR_PRINCIPAL, self.root, text)
+            except errors.StorageFault as exc:
+                assert self.cut, f"a write was refused with the files untouched: {exc}"
+                assert self.fault in (None, exc.message)  # every refusal after the first is the same
+                self.fault = exc.message
+                continue
+            except sqlite3.Error:
+                # A read before the write (the wavelet's row) through a reader opened on the new files.
+                assert self.cut
+                continue
+            assert self.fault is None, "a write was acknowledged after one was refused"
+            self.acked.add(text)
+
+    @rule()
+    def tick(self) -> None:
+        """The watcher's once-a-second check, made now."""
+        self.store._db.check_files()
+
+    @rule()
+    def checkpoint_elsewhere(self) -> None:
+        """Another process's checkpoint (``fleet backup``, ``replay --check`` reading): legitimate
+        before a cut; after one it may fail (its reads of a removed WAL), and must lose nothing."""
+        other = sqlite3.connect(self.db)
+        try:
+            other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            assert self.cut
+        finally:
+            other.close()
+
+    @precondition(lambda self: self.old is None and not self.cut)
+    @rule()
+    def take_a_backup(self) -> None:
+        self.old = self.dir / "old.sqlite3"
+        backup(self.db, self.old)
+
+    @precondition(lambda self: self.fault is None)
+    @rule(what=st.sampled_from(["unlink wal", "replace wal", "unlink db", "replace db"]))
+    def cut_a_file(self, what: str) -> None:
+        wal = Path(str(self.db) + "-wal")
+        if what == "unlink wal":
+            wal.unlink(missing_ok=True)
+        elif what == "replace wal":
+            empty = self.dir / "empty"
+            empty.write_bytes(b"")
+            os.replace(empty, wal)
+        elif what == "unlink db":
+            self.db.unlink(missing_ok=True)
+        elif self.old is not None and self.old.exists():
+            shutil.copyfile(self.old, self.dir / "restore")
+            os.replace(self.dir / "restore", self.db)
+        else:
+            return
+        self.cut = True
+
+    @invariant()
+    def nothing_acknowledged_is_lost(self) -> None:
+        if self.cut and (self.fault is not None or self.acked):
+            if self.fault is None and not self.store_refused_since_cut():
+                return  # not noticed yet: the next write notices
+            assert self.acked <= saved_texts(self.db, self.fault, self.dir / "scratch")
+
+    def store_refused_since_cut(self) -> bool:
+        fault = self.store._db._files_fault
+        if fault is not None and self.fault is None and not fault.in_place:
+            self.fault = fault.fault.message  # found by the watcher's tick: the copy it names
+        return fault is not None
+
+
+FilesMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=15, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_files_watched_under_any_sequence = FilesMachine.TestCase

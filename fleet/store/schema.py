@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -393,6 +395,26 @@ class GenerationMemo:
         return current[1] if current[0] == generation else None
 
 
+FILES_CHECK_EVERY = 1.0
+"""Seconds between two checks of the database and WAL files while nothing is written."""
+
+
+def _watch_files(ref: weakref.ref[Connections]) -> None:
+    """Check ``ref``'s files every :data:`FILES_CHECK_EVERY` seconds until it is closed, found
+    changed, or gone (a weak reference: an unclosed store is still collected)."""
+    while True:
+        time.sleep(FILES_CHECK_EVERY)
+        conns = ref()
+        if conns is None or conns._closed:
+            return
+        try:
+            if not conns.check_files():
+                return
+        except Exception:  # the watcher must never take the daemon down; each write checks anyway
+            log.exception("checking the store's files")
+        del conns
+
+
 class Connections:
     """One writer behind a lock, and read connections from a bounded pool, for one database file
     (migrated on open).
@@ -427,6 +449,11 @@ class Connections:
         self._idle_max = idle_readers
         self._readers_lock = threading.Lock()
         self._closed = False
+        # Between writes too (an idle daemon), at most a second after a file goes: what the writer
+        # had is saved before a kill -9 can lose it, and the next write is refused, not the one after.
+        threading.Thread(
+            target=_watch_files, args=(weakref.ref(self),), name="fleet-store-files", daemon=True
+        ).start()
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -507,6 +534,18 @@ class Connections:
                 self._files_fault = rescue(self._w, self._files, change)
                 if not self._files_fault.in_place:
                     raise self._files_fault.fault
+
+    def check_files(self) -> bool:
+        """Check the database and WAL files now (the watcher's tick; each write checks them itself):
+        False once they were found changed, what the writer had saved (:mod:`fleet.store.files`)."""
+        with self._wlock:
+            if self._closed or self._files_fault is not None:
+                return self._files_fault is None
+            change = self._files.changed()
+            if change is not None:
+                self._files_change = change
+                self._files_fault = rescue(self._w, self._files, change)
+            return change is None
 
     def _refuse_writes(self) -> None:
         """Raise the StorageFault of the files found changed (trying the rescue again first while
