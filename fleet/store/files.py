@@ -5,7 +5,8 @@ What a caller may rely on:
 
 - :class:`StoreFiles` records which files (device, inode) the writer opened as ``<db>`` and
   ``<db>-wal``. :meth:`StoreFiles.changed` says whether either path now names another file or none:
-  two ``stat`` calls, made after each commit (:meth:`fleet.store.schema.Connections.write`).
+  two ``stat`` calls, made after each commit (:meth:`fleet.store.schema.Connections.write`) and
+  once a second between writes (:meth:`~fleet.store.schema.Connections.check_files`).
 - While the writer is open the ``-wal`` file always exists: SQLite removes it only when the last
   connection closes, and a checkpoint (``TRUNCATE`` included) empties it in place. So a missing
   ``-wal`` is never the normal state of a running daemon; it was unlinked under it.

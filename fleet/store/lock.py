@@ -85,7 +85,7 @@ class StoreLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise errors.Conflict(cls._refusal(lock, db, if_daemon)) from None
+                raise errors.Conflict(cls._refusal(lock, db, what, if_daemon)) from None
             except BaseException:
                 os.close(fd)
                 raise
@@ -106,7 +106,7 @@ class StoreLock:
         return held
 
     @staticmethod
-    def _refusal(lock: Path, db: Path, if_daemon: str) -> str:
+    def _refusal(lock: Path, db: Path, what: str, if_daemon: str) -> str:
         deadline = time.monotonic() + HOLDER_WAIT
         holder = read_holder(lock)
         while holder is None and time.monotonic() < deadline:
@@ -122,7 +122,8 @@ class StoreLock:
         where = f"at {holder.url}" if holder.url else "(still starting: no url yet)"
         state = f", state dir {holder.state}" if holder.state else ""
         return (
-            f"a daemon already runs on the store {db}: pid {holder.pid} {where} (lock {lock}{state}):"
+            f"a daemon {'already ' if what == 'the daemon' else ''}runs on the store {db}: pid {holder.pid}"
+            f" {where} (lock {lock}{state}):"
             f" {if_daemon}"
         )
 
