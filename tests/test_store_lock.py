@@ -151,10 +151,25 @@ def test_fleet_paths_is_the_layout_the_tests_assume(tmp_path: Path) -> None:
     assert shown["store_lock"] == str(a.db) + ".lock"
 
 
+def symlinked_homes(tmp_path: Path) -> tuple[tuple[Paths, dict[str, str]], tuple[Paths, dict[str, str]]]:
+    """Two FLEET_HOMEs, the second's data/ a symlink to the first's: one store under two names."""
+    homes = [tmp_path / "home-a", tmp_path / "home-b"]
+    (homes[0] / "data").mkdir(parents=True)
+    homes[1].mkdir()
+    (homes[1] / "data").symlink_to(homes[0] / "data")
+    return tuple(  # type: ignore[return-value]
+        (Paths(*(h / n for n in ("data", "state", "config", "logs"))), base_env(FLEET_HOME=str(h)))
+        for h in homes
+    )
+
+
+@pytest.mark.parametrize("layout", [two_state_dirs, symlinked_homes], ids=["xdg", "symlinked-home"])
 def test_a_second_daemon_on_the_same_store_refuses_whatever_its_state_dir(
-    tmp_path: Path, start: Callable[..., Proc]
+    tmp_path: Path,
+    start: Callable[..., Proc],
+    layout: Callable[[Path], tuple[tuple[Paths, dict[str, str]], ...]],
 ) -> None:
-    (a, env_a), (b, env_b) = two_state_dirs(tmp_path)
+    (a, env_a), (b, env_b) = layout(tmp_path)
     first = start(a, env_a)
     root = first.http().new_wave("w").ok(201)["root_id"]
     second = start(b, env_b, ready=False)
@@ -166,7 +181,7 @@ def test_a_second_daemon_on_the_same_store_refuses_whatever_its_state_dir(
     assert code == errors.Conflict.exit_code, said
     assert "Traceback" not in said, said
     assert f"pid {first.proc.pid}" in said and first.url in said, said
-    assert str(a.db) in said and "fleet daemon stop" in said, said
+    assert str(b.db) in said and "fleet daemon stop" in said, said  # the store as the refused one names it
     assert not b.endpoint.exists(), "the refused daemon left an endpoint file"
     # The first is untouched: still serving, its lock file 0600 and naming it.
     first.http().post_blip(root, "still here").ok(201)

@@ -35,7 +35,11 @@ HOLDER_WAIT = 1.0
 """Seconds a refused process waits for the holder's particulars to be readable (it writes them just
 after it takes the lock, and again once it listens)."""
 
-DAEMON_HELD = "use that daemon, or stop it first (`fleet daemon stop` where it was started, or `kill PID`)"
+DAEMON_HELD = (
+    "use that daemon, or stop it first: `kill {pid}` (SIGTERM, a graceful stop) or `fleet daemon stop`"
+    " with the environment it was started in (its FLEET_HOME or XDG_STATE_HOME)"
+)
+"""What a refused daemon is told to do; ``{pid}`` is the holder's."""
 
 
 @record
@@ -77,7 +81,8 @@ class StoreLock:
         cls, lock: Path, db: Path, *, what: str, state: Path | None = None, if_daemon: str = DAEMON_HELD
     ) -> StoreLock:
         """Take the lock ``lock`` of the store ``db`` for ``what`` (``state``: its state dir, if any), or
-        raise Conflict naming its holder and what to do (``if_daemon`` when the holder is a daemon)."""
+        raise Conflict naming its holder and what to do (``if_daemon`` when the holder is a daemon,
+        ``{pid}`` in it its pid)."""
         ensure_private_dir(lock.parent)
         while True:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -113,7 +118,10 @@ class StoreLock:
             time.sleep(0.02)
             holder = read_holder(lock)
         if holder is None:
-            return f"another process holds the store {db} (lock {lock}; it has not said which): {if_daemon}"
+            return (
+                f"another process holds the store {db} (lock {lock}; it has not said which): stop it"
+                " first (`fuser` on the lock file names it), then try again"
+            )
         if holder.what != "the daemon":
             return (
                 f"{holder.what} (pid {holder.pid}) is writing the store {db} (lock {lock}): wait for it to"
@@ -124,7 +132,7 @@ class StoreLock:
         return (
             f"a daemon {'already ' if what == 'the daemon' else ''}runs on the store {db}: pid {holder.pid}"
             f" {where} (lock {lock}{state}):"
-            f" {if_daemon}"
+            f" {if_daemon.format(pid=holder.pid)}"
         )
 
     def announce(self, url: str) -> None:
