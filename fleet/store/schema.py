@@ -9,7 +9,8 @@ What a caller may rely on:
   migration is never edited, renamed or reordered: append a new one.
 - :class:`Connections` is one writer connection behind a lock (only the daemon writes) and read
   connections from a bounded pool, one per serving thread until it releases it (WAL lets readers
-  proceed while the writer commits).
+  proceed while the writer commits). The database and WAL files it opened are watched: removed or
+  replaced, what the writer had is saved and writes are refused (:mod:`fleet.store.files`).
 """
 
 from __future__ import annotations
@@ -437,7 +438,8 @@ class Connections:
         self._w = connect(path)
         migrate(self._w)
         self._files = StoreFiles(path)
-        """The database and WAL files the writer opened, checked around each write (:meth:`write`)."""
+        """The database and WAL files the writer opened: checked after each commit (:meth:`write`) and
+        once a second between (:meth:`check_files`)."""
         self._files_change: Change | None = None
         self._files_fault: Rescued | None = None
         """Set once either was found removed or replaced (``_files_change``): what every later write
