@@ -966,7 +966,8 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
     The daemon runs in its own session (it outlives this process), its output appended to
     ``paths.daemon_log``. With ``announce``, a started daemon is reported on stderr in one line.
     Raises :class:`~fleet.errors.DaemonUnreachable`, with the log's last lines, if it dies or does not
-    answer within :data:`AUTOSTART_DEADLINE` seconds.
+    answer within :data:`AUTOSTART_DEADLINE` seconds; the daemon's own StorageFault or Conflict (a
+    daemon of another state dir holds the store) when it refused to start with one.
     """
     deadline = time.monotonic() + AUTOSTART_DEADLINE
     with _autostart_lock(paths, deadline):
@@ -994,10 +995,17 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
                 other = live_endpoint(paths)  # lost a race with a daemon started by other means
                 if other is not None:
                     return other, False
+                said = [ln for ln in _log_tail(paths.daemon_log).splitlines() if "error:" in ln]
+                reason = said[-1].split("error:", 1)[1].strip() if said else ""
                 if proc.returncode == errors.StorageFault.exit_code:  # a named storage fault: not transient
-                    said = [ln for ln in _log_tail(paths.daemon_log).splitlines() if "error:" in ln]
-                    reason = said[-1].split("error:", 1)[1].strip() if said else "a storage fault"
                     raise errors.StorageFault(
+                        f"the fleet daemon refused to start: {reason or 'a storage fault'}"
+                        f" (its log: {paths.daemon_log})"
+                    )
+                if proc.returncode == errors.Conflict.exit_code and "already runs" in reason:
+                    # The instance locks' refusal (exit 1 is every FleetError's: the words tell):
+                    # a daemon of another state dir holds the store; not transient either.
+                    raise errors.Conflict(
                         f"the fleet daemon refused to start: {reason} (its log: {paths.daemon_log})"
                     )
                 raise errors.DaemonUnreachable(

@@ -5,9 +5,10 @@ What a caller may rely on:
 - It listens on ``127.0.0.1`` unless a non-loopback address is asked for explicitly
   (``allow_remote``); every request but ``/v1/health`` needs a bearer token.
 - The operator token is created at first start in ``data/operator.token`` (mode 0600).
-- One daemon per data dir: an ``flock`` on ``state/daemon.lock`` is held for the daemon's life (the
-  kernel drops it if the process dies, so a stale lock never wedges), and the endpoint file
-  ``state/daemon.json`` names the url and pid while it runs.
+- One daemon per store: an ``flock`` on ``<db>.lock`` beside the database (:mod:`fleet.store.lock`,
+  naming this daemon's pid and url for a refused one) and one on ``state/daemon.lock`` are held for
+  the daemon's life (the kernel drops them if the process dies, so a stale lock never wedges), and
+  the endpoint file ``state/daemon.json`` names the url and pid while it runs.
 - Long-poll reads wake on commits that touch what they read (keyed waiters), never by polling; each wake-up
   re-checks that the reader may still see what it reads.
 - On SIGTERM it stops accepting, wakes every long-poll, lets in-flight requests finish, closes the
@@ -105,6 +106,7 @@ from fleet.store.events import (
 )
 from fleet.store.faults import open_store, storage_faults
 from fleet.store.keys import Claim, Found, Run, check_key, fingerprint, scope_of
+from fleet.store.lock import StoreLock
 from fleet.store.rows import blip_of
 from fleet.store.summaries import CONTEXT_PAGE
 from fleet.store.summaries import INPUT_MAX as SUMMARY_INPUT_MAX
@@ -598,6 +600,7 @@ class Daemon:
         self._conn = threading.local()
         """Per client connection (a thread serves one): its last feed answer (:class:`_LastFeed`)."""
         self._lock_fd: int | None = None
+        self._store_lock: StoreLock | None = None
         self._httpd: _ApiServer | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -637,22 +640,33 @@ class Daemon:
         return self._tls_ctx
 
     def _acquire_instance_lock(self) -> None:
-        ensure_private_dir(self.paths.state)
-        fd = os.open(self.paths.daemon_lock, os.O_RDWR | os.O_CREAT, 0o600)
+        """The store's lock (one daemon per database, whatever its state dir: :mod:`fleet.store.lock`),
+        then the state dir's (one daemon per endpoint file, whatever its store)."""
+        ensure_private_dir(self.paths.data)
+        self._store_lock = StoreLock.acquire(
+            self.paths.store_lock, self.paths.db, what="the daemon", state=self.paths.state
+        )
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            where = "unknown address"
+            ensure_private_dir(self.paths.state)
+            fd = os.open(self.paths.daemon_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                ep = loads(Endpoint, self.paths.endpoint.read_text())
-                where = f"{ep.url} (pid {ep.pid})"
-            except (OSError, ValueError):
-                pass
-            raise errors.Conflict(
-                f"a daemon already runs on data dir {self.paths.data} at {where}:"
-                " use it, or stop it with `fleet daemon stop`"
-            ) from None
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                where = "unknown address"
+                try:
+                    ep = loads(Endpoint, self.paths.endpoint.read_text())
+                    where = f"{ep.url} (pid {ep.pid})"
+                except (OSError, ValueError):
+                    pass
+                raise errors.Conflict(
+                    f"a daemon already runs with state dir {self.paths.state} at {where}, on another"
+                    " store: use it, or stop it with `fleet daemon stop`"
+                ) from None
+        except BaseException:
+            self._store_lock.release()
+            self._store_lock = None
+            raise
         self._lock_fd = fd
 
     def _open(self) -> None:
@@ -660,7 +674,6 @@ class Daemon:
         with contextlib.suppress(OSError):  # a stop that died half way left it: not ours
             self.paths.daemon_stopping.unlink()
         try:
-            ensure_private_dir(self.paths.data)
             self.operator_token = ensure_operator_token(self.paths)
             self.store = open_store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
             httpd = self._listen()
@@ -678,6 +691,8 @@ class Daemon:
                 store_id=self.store.store_id,
             )
             write_private(self.paths.endpoint, dumps(endpoint) + "\n")
+            assert self._store_lock is not None
+            self._store_lock.announce(self.url)
             if self.console is not None:
                 try:
                     self.console_link = self.console.start()
@@ -685,6 +700,9 @@ class Daemon:
                     httpd.server_close()
                     raise
         except BaseException:
+            if self.store is not None:  # closed before its lock goes: no one else writes it meanwhile
+                self.store.close()
+                self.store = None
             self._release()
             raise
         log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
@@ -814,6 +832,9 @@ class Daemon:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._store_lock is not None:  # last: the store is closed (or was never opened) by now
+            self._store_lock.release()
+            self._store_lock = None
 
     # ---------------------------------------------------------------- dispatch
 

@@ -1,6 +1,6 @@
 """The one place fleet computes where things live on disk.
 
-``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store and the operator token),
+``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store, its lock and the operator token),
 ``state/`` (the daemon endpoint file, channel cursors, routing logs), ``config/`` (user layouts) and
 ``logs/``. Without it the platform's user directories are used. ``fleet paths`` prints them.
 """
@@ -60,7 +60,14 @@ class Paths:
         return self.state / "daemon.stopping"
 
     @property
+    def store_lock(self) -> Path:
+        """Beside the database: held by the one process writing it (the daemon, or ``fleet import``),
+        whatever its state dir, with that process's pid and url in it (:mod:`fleet.store.lock`)."""
+        return self.db.with_name(self.db.name + ".lock")
+
+    @property
     def daemon_lock(self) -> Path:
+        """Held by the daemon that owns this state dir (its endpoint file): one daemon per state dir."""
         return self.state / "daemon.lock"
 
     @property
@@ -88,6 +95,7 @@ class Paths:
             "config": str(self.config),
             "logs": str(self.logs),
             "db": str(self.db),
+            "store_lock": str(self.store_lock),
             "operator_token": str(self.operator_token),
             "tls_cert": str(self.tls_cert),
             "remotes": str(self.remotes),

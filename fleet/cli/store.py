@@ -164,7 +164,7 @@ def import_(
             raise errors.UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
         with f:
             report = import_log(
-                paths.db, paths.daemon_lock, f, file,
+                paths.db, paths.store_lock, f, file,
                 with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
             )  # fmt: skip
     if as_json:

@@ -25,7 +25,6 @@ What a caller may rely on:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -65,6 +64,7 @@ from fleet.store.events import (
     parse,
 )
 from fleet.store.faults import check_database, corrupt, storage_faults
+from fleet.store.lock import StoreLock
 from fleet.store.schema import MATERIALISED, connect, migrate
 
 if TYPE_CHECKING:
@@ -420,21 +420,19 @@ class _Reader:
 
 @contextmanager
 def instance_lock(lock: Path, db: Path) -> Iterator[None]:
-    """Hold the daemon's instance lock (``state/daemon.lock``): no daemon writes the store meanwhile."""
-    ensure_private_dir(lock.parent)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    """Hold the store's lock ``lock`` (``Paths.store_lock``, beside ``db``): no daemon writes the store
+    meanwhile, whatever its state dir (:mod:`fleet.store.lock`); Conflict naming the daemon if one does."""
+    held = StoreLock.acquire(
+        lock,
+        db,
+        what="fleet import",
+        if_daemon="stop it first (`fleet daemon stop`), import, then start it again (an import writes"
+        " the whole file in one transaction, with no daemon writing beside it)",
+    )
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise errors.Conflict(
-                f"a daemon runs on the store {db}: stop it first (`fleet daemon stop`), import, then start"
-                " it again (an import writes the whole file in one transaction, with no daemon writing"
-                " beside it)"
-            ) from None
         yield
     finally:
-        os.close(fd)
+        held.release()
 
 
 class _Refused(Exception):

@@ -14,6 +14,8 @@ What a caller may rely on:
   failed gets the typed error (HTTP 507, CLI exit 7), and what was committed before is intact.
 - :func:`open_store` is :func:`check_database` and then the :class:`~fleet.store.Store`, under
   :func:`storage_faults`.
+- The database or its WAL removed or replaced under a running store is named by
+  :mod:`fleet.store.files` (the same StorageFault, raised by the write path).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ What a caller may rely on:
   migration is never edited, renamed or reordered: append a new one.
 - :class:`Connections` is one writer connection behind a lock (only the daemon writes) and read
   connections from a bounded pool, one per serving thread until it releases it (WAL lets readers
-  proceed while the writer commits).
+  proceed while the writer commits). The database and WAL files it opened are watched: removed or
+  replaced, what the writer had is saved and writes are refused (:mod:`fleet.store.files`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,6 +30,7 @@ from typing import Any
 import uuid6
 
 from fleet.store.faults import storage_faults
+from fleet.store.files import Change, Rescued, StoreFiles, rescue
 
 log = logging.getLogger(__name__)
 
@@ -442,6 +446,26 @@ class _Held:
                 self.give_back(self.conn)
 
 
+FILES_CHECK_EVERY = 1.0
+"""Seconds between two checks of the database and WAL files while nothing is written."""
+
+
+def _watch_files(ref: weakref.ref[Connections]) -> None:
+    """Check ``ref``'s files every :data:`FILES_CHECK_EVERY` seconds until it is closed, found
+    changed, or gone (a weak reference: an unclosed store is still collected)."""
+    while True:
+        time.sleep(FILES_CHECK_EVERY)
+        conns = ref()
+        if conns is None or conns._closed:
+            return
+        try:
+            if not conns.check_files():
+                return
+        except Exception:  # the watcher must never take the daemon down; each write checks anyway
+            log.exception("checking the store's files")
+        del conns
+
+
 class Connections:
     """One writer behind a lock, and a fixed pool of read connections, for one database file
     (migrated on open).
@@ -471,6 +495,13 @@ class Connections:
         """The generation the write in progress will end as (== :attr:`generation` when none is)."""
         self._w = connect(path)
         migrate(self._w)
+        self._files = StoreFiles(path)
+        """The database and WAL files the writer opened: checked after each commit (:meth:`write`) and
+        once a second between (:meth:`check_files`)."""
+        self._files_change: Change | None = None
+        self._files_fault: Rescued | None = None
+        """Set once either was found removed or replaced (``_files_change``): what every later write
+        is refused with."""
         self._local = threading.local()
         self._readers: set[sqlite3.Connection] = set()
         """Every open reader (held by a thread or idle), closed by :meth:`close`."""
@@ -487,6 +518,11 @@ class Connections:
             conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
             self._readers.add(conn)
             self._idle.append(conn)
+        # Between writes too (an idle daemon), at most a second after a file goes: what the writer
+        # had is saved before a kill -9 can lose it, and the next write is refused, not the one after.
+        threading.Thread(
+            target=_watch_files, args=(weakref.ref(self),), name="fleet-store-files", daemon=True
+        ).start()
 
     @property
     def writer(self) -> sqlite3.Connection:
@@ -581,8 +617,16 @@ class Connections:
         A full disk, a read-only file system or a corrupt file raise a StorageFault naming it
         (:mod:`fleet.store.faults`). SQLite may already have rolled back on such an error; then
         there is nothing to roll back, and the error that caused it is what is raised.
+
+        After each commit the database and WAL files are checked (:mod:`fleet.store.files`): once
+        either is found removed or replaced, what the writer had is saved
+        (:func:`~fleet.store.files.rescue`) and every later write raises a StorageFault saying where
+        and what to do, with nothing written. The commit that found it is acknowledged only when the
+        rescue saved it into the store's own database file; else it raises that fault too.
         """
         with self._wlock, storage_faults(self.path):
+            if self._files_fault is not None:
+                self._refuse_writes()
             self._writing = self.generation + 1
             try:
                 self._w.execute("BEGIN IMMEDIATE")
@@ -601,6 +645,34 @@ class Connections:
                     raise
             finally:
                 self.generation = self._writing
+            # After the commit, not before: a commit into a file removed meanwhile is then never
+            # acknowledged unsaved, and one check per write is all it costs.
+            change = self._files.changed()
+            if change is not None:
+                self._files_change = change
+                self._files_fault = rescue(self._w, self._files, change)
+                if not self._files_fault.in_place:
+                    raise self._files_fault.fault
+
+    def check_files(self) -> bool:
+        """Check the database and WAL files now (the watcher's tick; each write checks them itself):
+        False once they were found changed, what the writer had saved (:mod:`fleet.store.files`)."""
+        with self._wlock:
+            if self._closed or self._files_fault is not None:
+                return self._files_fault is None
+            change = self._files.changed()
+            if change is not None:
+                self._files_change = change
+                self._files_fault = rescue(self._w, self._files, change)
+            return change is None
+
+    def _refuse_writes(self) -> None:
+        """Raise the StorageFault of the files found changed (trying the rescue again first while
+        it has saved nothing)."""
+        assert self._files_fault is not None and self._files_change is not None
+        if not self._files_fault.kept:
+            self._files_fault = rescue(self._w, self._files, self._files_change)
+        raise self._files_fault.fault
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
