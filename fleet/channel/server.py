@@ -165,9 +165,11 @@ class Channel:
                 timeout = config.attendant_timeout or ATTENDANT_TIMEOUT
                 self._attendant = Attendant(config.attendant, self.routing, timeout)
         self.reload_token()
+        # Presence is telemetry, dropped when it fails: the feed's client (no resends), not the tools'
+        # (which keeps a call resending through a daemon's restart, for TOOL_PATIENCE seconds).
         self.presence = Presence(
-            self.client, self.wave, self.participant, session_id=config.session_id, host=config.host,
-            launch=os.environ.get("FLEET_LAUNCH") or None,
+            lambda: self.client(feed=True), self.wave, self.participant,
+            session_id=config.session_id, host=config.host, launch=os.environ.get("FLEET_LAUNCH") or None,
         )  # fmt: skip
         self._presence_loop = PresenceLoop(
             self.presence, config.ping_interval, lambda: self._reports_presence, self._stop
