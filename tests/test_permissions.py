@@ -1,0 +1,235 @@
+"""Permission prompts answered from anywhere (docs/permissions.md): the store, the routes, the CLI.
+
+A real daemon on 127.0.0.1:0; participants hold their own minted tokens, as a spawned hook does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import retry_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet import errors
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.permissions import (
+    PREVIEW_MAX,
+    PermissionAnswer,
+    PermissionAsk,
+    PermissionSettled,
+    bounded,
+    pending_note,
+    preview,
+    with_permission_hook,
+)
+from fleet.store import connect, dump_tables, replay
+
+SID = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
+
+
+def agent(operator: Client, wave: str, name: str) -> Client:
+    return Client(operator.base_url, operator.mint_token(wave, name).token)
+
+
+def ask(c: Client, name: str = "alice", tool: str = "Bash", text: str = "ls -la", wait: float = 60) -> str:
+    return c.ask_permission(
+        "w", PermissionAsk(participant=name, session_id=SID, tool=tool, preview=text, wait=wait)
+    ).id
+
+
+def fleet(operator: Client, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "FLEET_DAEMON": operator.base_url, "FLEET_TOKEN": operator.token}
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_request_waits_until_the_operator_answers_and_the_answer_is_recorded_once(operator: Client) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    alice = agent(operator, "w", "alice")
+    rid = ask(alice)
+    (waiting,) = operator.permissions("w", pending=True)
+    assert (waiting.id, waiting.participant, waiting.tool, waiting.preview, waiting.state) == (
+        rid,
+        "alice",
+        "Bash",
+        "ls -la",
+        "pending",
+    )
+    assert pending_note(waiting) == "waiting for permission: Bash (ls -la)"
+    # the hook's long-poll wakes on the answer, not at its deadline
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(alice.permission("w", rid, wait=30).state))
+    started = time.monotonic()
+    waiter.start()
+    retry_until(lambda: operator.health().parked >= 1, what="the hook's long-poll parked")
+    answered = operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    waiter.join(10)
+    assert got == ["allowed"] and time.monotonic() - started < 10
+    assert (answered.state, answered.answered_by, answered.via) == ("allowed", "operator", "cli")
+    # a second answer is refused, and changes nothing
+    with pytest.raises(errors.Conflict, match="already allowed by operator"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="deny")
+        )
+    with pytest.raises(errors.NotFound, match=r"waits on no permission request.*allowed by operator"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="deny"))
+    assert alice.permission("w", rid).state == "allowed"
+    # a participant reads only its own, and cannot answer, nor ask for another
+    bob = agent(operator, "w", "bob")
+    assert bob.permissions("w") == []
+    with pytest.raises(errors.NotFound):
+        bob.permission("w", rid)
+    with pytest.raises(errors.Forbidden):
+        bob.answer_permission("w", PermissionAnswer(participant="bob", behavior="allow"))
+    with pytest.raises(errors.Forbidden):
+        ask(bob, "alice")
+
+
+def test_bad_input_is_refused_and_changes_nothing(daemon: Daemon, operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    before = dump_tables(connect(daemon.paths.db))
+    with pytest.raises(errors.NotFound, match="waits on no permission request: `fleet permissions w`"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    with pytest.raises(errors.UsageError, match="not a UUID"):
+        alice.ask_permission("w", PermissionAsk(participant="alice", session_id="nope", tool="Bash"))
+    with pytest.raises(errors.UsageError, match="wait must be"):
+        alice.ask_permission("w", PermissionAsk(participant="alice", session_id=SID, tool="Bash", wait=0))
+    with pytest.raises(errors.NotFound, match="not a participant"):
+        ask(operator, "zed")
+    with pytest.raises(errors.UsageError, match="via"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow", via="pane"))
+    assert dump_tables(connect(daemon.paths.db)) == before
+    # an expired request (its hook's wait is over) cannot be answered: the pane decides
+    rid = ask(alice, wait=0.3)
+    time.sleep(0.4)  # the request's own clock: no state to poll for
+    assert alice.permission("w", rid).state == "expired"
+    assert operator.permissions("w", pending=True) == []
+    with pytest.raises(errors.Conflict, match=r"expired.*answer it there"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="allow")
+        )
+    with pytest.raises(errors.NotFound, match=r"waits on no permission request.*is expired"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    # the hook may still record that it let go of it
+    assert alice.settle_permission("w", rid, PermissionSettled(outcome="expired")).via == "hook"
+
+
+def test_the_pane_answering_first_is_recorded_and_the_operator_is_then_refused(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    rid = ask(alice)
+    done = alice.settle_permission("w", rid, PermissionSettled(outcome="denied", via="pane"))
+    assert (done.state, done.answered_by, done.via) == ("denied", "pane", "pane")
+    with pytest.raises(errors.Conflict, match="already denied by pane"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="allow")
+        )
+    with pytest.raises(errors.UsageError):
+        alice.settle_permission("w", ask(alice), PermissionSettled(outcome="allowed", via="hook"))
+
+
+def test_a_repeated_request_key_answers_the_first_answer(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    body = PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make")
+    first = alice._call(
+        "POST", "/v1/waves/w/permissions", type(alice.ask_permission("w", body)), body, key="k1"
+    )
+    again = alice._call("POST", "/v1/waves/w/permissions", type(first), body, key="k1")
+    assert again.id == first.id
+    assert len(operator.permissions("w")) == 2  # the call above without a key made one more
+    ans = PermissionAnswer(participant="alice", request_id=first.id, behavior="deny")
+    one = operator._call("POST", "/v1/waves/w/permissions/answer", type(first), ans, key="k2")
+    two = operator._call("POST", "/v1/waves/w/permissions/answer", type(first), ans, key="k2")
+    assert one == two and one.state == "denied"
+
+
+def test_the_events_replay_and_import_with_their_wave(
+    daemon: Daemon, operator: Client, tmp_path: Path
+) -> None:
+    from test_artifact import fleet as fleet_at
+    from test_artifact import ok, paths_in, refused, tables_of
+
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    operator.answer_permission(
+        "w", PermissionAnswer(participant="alice", request_id=ask(alice), behavior="allow")
+    )
+    ask(alice, text="rm -rf build")
+    replay(daemon.paths.db, tmp_path / "rebuilt")
+    assert dump_tables(connect(tmp_path / "rebuilt")) == dump_tables(connect(daemon.paths.db))
+    home = daemon.paths.data.parent
+    export = tmp_path / "w.jsonl"
+    with export.open("w") as f:
+        ok(fleet_at("export", "w", home=home, stdout=f))
+    lines = export.read_text().splitlines()
+    assert sum('"permission.' in x for x in lines) == 3
+    fresh = tmp_path / "fresh"
+    ok(fleet_at("import", str(export), home=fresh))
+    assert tables_of(paths_in(fresh).db)["permissions"] == tables_of(daemon.paths.db)["permissions"]
+    # a request naming someone the wave never had is refused, and nothing is imported
+    import hashlib
+
+    head, *rows, _end = lines
+    bad = [
+        r.replace('"participant":"alice"', '"participant":"zed"') if '"permission.asked"' in r else r
+        for r in rows
+    ]
+    body = "\n".join([head, *bad]) + "\n"
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(body + json.dumps({"end": "fleet-events", "events": len(bad), "sha256": digest}) + "\n")
+    refused(fleet_at("import", str(forged), home=tmp_path / "other"), 2, "roster never had it")
+
+
+def test_the_cli_approves_denies_and_lists(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    r = fleet(operator, "approve", "w/main", "alice")
+    assert r.returncode == 4 and "waits on no permission request" in r.stderr and "Traceback" not in r.stderr
+    ask(alice)
+    listed = fleet(operator, "permissions", "w")
+    assert listed.returncode == 0 and "waiting for permission: Bash (ls -la)" in listed.stdout
+    assert fleet(operator, "approve", "w/main", "alice").returncode == 0
+    again = fleet(operator, "deny", "w", "alice")
+    assert again.returncode == 4 and "allowed by operator" in again.stderr
+    ask(alice, text="curl example.com")
+    denied = fleet(operator, "deny", "w", "alice", "--message", "no network", "--json")
+    got = json.loads(denied.stdout)
+    assert (got["state"], got["via"], got["message"]) == ("denied", "cli", "no network")
+    rows = json.loads(fleet(operator, "permissions", "w", "--json").stdout)["requests"]
+    assert [x["state"] for x in rows] == ["denied", "allowed"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600), st.sampled_from(["Bash", "Write", "mcp__x__y"]))
+def test_a_preview_is_one_bounded_line_whatever_the_input(text: str, tool: str) -> None:
+    for shown in (preview(tool, {"command": text}), preview(tool, {"x": text, "n": [1, 2]}), bounded(text)):
+        assert len(shown) <= PREVIEW_MAX
+        assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in shown)
+
+
+def test_the_hook_joins_the_settings_beside_other_hooks(tmp_path: Path) -> None:
+    other = json.dumps(
+        {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {"A": "1"}}
+    )
+    merged = json.loads(with_permission_hook(other, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    assert set(merged["hooks"]) == {"Stop", "PermissionRequest"} and merged["env"] == {"A": "1"}
+    (entry,) = merged["hooks"]["PermissionRequest"]
+    (handler,) = entry["hooks"]
+    assert "fleet.permissions" in handler["command"] and "--token-file" in handler["command"]
+    assert "matcher" not in entry  # every tool
+    alone = json.loads(with_permission_hook(None, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    assert set(alone["hooks"]) == {"PermissionRequest"}
