@@ -30,16 +30,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from fleet.wire import field, record
 
 if TYPE_CHECKING:
-    pass
+    from fleet.client import Client
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +169,27 @@ def pending_note(req: PermissionRequest) -> str:
     )
 
 
+class _Row(Protocol):
+    participant: str
+    note: str
+
+
+R = TypeVar("R", bound=_Row)
+
+
+def mark_waiting(rows: list[R], waiting: list[PermissionRequest]) -> list[R]:
+    """``fleet status``'s rows with each waiting participant's note (:func:`pending_note`) in front,
+    and its rows listed first (otherwise in their order): the one place status learns of prompts."""
+    newest: dict[str, PermissionRequest] = {}
+    for req in waiting:  # newest first: keep the first of each participant
+        newest.setdefault(req.participant, req)
+    for row in rows:
+        found = newest.get(row.participant)
+        if found is not None:
+            row.note = "; ".join(x for x in (pending_note(found), row.note) if x)
+    return sorted(rows, key=lambda r: r.participant not in newest)
+
+
 # ---------------------------------------------------------------- the settings entry
 
 
@@ -202,3 +226,210 @@ def with_permission_hook(
     for event, matchers in hook_entry(participant, wave, daemon, token_file).items():
         hooks.setdefault(event, []).extend(matchers)
     return json.dumps(data, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- the hook
+
+
+REJECTED = ("doesn't want to proceed", "tool use was rejected", "was denied")
+"""What Claude Code's tool_result says when the dialog's answer was no (2.1.332)."""
+TAIL = 1 << 20
+"""Bytes of the transcript read back at the hook's start, for the tool call it asks about."""
+
+
+class TranscriptWatch:
+    """Tells when the tool call a prompt is about got its result in the session's transcript: the
+    dialog was answered in the pane (allowed: the tool ran; denied: Claude Code's rejection)."""
+
+    def __init__(self, path: str, tool: str, tool_input: object) -> None:
+        self.path = Path(path) if path else None
+        self.tool, self.input = tool, tool_input
+        self._calls: set[str] = set()
+        """Ids of tool calls that match the prompt's tool and input."""
+        self._answered: set[str] = set()
+        """Ids of calls that had their result before the prompt: not this prompt's."""
+        self.offset = 0
+        self._partial = b""
+        if self.path is None:
+            return
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return
+        self.offset = max(0, size - TAIL)
+        for line in self._read():
+            self._calls_in(line)
+            self._answered |= {i for i, _o in self._results_in(line)}
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        out = []
+        for raw in lines:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    @staticmethod
+    def _blocks(line: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+        message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return []
+        return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+    def _calls_in(self, line: dict[str, Any]) -> None:
+        for b in self._blocks(line, "tool_use"):
+            if b.get("name") == self.tool and b.get("input") == self.input and isinstance(b.get("id"), str):
+                self._calls.add(b["id"])
+
+    def _results_in(self, line: dict[str, Any]) -> list[tuple[str, Outcome]]:
+        out: list[tuple[str, Outcome]] = []
+        for b in self._blocks(line, "tool_result"):
+            text = json.dumps(b.get("content"), ensure_ascii=False)
+            rejected = bool(b.get("is_error")) and any(r in text for r in REJECTED)
+            out.append((str(b.get("tool_use_id")), "denied" if rejected else "allowed"))
+        return out
+
+    def outcome(self) -> Outcome | None:
+        """``allowed`` or ``denied`` once the pane answered this prompt; None while it has not."""
+        for line in self._read():
+            self._calls_in(line)
+            for call, outcome in self._results_in(line):
+                if call in self._calls and call not in self._answered:
+                    return outcome
+        return None
+
+
+def decision(req: PermissionRequest) -> str:
+    """Claude Code's PermissionRequest output for the operator's answer (claude-code.md §8)."""
+    if req.state == "allowed":
+        chosen: dict[str, Any] = {"behavior": "allow"}
+    else:
+        why = f"Denied by {req.answered_by} via fleet ({req.via})" + (
+            f": {req.message}" if req.message else ""
+        )
+        chosen = {"behavior": "deny", "message": why}
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": chosen}})
+
+
+def run_hook(
+    client: Client, wave: str, participant: str, given: dict[str, Any], *, wait: float = HOOK_WAIT
+) -> str:
+    """The hook's work (see the module docstring): what to print (the decision JSON, or '' to leave
+    the decision to the dialog). Never raises a :mod:`fleet.errors` error: a hook that cannot reach
+    the daemon leaves the dialog to decide, as if fleet were not there."""
+    from fleet import errors
+
+    tool = str(given.get("tool_name") or "")
+    tool_input = given.get("tool_input")
+    session = str(given.get("session_id") or "")
+    ask = PermissionAsk(
+        participant=participant, session_id=session, tool=bounded(tool, TOOL_MAX) or "?",
+        preview=preview(tool, tool_input), prompt_id=str(given.get("prompt_id") or "")[:128], wait=wait,
+    )  # fmt: skip
+    try:
+        req = client.ask_permission(wave, ask)
+    except errors.FleetError as exc:
+        log.warning("the permission request could not be recorded: %s", exc.message)
+        return ""
+    watch = TranscriptWatch(str(given.get("transcript_path") or ""), tool, tool_input)
+    deadline = time.monotonic() + wait
+    parent = os.getppid()
+    answered: list[PermissionRequest] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                got = client.permission(wave, req.id, wait=min(50.0, left))
+            except errors.FleetError as exc:
+                if not exc.transient:
+                    log.warning("waiting for the answer failed: %s", exc.message)
+                    done.set()
+                    return
+                time.sleep(1.0)
+                continue
+            if got.state != "pending":
+                answered.append(got)
+                done.set()
+                return
+
+    threading.Thread(target=poll, name="fleet-permission-wait", daemon=True).start()
+    why, outcome = "its hook's wait ended unanswered", None
+    while not done.wait(POLL):
+        outcome = watch.outcome()
+        if outcome is not None:
+            break
+        if parent > 1 and os.getppid() != parent:
+            why = "the session ended"
+            break
+        if time.monotonic() >= deadline:
+            break
+    if answered and answered[0].state in ("allowed", "denied"):
+        return decision(answered[0])
+    if answered:
+        return ""  # expired or settled elsewhere: nothing to pass on
+    done.set()
+    settled = (
+        PermissionSettled(outcome=outcome, via="pane", message="answered in the pane")
+        if outcome is not None
+        else PermissionSettled(outcome="expired", via="hook", message=why)
+    )
+    try:
+        client.settle_permission(wave, req.id, settled)
+    except errors.Conflict:
+        # the operator's answer came in the same moment: the store keeps it, the dialog had decided
+        log.info("request %s was answered by the operator as the pane answered", req.id)
+    except errors.FleetError as exc:
+        log.warning("recording how the request ended failed: %s", exc.message)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fleet.permissions``: the PermissionRequest hook spawn installs (always exit 0)."""
+    import argparse
+
+    from fleet.client import Client
+
+    p = argparse.ArgumentParser(prog="fleet.permissions", description="fleet's PermissionRequest hook")
+    p.add_argument("--participant", required=True)
+    p.add_argument("--wave", required=True)
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--token-file", required=True, type=Path)
+    p.add_argument("--wait", type=float, default=HOOK_WAIT)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="fleet permission hook: %(message)s")
+    try:
+        given = json.loads(sys.stdin.read() or "{}")
+        token = args.token_file.read_text(encoding="utf-8").strip()
+    except (OSError, ValueError) as exc:
+        log.warning("nothing to ask: %s", exc)
+        return 0
+    if not isinstance(given, dict) or given.get("hook_event_name") != "PermissionRequest" or not token:
+        return 0
+    with Client(args.daemon, token, timeout=10) as client:
+        out = run_hook(client, args.wave, args.participant, given, wait=args.wait)
+    if out:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

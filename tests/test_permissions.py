@@ -233,3 +233,23 @@ def test_the_hook_joins_the_settings_beside_other_hooks(tmp_path: Path) -> None:
     assert "matcher" not in entry  # every tool
     alone = json.loads(with_permission_hook(None, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
     assert set(alone["hooks"]) == {"PermissionRequest"}
+
+
+def test_status_lists_a_waiting_agent_first_with_what_it_waits_for(operator: Client, tmp_path: Path) -> None:
+    import libtmux
+
+    from fleet import supervise
+    from fleet.paths import get_paths
+    from fleet.tmux import Tmux
+
+    operator.create_wave("w", ["alice", "bob", "zoe"])
+    zoe = agent(operator, "w", "zoe")
+    srv = libtmux.Server(socket_name=f"perm-{tmp_path.name}"[:40])
+    st = supervise.status(operator, Tmux(srv), get_paths(), "w")
+    assert [r.participant for r in st.rows] == ["alice", "bob", "zoe"] and st.permissions == []
+    rid = ask(zoe, "zoe", text="git push")
+    st = supervise.status(operator, Tmux(srv), get_paths(), "w")
+    assert [r.participant for r in st.rows] == ["zoe", "alice", "bob"]
+    assert st.rows[0].note.startswith("waiting for permission: Bash (git push)")
+    assert [p.request_id for p in st.permissions] == [rid]
+    assert json.loads(st.model_dump_json())["permissions"][0]["tool"] == "Bash"
