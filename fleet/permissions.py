@@ -194,36 +194,40 @@ def mark_waiting(rows: list[R], waiting: list[PermissionRequest]) -> list[R]:
 
 
 def hook_command(
-    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None
-) -> str:
+    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None,
+    notify: bool = False,
+) -> str:  # fmt: skip
     """The hook's shell command: every word quoted, the token named by its file only (no secret on
     a command line). ``exec``: the hook is the session's direct child (it notices the session end)."""
     words = [python or sys.executable, "-m", "fleet.permissions",
              "--participant", participant, "--wave", wave, "--daemon", daemon,
              "--token-file", str(token_file)]  # fmt: skip
+    if notify:
+        words.append("--notify")
     return "exec " + shlex.join(words)
 
 
 def hook_entry(
-    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None
-) -> dict[str, list[dict[str, Any]]]:
+    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None,
+    notify: bool = False,
+) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
     """The ``hooks`` entries (event name -> matchers) that install the permission hook: every tool
     (no matcher), a synchronous command hook with :data:`HOOK_TIMEOUT`."""
     handler = {
         "type": "command",
-        "command": hook_command(participant, wave, daemon, token_file, python=python),
+        "command": hook_command(participant, wave, daemon, token_file, python=python, notify=notify),
         "timeout": HOOK_TIMEOUT,
     }
     return {"PermissionRequest": [{"hooks": [handler]}]}
 
 
 def with_permission_hook(
-    settings: str | None, participant: str, wave: str, daemon: str, token_file: Path
+    settings: str | None, participant: str, wave: str, daemon: str, token_file: Path, *, notify: bool = False
 ) -> str:
     """``settings`` (a ``--settings`` JSON, or None) with the permission hook added beside its hooks."""
     data: dict[str, Any] = json.loads(settings) if settings else {}
     hooks: dict[str, list[Any]] = data.setdefault("hooks", {})
-    for event, matchers in hook_entry(participant, wave, daemon, token_file).items():
+    for event, matchers in hook_entry(participant, wave, daemon, token_file, notify=notify).items():
         hooks.setdefault(event, []).extend(matchers)
     return json.dumps(data, separators=(",", ":"))
 
@@ -313,6 +317,59 @@ class TranscriptWatch:
         return None
 
 
+WAITING_OPTION = "@fleet_waiting"
+"""The tmux window option set while an agent in the window waits at a prompt (its tool's name):
+``#{?@fleet_waiting,!,}`` in ``window-status-format`` shows it (docs/permissions.md)."""
+PANE_OPTION = "@fleet_waiting_pane"
+"""The same, on the waiting pane (a pane option of its own name: a pane's format would otherwise
+see the window's value), so the window's flag stays while another of its panes still waits."""
+_SAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def flag_window(waiting: str | None, *, env: dict[str, str] | None = None, notify: str = "") -> None:
+    """Flag (``waiting``: the tool's name) or clear (None) the tmux window of the pane this process
+    runs in, and ring the pane's bell when flagging (tmux's ``monitor-bell`` marks the window). With
+    ``notify`` (a line to show) and ``notify-send`` installed, a desktop notification too.
+
+    The tmux command line itself, not libtmux: a hook is a process per prompt, and importing libtmux
+    costs it about 80 ms of CPU. Nothing given is format-expanded: the value is the tool's name with
+    anything but ``[A-Za-z0-9_.:-]`` removed. Outside tmux (no ``TMUX_PANE``) only the notification
+    is sent. Failures are logged, never raised: the prompt is what matters."""
+    import shutil
+    import subprocess
+
+    env = dict(os.environ if env is None else env)
+    pane, socket = env.get("TMUX_PANE", ""), env.get("TMUX", "").split(",", 1)[0]
+    tmux = shutil.which("tmux")
+
+    def run(*args: str) -> str:
+        assert tmux is not None
+        done = subprocess.run([tmux, "-S", socket, *args], capture_output=True, text=True, timeout=5, env=env)
+        return done.stdout.strip()
+
+    try:
+        if pane and socket and tmux:
+            if waiting is None:
+                run("set-option", "-p", "-u", "-t", pane, PANE_OPTION)
+                others = run("list-panes", "-t", pane, "-F", "#{" + PANE_OPTION + "}").split()
+                if not others:  # another pane of the window may still wait
+                    run("set-option", "-w", "-u", "-t", pane, WAITING_OPTION)
+            else:
+                value = _SAFE.sub("", waiting)[:64] or "?"
+                run("set-option", "-p", "-t", pane, PANE_OPTION, value)
+                run("set-option", "-w", "-t", pane, WAITING_OPTION, value)
+                tty = run("display-message", "-p", "-t", pane, "#{pane_tty}")
+                if tty.startswith("/dev/"):
+                    with open(tty, "w") as f:  # the pane's own terminal: tmux sees its bell
+                        f.write("\a")
+        sender = shutil.which("notify-send") if notify and waiting is not None else None
+        if sender:
+            title = "fleet: permission wanted"
+            subprocess.run([sender, "--app-name=fleet", title, notify], timeout=5, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("flagging the prompt failed: %s", exc)
+
+
 def decision(req: PermissionRequest) -> str:
     """Claude Code's PermissionRequest output for the operator's answer (claude-code.md §8)."""
     if req.state == "allowed":
@@ -326,8 +383,9 @@ def decision(req: PermissionRequest) -> str:
 
 
 def run_hook(
-    client: Client, wave: str, participant: str, given: dict[str, Any], *, wait: float = HOOK_WAIT
-) -> str:
+    client: Client, wave: str, participant: str, given: dict[str, Any], *, wait: float = HOOK_WAIT,
+    notify: bool = False,
+) -> str:  # fmt: skip
     """The hook's work (see the module docstring): what to print (the decision JSON, or '' to leave
     the decision to the dialog). Never raises a :mod:`fleet.errors` error: a hook that cannot reach
     the daemon leaves the dialog to decide, as if fleet were not there."""
@@ -345,6 +403,18 @@ def run_hook(
     except errors.FleetError as exc:
         log.warning("the permission request could not be recorded: %s", exc.message)
         return ""
+    flag_window(req.tool, notify=f"{participant} in {wave}: {pending_note(req)}" if notify else "")
+    try:
+        return _await(client, wave, req, given, wait)
+    finally:
+        flag_window(None)
+
+
+def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, Any], wait: float) -> str:
+    """Wait for the answer to ``req`` (the operator's, the pane's, or none): what to print."""
+    from fleet import errors
+
+    tool, tool_input = str(given.get("tool_name") or ""), given.get("tool_input")
     watch = TranscriptWatch(str(given.get("transcript_path") or ""), tool, tool_input)
     deadline = time.monotonic() + wait
     parent = os.getppid()
@@ -413,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--daemon", required=True)
     p.add_argument("--token-file", required=True, type=Path)
     p.add_argument("--wait", type=float, default=HOOK_WAIT)
+    p.add_argument("--notify", action="store_true", help="Also a desktop notification (notify-send).")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="fleet permission hook: %(message)s")
     try:
@@ -424,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(given, dict) or given.get("hook_event_name") != "PermissionRequest" or not token:
         return 0
     with Client(args.daemon, token, timeout=10) as client:
-        out = run_hook(client, args.wave, args.participant, given, wait=args.wait)
+        out = run_hook(client, args.wave, args.participant, given, wait=args.wait, notify=args.notify)
     if out:
         sys.stdout.write(out + "\n")
         sys.stdout.flush()

@@ -350,7 +350,9 @@ class Spawner:
                 gate=transport == "auto",
             )
         if claude:  # its permission prompts can be answered from anywhere (docs/permissions.md)
-            hook = with_permission_hook(hook, participant, wave.name, self.client.base_url, token_file)
+            hook = with_permission_hook(
+                hook, participant, wave.name, self.client.base_url, token_file, notify=profile.notify
+            )
         prompt = instructions(participant, wave.name, profile.attention) if claude else None
         if prompt is not None:
             prompt += _resident_prompt(self.paths, wave, participant)

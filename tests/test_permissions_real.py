@@ -55,6 +55,12 @@ def result_of(real: RealFleet, word: str) -> tuple[str, bool] | None:
     return next(((r.text, r.is_error) for r in t.tool_results() if r.tool_use_id in ids), None)
 
 
+def await_result(real: RealFleet, word: str, what: str) -> tuple[str, bool]:
+    got = real.wait(lambda: result_of(real, word), what)
+    assert got is not None
+    return got
+
+
 @pytest.mark.parametrize("channels", [True, False], ids=["channels", "no-channels"])
 def test_a_prompt_is_answered_by_approve_by_deny_and_in_the_pane(
     real_fleet: RealFleetFactory, operator: Client, channels: bool
@@ -71,7 +77,7 @@ def test_a_prompt_is_answered_by_approve_by_deny_and_in_the_pane(
     assert "Do you want to proceed" in real.screen("alice")  # the pane's own dialog stays up meanwhile
     approved = real.fleet("approve", "w/main", "alice")
     assert approved.returncode == 0, approved.stderr
-    text, error = real.wait(lambda: result_of(real, "one"), "the approved tool's result")
+    text, error = await_result(real, "one", "the approved tool's result")
     assert "one-ran" in text and not error
     (first,) = operator.permissions("w")
     assert (first.state, first.answered_by, first.via, first.tool) == ("allowed", "operator", "cli", "Bash")
@@ -81,7 +87,7 @@ def test_a_prompt_is_answered_by_approve_by_deny_and_in_the_pane(
     real.wait(lambda: "echo two-ran" in waiting_note(real), "waiting again")
     denied = real.fleet("deny", "w", "alice", "--message", "not now")
     assert denied.returncode == 0, denied.stderr
-    text, error = real.wait(lambda: result_of(real, "two"), "the denied tool's result")
+    text, error = await_result(real, "two", "the denied tool's result")
     assert error and "not now" in text and "two-ran\n" not in text
     assert operator.permissions("w")[0].state == "denied"
 
@@ -90,7 +96,7 @@ def test_a_prompt_is_answered_by_approve_by_deny_and_in_the_pane(
     real.wait(lambda: "echo three-ran" in waiting_note(real), "waiting a third time")
     real.wait(lambda: "Do you want to proceed" in real.screen("alice"), "the dialog")
     real.srv.cmd("send-keys", "-t", real.pane("alice"), "Enter")  # "1. Yes" is the default
-    text, error = real.wait(lambda: result_of(real, "three"), "the tool's result after the pane's yes")
+    text, error = await_result(real, "three", "the tool's result after the pane's yes")
     assert "three-ran" in text and not error
     real.wait(lambda: operator.permissions("w")[0].state != "pending", "the pane's answer recorded")
     third = operator.permissions("w")[0]
