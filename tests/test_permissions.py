@@ -297,3 +297,38 @@ def test_a_waiting_agent_flags_its_window_rings_and_notifies(
     flag_window(None, env=env)
     assert option() == []
     assert tmux_server.cmd("show-options", "-w", "-v", "-t", first, WAITING_OPTION).stdout == []
+
+
+def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
+    operator: Client, tmp_path: Path
+) -> None:
+    from mcphelp import RawMcp, channel_argv, minted_token_file
+
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    op_token = tmp_path / "operator.token"
+    op_token.write_text(operator.token + "\n")
+    quiet = ("--no-deliver", "--receipts", "none")
+    argv = channel_argv("operator", "w", operator.base_url, op_token, *quiet)
+    alice_token = minted_token_file(operator, "w", "alice", tmp_path)
+    agent_argv = channel_argv("alice", "w", operator.base_url, alice_token, *quiet)
+    with RawMcp(agent_argv) as mine:
+        mine.handshake()
+        names = {t["name"] for t in mine.request("tools/list")["result"]["tools"]}
+        assert "wavelet_post" in names and "wavelet_permission" not in names
+    with RawMcp(argv) as op:
+        op.handshake()
+        assert "wavelet_permission" in {t["name"] for t in op.request("tools/list")["result"]["tools"]}
+        none = op.call("wavelet_permission", {})
+        assert "no agent waits" in none["content"][0]["text"]
+        ask(alice, text="make deploy")
+        listed = op.call("wavelet_permission", {})
+        assert "alice: waiting for permission: Bash (make deploy)" in listed["content"][0]["text"]
+        done = op.call(
+            "wavelet_permission", {"participant": "alice", "behavior": "deny", "message": "not today"}
+        )
+        assert not done.get("isError") and done["structuredContent"]["requests"][0]["state"] == "denied"
+        again = op.call("wavelet_permission", {"participant": "alice", "behavior": "allow"})
+        assert again.get("isError") and "waits on no permission request" in again["content"][0]["text"]
+    (req,) = operator.permissions("w")
+    assert (req.state, req.via, req.message) == ("denied", "channel", "not today")
