@@ -65,6 +65,7 @@ from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.paths import Paths
+from fleet.permissions import PermissionList
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
 
@@ -476,7 +477,7 @@ class Console:
         if cursor is None:
             cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
-        last_tree = last_presence = ""
+        last_tree = last_presence = last_waiting = ""
         # What each part of the stream depends on: a commit bumps only the keys of what it changed
         # (a post: the wave's blips, maybe its author's presence; a fork: the tree), and each part is
         # recomputed only when its own key moved (presence also when the tree did, for who is in
@@ -512,6 +513,11 @@ class Console:
                 if states != last_presence:
                     emit.event("presence", pres)
                     last_presence = states
+                pending = store.permissions.list(OPERATOR_PRINCIPAL, w.id, pending=True)
+                waiting_json = _dumps(PermissionList(requests=pending))
+                if waiting_json != last_waiting:  # the prompts agents wait at (docs/permissions.md)
+                    emit.raw_event("permissions", waiting_json)
+                    last_waiting = waiting_json
             if emit.wrote:
                 emit.flush()
                 quiet_since = time.monotonic()

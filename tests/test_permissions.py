@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import libtmux
 import pytest
@@ -332,3 +333,43 @@ def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
         assert again.get("isError") and "waits on no permission request" in again["content"][0]["text"]
     (req,) = operator.permissions("w")
     assert (req.state, req.via, req.message) == ("denied", "channel", "not today")
+
+
+def test_the_console_badges_a_waiting_agent_and_its_allow_button_answers(fleet_env: Any) -> None:
+    from test_console import Browser, open_console
+
+    consoled = Daemon(fleet_env, listen="127.0.0.1:0", ui="127.0.0.1:0")
+    consoled.start()
+    browser = Browser()
+    page = browser.new_page()
+    try:
+        op = Client(consoled.url, consoled.operator_token)
+        op.create_wave("demo", ["alice", "bob"])
+        open_console(page, consoled)
+        alice = Client(op.base_url, op.mint_token("demo", "alice").token)
+        # the browser's notifications, stood in for (headless: nobody answers the prompt to allow them)
+        page.eval(
+            "window.shown = []; window.Notification = function (t, o) { shown.push([t, o.body]); };"
+            " Notification.permission = 'granted'"
+        )
+        rid = alice.ask_permission(
+            "demo", PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make deploy")
+        ).id
+        badge = "(document.querySelector('#presence li[data-name=alice] .badge') || {}).textContent || ''"
+        retry_until(
+            lambda: page.eval(badge) == "waiting for permission: Bash (make deploy)", what="the badge"
+        )
+        first = "document.querySelector('#presence li[data-name]').dataset.name"
+        assert page.eval(first) == "alice"  # listed first
+        assert page.eval("document.title").startswith("(1 waiting) ")
+        assert page.eval("shown") == [["fleet: alice waits for permission", "Bash (make deploy)"]]
+        page.click("#presence li[data-name=alice] button.answer.allow")
+        retry_until(lambda: op.permission("demo", rid).state == "allowed", what="the console's answer")
+        got = op.permission("demo", rid)
+        assert (got.answered_by, got.via) == ("operator", "console")
+        retry_until(lambda: page.eval(badge) == "", what="the badge gone")
+        assert page.exceptions() == []
+    finally:
+        page.close()
+        browser.close()
+        consoled.stop()
