@@ -336,7 +336,8 @@ def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
 
 
 def test_the_console_badges_a_waiting_agent_and_its_allow_button_answers(fleet_env: Any) -> None:
-    from test_console import Browser, open_console
+    from cdp import Browser
+    from test_console import open_console
 
     consoled = Daemon(fleet_env, listen="127.0.0.1:0", ui="127.0.0.1:0")
     consoled.start()
