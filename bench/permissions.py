@@ -1,0 +1,136 @@
+"""Permission prompts benchmark: fleet's PermissionRequest hook against a real daemon (docs/permissions.md).
+
+Prints, over ``--rounds`` prompts (p50 / p99 / max):
+
+- **prompt -> status says waiting**: from starting the hook process, as Claude Code does when it shows
+  its dialog (``python -m fleet.permissions`` with the PermissionRequest JSON on its stdin), until
+  the request is in the pending list ``fleet status`` reads (target p99 <= 1 s);
+- **approve -> the hook's answer**: from starting ``fleet approve`` until the hook has printed the
+  decision Claude Code acts on (the tool runs as Claude Code reads it: the real-Claude test
+  ``tests/test_permissions_real.py`` shows that part);
+- **the hook's CPU per prompt** (user + system of the hook process, start-up included), beside the
+  CPU of a bare ``python -c pass`` and of ``python -m fleet --version`` in the same run (baselines).
+
+Run: ``python bench/permissions.py [--rounds N]``. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.paths import get_paths
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def child_cpu(argv: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> float:
+    """CPU seconds (user + system) of one process run to its end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, input=stdin, env=env, capture_output=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def prompt(session: str, i: int) -> bytes:
+    return json.dumps(
+        {
+            "session_id": session, "transcript_path": "", "cwd": "/tmp", "prompt_id": str(uuid.uuid4()),
+            "permission_mode": "default", "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+            "tool_input": {"command": f"touch marker-{i}", "description": "bench"},
+        }
+    ).encode()  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["FLEET_HOME"] = tmp
+        daemon = Daemon(get_paths(), listen="127.0.0.1:0")
+        daemon.start()
+        try:
+            run(daemon, Path(tmp), args.rounds)
+        finally:
+            daemon.stop()
+
+
+def run(daemon: Daemon, tmp: Path, rounds: int) -> None:
+    op = Client(daemon.url, daemon.operator_token)
+    op.create_wave("bench", ["alice"])
+    token = tmp / "alice.token"
+    token.write_text(op.mint_token("bench", "alice").token + "\n")
+    env = {**os.environ, "FLEET_DAEMON": daemon.url, "FLEET_TOKEN": daemon.operator_token}
+    hook = [sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "bench",
+            "--daemon", daemon.url, "--token-file", str(token)]  # fmt: skip
+    session = str(uuid.uuid4())
+    shown, answered, cpu = [], [], []
+    for i in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(hook, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(prompt(session, i))
+        proc.stdin.close()
+        while not op.permissions("bench", "alice", pending=True):
+            time.sleep(0.002)
+        shown.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        approve = subprocess.run([sys.executable, "-m", "fleet", "approve", "bench", "alice"], env=env,
+                                 capture_output=True, check=False)  # fmt: skip
+        out = proc.stdout.read()
+        proc.wait()
+        answered.append(time.perf_counter() - t1)
+        assert approve.returncode == 0 and b'"allow"' in out, (approve.stderr, out)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        both = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu.append(both)  # the hook's and the approve's: the approve's is taken out below
+    # a refused approve (nothing waits): the same start-up and one request, to take out of each round
+    approve_cpu = [child_cpu([sys.executable, "-m", "fleet", "approve", "bench", "alice"], env=env)
+                   for _ in range(5)]  # fmt: skip
+    hook_cpu = [c - pct(approve_cpu, 50) for c in cpu]
+    # a hook left waiting: what each second of the wait costs (the transcript looked at 5 times a second)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(hook, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(prompt(session, rounds))
+    proc.stdin.close()
+    waited = 10.0
+    time.sleep(waited)  # the wait itself is what is measured
+    subprocess.run([sys.executable, "-m", "fleet", "approve", "bench", "alice"], env=env, capture_output=True)
+    proc.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    long_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    per_second = max(0.0, long_cpu - pct(cpu, 50)) / waited
+    bare = [child_cpu([sys.executable, "-c", "pass"]) for _ in range(10)]
+    cli = [child_cpu([sys.executable, "-m", "fleet", "--version"]) for _ in range(10)]
+
+    def line(name: str, xs: list[float], unit: float = 1000.0, suffix: str = "ms") -> None:
+        print(f"{name:<44} p50 {pct(xs, 50) * unit:7.1f} {suffix}  p99 {pct(xs, 99) * unit:7.1f} {suffix}"
+              f"  max {max(xs) * unit:7.1f} {suffix}")  # fmt: skip
+
+    print(f"permission prompts, {rounds} rounds (one agent, a real daemon on {daemon.url})")
+    line("prompt -> status says waiting", shown)
+    line("fleet approve -> the hook's answer", answered)
+    line("hook CPU per prompt (user+sys)", hook_cpu)
+    print(f"{'hook CPU per second of waiting':<44} {per_second * 1000:7.2f} ms/s")
+    line("  baseline: python -c pass", bare)
+    line("  baseline: python -m fleet --version", cli)
+
+
+if __name__ == "__main__":
+    main()
