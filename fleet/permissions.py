@@ -435,8 +435,9 @@ def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, A
                     return
                 time.sleep(1.0)
                 continue
-            if got.state != "pending":
+            if got.state in ("allowed", "denied"):
                 answered.append(got)
+            if got.state != "pending":  # answered, or past its bound: the main loop records the expiry
                 done.set()
                 return
 
@@ -451,10 +452,8 @@ def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, A
             break
         if time.monotonic() >= deadline:
             break
-    if answered and answered[0].state in ("allowed", "denied"):
-        return decision(answered[0])
     if answered:
-        return ""  # expired or settled elsewhere: nothing to pass on
+        return decision(answered[0])
     done.set()
     settled = (
         PermissionSettled(outcome=outcome, via="pane", message="answered in the pane")

@@ -295,6 +295,10 @@ def test_a_waiting_agent_flags_its_window_rings_and_notifies(
 
     retry_until(lambda: bell() == ["1"], what="the window's bell flag")
     assert said.read_text().splitlines()[-1] == "alice in w: waiting for permission: Bash (ls)"
+    # the status-line snippet of docs/permissions.md shows it
+    snippet = "#I#{?@fleet_waiting, [waits: #{@fleet_waiting}],}"
+    shown = tmux_server.cmd("display-message", "-p", "-t", window, snippet).stdout
+    assert shown == ["9 [waits: Bashtouchtmpx]"]
     flag_window(None, env=env)
     assert option() == []
     assert tmux_server.cmd("show-options", "-w", "-v", "-t", first, WAITING_OPTION).stdout == []
@@ -374,3 +378,116 @@ def test_the_console_badges_a_waiting_agent_and_its_allow_button_answers(fleet_e
         page.close()
         browser.close()
         consoled.stop()
+
+
+# ---------------------------------------------------------------- the hook process
+
+
+def hook_proc(operator: Client, tmp_path: Path, transcript: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``python -m fleet.permissions`` as Claude Code runs it: the prompt's JSON on stdin."""
+    token = tmp_path / "alice.token"
+    token.write_text(operator.mint_token("w", "alice").token + "\n")
+    argv = [sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+            "--daemon", operator.base_url, "--token-file", str(token), *extra]  # fmt: skip
+    given = {"session_id": SID, "transcript_path": str(transcript), "hook_event_name": "PermissionRequest",
+             "prompt_id": "p-1", "tool_name": "Bash", "tool_input": {"command": "make deploy"}}  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(given).encode())
+    proc.stdin.close()
+    return proc
+
+
+def finish(proc: subprocess.Popen[bytes]) -> bytes:
+    """The hook's stdout once it exited (its stdin is closed already)."""
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(30)
+    return out
+
+
+def line(kind: str, block: dict[str, object]) -> str:
+    role = "assistant" if kind == "assistant" else "user"
+    return json.dumps({"type": kind, "message": {"role": role, "content": [block]}}) + "\n"
+
+
+def test_the_hook_prints_the_operators_answer(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["alice"])
+    proc = hook_proc(operator, tmp_path, tmp_path / "none.jsonl")
+    (req,) = retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    assert (req.tool, req.preview, req.prompt_id) == ("Bash", "make deploy", "p-1")
+    operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="deny", message="frozen"))
+    out = finish(proc)
+    assert proc.returncode == 0
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["hookEventName"] == "PermissionRequest"
+    assert decision["decision"] == {
+        "behavior": "deny",
+        "message": "Denied by operator via fleet (cli): frozen",
+    }
+
+
+@pytest.mark.parametrize(("result", "outcome"), [("ok", "allowed"), ("rejected", "denied")])
+def test_the_hook_lets_go_when_the_pane_answered_and_records_it(
+    operator: Client, tmp_path: Path, result: str, outcome: str
+) -> None:
+    operator.create_wave("w", ["alice"])
+    transcript = tmp_path / "t.jsonl"
+    # an earlier, answered call of the same command is not this prompt's
+    old = {"type": "tool_use", "id": "old", "name": "Bash", "input": {"command": "make deploy"}}
+    transcript.write_text(
+        line("assistant", old) + line("user", {"type": "tool_result", "tool_use_id": "old"})
+    )
+    proc = hook_proc(operator, tmp_path, transcript)
+    retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    time.sleep(0.5)  # several looks at the transcript that find nothing new: it must keep waiting
+    assert proc.poll() is None
+    with transcript.open("a") as f:
+        f.write(line("assistant", {**old, "id": "new"}))
+        text = "The user doesn't want to proceed with this tool use." if result == "rejected" else "deployed"
+        f.write(line("user", {"type": "tool_result", "tool_use_id": "new", "content": text,
+                              "is_error": result == "rejected"}))  # fmt: skip
+    out = finish(proc)
+    assert proc.returncode == 0 and out == b""  # the dialog decided: nothing to pass on
+    (req,) = operator.permissions("w")
+    assert (req.state, req.answered_by, req.via) == (outcome, "pane", "pane")
+
+
+def test_the_hook_lets_go_at_its_bound_and_when_the_daemon_is_gone(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["alice"])
+    proc = hook_proc(operator, tmp_path, tmp_path / "none.jsonl", "--wait", "1")
+    out = finish(proc)
+    assert proc.returncode == 0 and out == b""
+    (req,) = operator.permissions("w")
+    assert (req.state, req.via, req.message) == ("expired", "hook", "its hook's wait ended unanswered")
+    # no daemon at the address: nothing printed, exit 0, the dialog decides
+    token = tmp_path / "t"
+    token.write_text("x\n")
+    argv = [sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+            "--daemon", "http://127.0.0.1:9", "--token-file", str(token)]  # fmt: skip
+    stdin = json.dumps({"hook_event_name": "PermissionRequest", "session_id": SID, "tool_name": "Bash"})
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "" and "could not be recorded" in done.stderr
+
+
+def test_the_hook_lets_go_when_its_session_ends(operator: Client, tmp_path: Path) -> None:
+    import os
+    import shlex
+    import signal
+
+    operator.create_wave("w", ["alice"])
+    token = tmp_path / "alice.token"
+    token.write_text(operator.mint_token("w", "alice").token + "\n")
+    stdin = tmp_path / "prompt.json"
+    stdin.write_text(
+        json.dumps({"hook_event_name": "PermissionRequest", "session_id": SID, "tool_name": "Bash"})
+    )
+    hook = shlex.join([sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+                       "--daemon", operator.base_url, "--token-file", str(token)])  # fmt: skip
+    # the shell stands for the session: the hook is its child (``; :`` keeps it from exec'ing the hook)
+    session = subprocess.Popen(["/bin/sh", "-c", f"{hook} < {shlex.quote(str(stdin))}; :"])
+    retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    os.kill(session.pid, signal.SIGKILL)
+    session.wait()
+    retry_until(lambda: operator.permissions("w")[0].state == "expired", what="the hook letting go")
+    assert operator.permissions("w")[0].message == "the session ended"
