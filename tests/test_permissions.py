@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -406,7 +407,7 @@ def finish(proc: subprocess.Popen[bytes]) -> bytes:
     return out
 
 
-def line(kind: str, block: dict[str, object]) -> str:
+def line(kind: str, block: Mapping[str, object]) -> str:
     role = "assistant" if kind == "assistant" else "user"
     return json.dumps({"type": kind, "message": {"role": role, "content": [block]}}) + "\n"
 

@@ -355,7 +355,7 @@ def test_replay_equals_live_state_for_any_history(
             elif op == "settle":
                 waiting = s.permissions.pending(OP, "w", who)
                 if waiting is not None:
-                    outcome: Outcome = ("allowed", "denied", "expired")[n % 3]  # type: ignore[assignment]
+                    outcome: Outcome = ("allowed", "denied", "expired")[n % 3]
                     settled = PermissionSettled(outcome=outcome, via="hook" if n % 3 == 2 else "pane")
                     s.permissions.settle(OP, "w", waiting.id, settled)
         except errors.FleetError:
