@@ -363,7 +363,10 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )
-    waiting = client.permissions(wave.id, pending=True)
+    try:
+        waiting = client.permissions(wave.id, pending=True)
+    except errors.NotFound:  # a daemon older than permission requests: none to show
+        waiting = []
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
