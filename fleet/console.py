@@ -477,7 +477,9 @@ class Console:
         if cursor is None:
             cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
-        last_tree = last_presence = last_waiting = ""
+        last_tree = last_presence = ""
+        # the page starts each connection with nothing waiting: the prompts are sent once there are some
+        last_waiting = _dumps(PermissionList(requests=[]))
         # What each part of the stream depends on: a commit bumps only the keys of what it changed
         # (a post: the wave's blips, maybe its author's presence; a fork: the tree), and each part is
         # recomputed only when its own key moved (presence also when the tree did, for who is in
@@ -508,16 +510,18 @@ class Console:
                     last_tree = tree_json
             if now_pres != seen_pres or lapsed or roster_moved:
                 seen_pres, lapsed = now_pres, False
+                # the prompts agents wait at (docs/permissions.md), before presence: the page badges
+                # the rows presence draws
+                pending = store.permissions.list(OPERATOR_PRINCIPAL, w.id, pending=True)
+                waiting_json = _dumps(PermissionList(requests=pending))
+                if waiting_json != last_waiting:
+                    emit.raw_event("permissions", waiting_json)
+                    last_waiting = waiting_json
                 pres = self.presence(w.id)
                 states = _dumps([(r.participant, r.state) for r in pres.presence])
                 if states != last_presence:
                     emit.event("presence", pres)
                     last_presence = states
-                pending = store.permissions.list(OPERATOR_PRINCIPAL, w.id, pending=True)
-                waiting_json = _dumps(PermissionList(requests=pending))
-                if waiting_json != last_waiting:  # the prompts agents wait at (docs/permissions.md)
-                    emit.raw_event("permissions", waiting_json)
-                    last_waiting = waiting_json
             if emit.wrote:
                 emit.flush()
                 quiet_since = time.monotonic()

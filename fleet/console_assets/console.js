@@ -161,7 +161,11 @@
     es.addEventListener("presence", mine((e) => onPresence(JSON.parse(e.data).presence)));
     es.addEventListener("permissions", mine((e) => onPermissions(JSON.parse(e.data).requests)));
     es.addEventListener("blip", mine((e) => onBlip(JSON.parse(e.data))));
-    es.onopen = mine(() => setConn("live"));
+    es.onopen = mine(() => {
+      setConn("live");
+      S.waiting.clear(); // each connection starts with nothing waiting: the stream says what does
+      renderPresence();
+    });
     es.onerror = mine(() => {
       if (es.readyState !== EventSource.CLOSED) {
         setConn("reconnecting…");
