@@ -492,3 +492,68 @@ def test_the_hook_lets_go_when_its_session_ends(operator: Client, tmp_path: Path
     session.wait()
     retry_until(lambda: operator.permissions("w")[0].state == "expired", what="the hook letting go")
     assert operator.permissions("w")[0].message == "the session ended"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["call", "other-call", "result", "rejected", "junk"]),
+            st.integers(0, 3),
+            st.integers(1, 40),
+        ),
+        max_size=25,
+    ),
+    st.integers(0, 4),
+)
+def test_the_transcript_watch_names_the_first_answer_of_this_prompts_own_call(
+    steps: list[tuple[str, int, int]], before: int
+) -> None:
+    """Whatever the transcript holds and however its bytes arrive (cut mid-line), the watch reports
+    the outcome of the first result of a call of this tool and input made after the hook started,
+    and nothing for results of earlier calls, other calls, or lines that are not JSON."""
+    import tempfile
+
+    from fleet.permissions import TranscriptWatch
+
+    mine = {"command": "make deploy"}
+
+    def use(ident: str, given: object) -> str:
+        return line("assistant", {"type": "tool_use", "id": ident, "name": "Bash", "input": given})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        text = [use(f"c{n}", mine) for n in range(before)]
+        text += [line("user", {"type": "tool_result", "tool_use_id": f"c{n}"}) for n in range(before)]
+        path.write_text("".join(text))
+        watch = TranscriptWatch(str(path), "Bash", mine)
+        calls: set[str] = set()
+        expected: str | None = None
+        seen: str | None = None
+        for i, (kind, n, cut) in enumerate(steps):
+            ident = f"new{n}"
+            if kind == "call":
+                calls.add(ident)
+                chunk = use(ident, mine)
+            elif kind == "other-call":
+                chunk = use(f"x{i}", {"c": i})
+            elif kind in ("result", "rejected"):
+                body = "The user doesn't want to proceed with this tool use." if kind == "rejected" else "ok"
+                result = {
+                    "type": "tool_result",
+                    "tool_use_id": ident,
+                    "content": body,
+                    "is_error": kind == "rejected",
+                }
+                chunk = line("user", result)
+                if expected is None and ident in calls:
+                    expected = "denied" if kind == "rejected" else "allowed"
+            else:
+                chunk = "{not json\n"
+            with path.open("a") as f:  # half a line, a look, then the rest: the watch never sees half
+                f.write(chunk[:cut])
+            seen = seen or watch.outcome()
+            with path.open("a") as f:
+                f.write(chunk[cut:])
+            seen = seen or watch.outcome()
+            assert seen == expected
