@@ -27,6 +27,7 @@ from fleet.permissions import (
     PREVIEW_MAX,
     PermissionAnswer,
     PermissionAsk,
+    PermissionRequest,
     PermissionSettled,
     bounded,
     pending_note,
@@ -557,3 +558,30 @@ def test_the_transcript_watch_names_the_first_answer_of_this_prompts_own_call(
                 f.write(chunk[cut:])
             seen = seen or watch.outcome()
             assert seen == expected
+
+
+def test_a_permission_write_whose_answer_was_lost_is_rebuilt_and_applied_once(fleet_env: Any) -> None:
+    from test_request_keys import _lose_answers
+
+    d = Daemon(fleet_env, listen="127.0.0.1:0")
+    d.start()
+    op = Client(d.url, d.operator_token)
+    op.create_wave("w", ["alice"])
+    body = PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make")
+    asked = op._call("POST", "/v1/waves/w/permissions", PermissionRequest, body, key="ask-1")
+    answer = PermissionAnswer(participant="alice", request_id=asked.id, behavior="allow")
+    answered = op._call("POST", "/v1/waves/w/permissions/answer", PermissionRequest, answer, key="answer-1")
+    op.close()
+    d.stop()
+    assert _lose_answers(fleet_env.db) == 3  # the wave's, the ask's and the answer's
+    d = Daemon(fleet_env, listen="127.0.0.1:0")
+    d.start()
+    try:
+        op = Client(d.url, d.operator_token)
+        again = op._call("POST", "/v1/waves/w/permissions", PermissionRequest, body, key="ask-1")
+        assert again.id == asked.id and again.state == "allowed"  # the request as it is now
+        twice = op._call("POST", "/v1/waves/w/permissions/answer", PermissionRequest, answer, key="answer-1")
+        assert twice == answered
+        assert len(op.permissions("w")) == 1
+    finally:
+        d.stop()
