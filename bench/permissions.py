@@ -11,7 +11,14 @@ Prints, over ``--rounds`` prompts (p50 / p99 / max):
 - **the hook's CPU per prompt** (user + system of the hook process, start-up included), beside the
   CPU of a bare ``python -c pass`` and of ``python -m fleet --version`` in the same run (baselines).
 
-Run: ``python bench/permissions.py [--rounds N]``. Asserts nothing.
+With ``--claude N``, also N prompts of a real Claude Code session (the pinned binary over the
+scripted model of ``tests/``, ``permission_mode = "default"``): **prompt -> status says waiting**
+from the scripted model receiving the request it answers with the tool call (so the answer's
+streaming, Claude Code's permission check and its dialog come first) to the request being pending,
+and **fleet approve -> the tool runs** from starting ``fleet approve`` until the tool's result is in
+the session's transcript.
+
+Run: ``python bench/permissions.py [--rounds N] [--claude N]``. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 from fleet.client import Client
@@ -58,7 +66,11 @@ def prompt(session: str, i: int) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--claude", type=int, default=0, metavar="N", help="Also N prompts of real Claude Code.")
     args = ap.parse_args()
+    if args.claude:
+        with tempfile.TemporaryDirectory() as tmp:
+            real_claude(Path(tmp), args.claude)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["FLEET_HOME"] = tmp
         daemon = Daemon(get_paths(), listen="127.0.0.1:0")
@@ -130,6 +142,68 @@ def run(daemon: Daemon, tmp: Path, rounds: int) -> None:
     print(f"{'hook CPU per second of waiting':<44} {per_second * 1000:7.2f} ms/s")
     line("  baseline: python -c pass", bare)
     line("  baseline: python -m fleet --version", cli)
+
+
+def real_claude(tmp: Path, rounds: int) -> None:
+    """The same figures through a real Claude Code session (see the module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import libtmux
+    from conftest import TMUX_CONF
+    from realclaude import RealFleet
+    from scripted_model import Script, call, on_message, rule, say, steps
+
+    home = tmp / "home"
+    home.mkdir()
+    os.environ.update(FLEET_HOME=str(tmp / "fleet"), HOME=str(home), SHELL="/bin/sh")
+    for var in ("FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "TMUX", "TMUX_PANE"):
+        os.environ.pop(var, None)
+    words = [f"w{i}" for i in range(rounds)]
+    script = Script({"alice": [rule(on_message(author="operator", contains=f"alice: {w}."),
+                                    steps(call("Bash", {"command": f"touch {w}", "description": w}), say(w)))
+                               for w in words]})  # fmt: skip
+    daemon = Daemon(get_paths(), listen="127.0.0.1:0")
+    daemon.start()
+    conf = tmp / "tmux.conf"
+    conf.write_text(TMUX_CONF)
+    srv = libtmux.Server(socket_name=f"fleet-bench-{uuid.uuid4().hex[:8]}", config_file=str(conf))
+    op = Client(daemon.url, daemon.operator_token)
+    real = RealFleet(tmp, get_paths(), op, srv, channels=True, script=script)
+    shown, ran = [], []
+    try:
+        op.create_wave("w", ["alice"])
+        real.spawn("w/main", real.layout(["alice"], defaults={"permission_mode": "default"}))
+        main = op.resolve("w/main").id
+
+        def requests_past(n: int) -> bool:
+            return len(real.requests("alice")) > n
+
+        for w in words:
+            asked = len(real.requests("alice"))
+            op.post(main, f"alice: {w}.")
+            real.wait(partial(requests_past, asked), "the model's tool call")
+            t0 = time.perf_counter()
+            real.wait(lambda: op.permissions("w", pending=True), "the pending request", timeout=10)
+            shown.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            done = real.fleet("approve", "w", "alice")
+            assert done.returncode == 0, done.stderr
+
+            def result(word: str = w) -> bool:
+                t = real.transcript("alice")
+                ids = {u.id for u in t.tool_uses("Bash") if u.input.get("command") == f"touch {word}"}
+                return any(r.tool_use_id in ids for r in t.tool_results())
+
+            real.wait(result, "the tool's result in the transcript")
+            ran.append(time.perf_counter() - t1)
+            real.wait(partial(requests_past, asked + 1), "the turn's end")
+    finally:
+        real.close()
+        daemon.stop()
+    print(f"real Claude Code {real.claude}, {rounds} prompts (channels registered)")
+    for name, xs in (("prompt -> status says waiting", shown), ("fleet approve -> the tool runs", ran)):
+        print(f"{name:<44} p50 {pct(xs, 50) * 1000:7.1f} ms  p99 {pct(xs, 99) * 1000:7.1f} ms"
+              f"  max {max(xs) * 1000:7.1f} ms")  # fmt: skip
+    print()
 
 
 if __name__ == "__main__":
