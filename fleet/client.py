@@ -99,6 +99,13 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, get_paths
+from fleet.permissions import (
+    PermissionAnswer,
+    PermissionAsk,
+    PermissionList,
+    PermissionRequest,
+    PermissionSettled,
+)
 from fleet.procs import looks_like_fleet, pid_alive
 from fleet.wire import RecordError, dumps, loads, record
 
@@ -789,6 +796,39 @@ class Client:
     def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReached:
         """Report a budget passed (the participant's channel); ``first`` for the report that counted."""
         return self._call("POST", f"/v1/waves/{_q(wave)}/budgets/reached", BudgetReached, report)
+
+    # ------------------------------------------------------------ permission prompts (docs/permissions.md)
+
+    def ask_permission(self, wave: str, ask: PermissionAsk) -> PermissionRequest:
+        """Record a session's permission prompt (its hook, with the participant's own token)."""
+        return self._call("POST", f"/v1/waves/{_q(wave)}/permissions", PermissionRequest, ask)
+
+    def permission(self, wave: str, request_id: str, wait: float = 0) -> PermissionRequest:
+        """One request; with ``wait`` > 0, block until it is no longer pending or ``wait`` lapses."""
+        query = f"?{urlencode({'wait': f'{wait:g}'})}" if wait > 0 else ""
+        path = f"/v1/waves/{_q(wave)}/permissions/{_q(request_id)}{query}"
+        return self._call("GET", path, PermissionRequest, wait=wait)
+
+    def permissions(
+        self, wave: str, participant: str | None = None, *, pending: bool = False, limit: int = 100
+    ) -> list[PermissionRequest]:
+        """The wave's requests, newest first (``pending``: those waiting now)."""
+        query: dict[str, str] = {"limit": str(limit)}
+        if participant:
+            query["participant"] = participant
+        if pending:
+            query["pending"] = "1"
+        path = f"/v1/waves/{_q(wave)}/permissions?{urlencode(query)}"
+        return self._call("GET", path, PermissionList).requests
+
+    def answer_permission(self, wave: str, answer: PermissionAnswer) -> PermissionRequest:
+        """The operator allows or denies a participant's pending request."""
+        return self._call("POST", f"/v1/waves/{_q(wave)}/permissions/answer", PermissionRequest, answer)
+
+    def settle_permission(self, wave: str, request_id: str, settled: PermissionSettled) -> PermissionRequest:
+        """The hook records how its request ended without the operator (the pane, or let go)."""
+        path = f"/v1/waves/{_q(wave)}/permissions/{_q(request_id)}/settled"
+        return self._call("POST", path, PermissionRequest, settled)
 
 
 def _reason(exc: BaseException) -> str:

@@ -65,6 +65,7 @@ from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.paths import Paths
+from fleet.permissions import PermissionList
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
 
@@ -477,6 +478,8 @@ class Console:
             cursor = store.wave_head(OPERATOR_PRINCIPAL, w.id)
             emit.event("ready", StreamReady(cursor=cursor), event_id=cursor)
         last_tree = last_presence = ""
+        # the page starts each connection with nothing waiting: the prompts are sent once there are some
+        last_waiting = _dumps(PermissionList(requests=[]))
         # What each part of the stream depends on: a commit bumps only the keys of what it changed
         # (a post: the wave's blips, maybe its author's presence; a fork: the tree), and each part is
         # recomputed only when its own key moved (presence also when the tree did, for who is in
@@ -507,6 +510,13 @@ class Console:
                     last_tree = tree_json
             if now_pres != seen_pres or lapsed or roster_moved:
                 seen_pres, lapsed = now_pres, False
+                # the prompts agents wait at (docs/permissions.md), before presence: the page badges
+                # the rows presence draws
+                pending = store.permissions.list(OPERATOR_PRINCIPAL, w.id, pending=True)
+                waiting_json = _dumps(PermissionList(requests=pending))
+                if waiting_json != last_waiting:
+                    emit.raw_event("permissions", waiting_json)
+                    last_waiting = waiting_json
                 pres = self.presence(w.id)
                 states = _dumps([(r.participant, r.state) for r in pres.presence])
                 if states != last_presence:

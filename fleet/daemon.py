@@ -91,12 +91,15 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
+from fleet.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
 from fleet.store.events import (
     BlipPosted,
     BlipReplaced,
     BlipSurfaced,
     Event,
+    PermissionAnswered,
+    PermissionAsked,
     RosterInvited,
     RosterLeft,
     TokenMinted,
@@ -1284,6 +1287,48 @@ class Daemon:
             wave=wave.name, path=str(path), content=content, summary=said, blip_id=blip.id
         )
 
+    # ---------------------------------------------------------------- permission prompts
+
+    def _permissions_changed(self, wave_id: str) -> None:
+        """Wake the hooks waiting on the wave's requests and the console's presence streams."""
+        self.notifier.bump(permission_key(wave_id), presence_key(wave_id))
+
+    def _ask_permission(self, r: Request) -> Answer:
+        req = self._s.permissions.ask(r.who, r.arg, r.model(PermissionAsk))
+        self._permissions_changed(req.wave_id)
+        return 201, req
+
+    def _list_permissions(self, r: Request) -> Answer:
+        pending = r.query.get("pending", "0") not in ("", "0", "false")
+        got = self._s.permissions.list(
+            r.who, r.arg, r.query.get("participant") or None, pending=pending, limit=r.q_int("limit", 100)
+        )
+        return 200, PermissionList(requests=got)
+
+    def _get_permission(self, r: Request) -> Answer:
+        """One request; with ``wait``, a long-poll until it is no longer pending (what the hook waits on)."""
+        wave, request_id = r.args
+        wait = r.q_float("wait", 0.0)
+        wave_id = self._s.wave_id(r.who, wave)
+        req = self._long_poll(
+            wait,
+            lambda: self._s.permissions.get(r.who, wave_id, request_id),
+            lambda got: got.state == "pending",
+            lambda _got: (permission_key(wave_id),),
+        )
+        return 200, req
+
+    def _answer_permission(self, r: Request) -> Answer:
+        req = self._s.permissions.answer(r.who, r.arg, r.model(PermissionAnswer))
+        self._permissions_changed(req.wave_id)
+        return 200, req
+
+    def _settle_permission(self, r: Request) -> Answer:
+        wave, request_id = r.args
+        req = self._s.permissions.settle(r.who, wave, request_id, r.model(PermissionSettled))
+        self._permissions_changed(req.wave_id)
+        return 200, req
+
     def _budgets(self, r: Request) -> Answer:
         return 200, BudgetList(budgets=self._s.budgets(r.who, r.arg, r.query.get("participant") or None))
 
@@ -1335,6 +1380,19 @@ class Daemon:
         return 200, Revoked(revoked=revoked)
 
 
+def permission_key(wave_id: str) -> str:
+    """The key a permission request's write in ``wave_id`` bumps (its hook's long-poll waits on it)."""
+    return f"permissions:{wave_id}"
+
+
+def _permission_answer(status: int) -> Rebuild:
+    def rebuild(d: Daemon, r: Request, e: Event) -> Answer:
+        assert isinstance(e, PermissionAsked | PermissionAnswered)
+        return status, d._s.permissions.get(r.who, e.wave_id, e.request_id)
+
+    return rebuild
+
+
 def _blip_answer(d: Daemon, r: Request, e: Event) -> Answer:
     """The blip the write recorded, as its writer was shown it (the same sight of its sources)."""
     assert isinstance(e, BlipPosted | BlipSurfaced | BlipReplaced)
@@ -1376,6 +1434,22 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/waves/{wave}/budgets", Daemon._set_budget, rebuild=_rerun),
     Route("POST", "/v1/waves/{wave}/budgets/reached", Daemon._budget_reached, rebuild=_rerun),
     Route("POST", "/v1/waves/{wave}/budgets/spend", Daemon._report_spend, rebuild=_rerun),
+    Route("POST", "/v1/waves/{wave}/permissions", Daemon._ask_permission, rebuild=_permission_answer(201)),
+    Route("GET", "/v1/waves/{wave}/permissions", Daemon._list_permissions, console=True),
+    Route(
+        "POST",
+        "/v1/waves/{wave}/permissions/answer",
+        Daemon._answer_permission,
+        console=True,
+        rebuild=_permission_answer(200),
+    ),
+    Route("GET", "/v1/waves/{wave}/permissions/{request}", Daemon._get_permission),
+    Route(
+        "POST",
+        "/v1/waves/{wave}/permissions/{request}/settled",
+        Daemon._settle_permission,
+        rebuild=_permission_answer(200),
+    ),
     Route("GET", "/v1/resolve", Daemon._resolve, console=True),
     Route("GET", "/v1/wavelets/{wavelet}", Daemon._get_wavelet, console=True),
     Route("POST", "/v1/wavelets/{wavelet}/fork", Daemon._fork, console=True, rebuild=_wavelet_answer(201)),

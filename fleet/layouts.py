@@ -24,6 +24,7 @@ A layout is a TOML file (read with the stdlib, validated here):
     worktree = "participant"             # participant | wave | none (docs/worktrees.md)
     base = "main"                        # what a new worktree starts from (default: the checkout's HEAD)
     setup = "npm ci"                     # run once in each new worktree before its agent starts
+    notify = true                        # a desktop notification when it waits at a permission prompt
 
     [participants.lead]                  # ... overridden per name
     attention = "full"
@@ -144,6 +145,7 @@ class Profile(BaseModel):
     base: str | None = Field(default=None, min_length=1)
     setup: str | None = None
     budget: BudgetSpec | None = None
+    notify: bool | None = None
 
     @field_validator("env")
     @classmethod
@@ -180,6 +182,9 @@ class ResolvedProfile(BaseModel):
     setup: str | None = None
     budget: BudgetSpec | None = None
     """The participant's budget in the wave (recorded at spawn); None: none from the layout."""
+    notify: bool = False
+    """A desktop notification (``notify-send``, where installed) when the agent waits at a
+    permission prompt (docs/permissions.md); the tmux window is flagged either way."""
 
 
 class Layout(BaseModel):

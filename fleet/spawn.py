@@ -49,6 +49,7 @@ from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
+from fleet.permissions import with_permission_hook
 from fleet.procs import zombie_status
 from fleet.tmux import PaneInfo, Tmux, check_length
 
@@ -216,7 +217,7 @@ def agent_argv(
     argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
     if transport in ("channel", "auto"):
         argv.append("--dangerously-load-development-channels=server:fleet")
-    if transport in ("hook", "auto") and hook_settings:
+    if hook_settings:  # the watch hook (transports hook and auto), fleet's permission hook (Claude Code)
         argv.append(f"--settings={hook_settings}")
     if system_prompt:
         argv += ["--append-system-prompt", system_prompt]
@@ -347,6 +348,10 @@ class Spawner:
                 profile.attention,
                 cap=profile.cap,
                 gate=transport == "auto",
+            )
+        if claude:  # its permission prompts can be answered from anywhere (docs/permissions.md)
+            hook = with_permission_hook(
+                hook, participant, wave.name, self.client.base_url, token_file, notify=profile.notify
             )
         prompt = instructions(participant, wave.name, profile.attention) if claude else None
         if prompt is not None:
@@ -721,7 +726,7 @@ class Spawner:
     @staticmethod
     def _no_channels(rep: PaneReport) -> None:
         """Claude Code has no channels here: the hook wakes this session, or nothing does."""
-        if "--settings=" in " ".join(rep.argv):
+        if " watch --hook " in " ".join(rep.argv):
             rep.route = ROUTE_HOOK
             return
         rep.route = "channels unavailable here and no hook installed"

@@ -43,6 +43,7 @@ from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths
+from fleet.permissions import PermissionRequest, mark_waiting
 from fleet.procs import group_running, zombie_status
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
@@ -129,6 +130,26 @@ class StatusRow(BaseModel):
     note: str = ""
 
 
+class PermissionWait(BaseModel):
+    """A permission prompt a participant waits on now (:class:`fleet.permissions.PermissionRequest`)."""
+
+    participant: str
+    tool: str
+    preview: str
+    since: str
+    """When it was asked (ISO 8601)."""
+    request_id: str
+    session_id: str
+    expires_at: str
+
+    @classmethod
+    def of(cls, req: PermissionRequest) -> PermissionWait:
+        return cls(
+            participant=req.participant, tool=req.tool, preview=req.preview, since=req.asked_at,
+            request_id=req.id, session_id=req.session_id, expires_at=req.expires_at,
+        )  # fmt: skip
+
+
 class WaveStatus(BaseModel):
     """``fleet status WAVE --json``."""
 
@@ -137,6 +158,9 @@ class WaveStatus(BaseModel):
     tmux_session: str | None = None
     generated_at: str
     rows: list[StatusRow] = Field(default_factory=list)
+    permissions: list[PermissionWait] = Field(default_factory=list)
+    """The permission requests waiting now, newest first (docs/permissions.md); their participants'
+    rows come first, noted ``waiting for permission: TOOL (PREVIEW)``."""
 
 
 def exit_of(pane: PaneInfo) -> str | None:
@@ -339,12 +363,17 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )
+    try:
+        waiting = client.permissions(wave.id, pending=True)
+    except errors.NotFound:  # a daemon older than permission requests: none to show
+        waiting = []
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
         tmux_session=tmux.find_session(wave.id),
         generated_at=datetime.now(UTC).isoformat(),
-        rows=rows,
+        rows=mark_waiting(rows, waiting),
+        permissions=[PermissionWait.of(p) for p in waiting],
     )
 
 

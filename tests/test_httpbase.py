@@ -183,6 +183,11 @@ OLD_CONSOLE_ROUTES = {
     ("POST", "/v1/blips/{blip}/replace"),
 }
 """The 16 routes the console listed as its own regexes before it took them from the daemon's table."""
+PERMISSION_CONSOLE_ROUTES = {
+    ("GET", "/v1/waves/{wave}/permissions"),
+    ("POST", "/v1/waves/{wave}/permissions/answer"),
+}
+"""What the console's Allow / Deny buttons need (docs/permissions.md)."""
 
 
 def _console_call(d: Daemon, cookie: str, method: str, path: str) -> tuple[int, dict[str, Any]]:
@@ -203,7 +208,7 @@ def _console_call(d: Daemon, cookie: str, method: str, path: str) -> tuple[int, 
 
 def test_the_console_exposes_exactly_the_routes_the_table_marks(d: Daemon) -> None:
     assert d.console is not None
-    assert {(r.method, r.path) for r in ROUTES if r.console} == OLD_CONSOLE_ROUTES
+    assert {(r.method, r.path) for r in ROUTES if r.console} == OLD_CONSOLE_ROUTES | PERMISSION_CONSOLE_ROUTES
     assert not any(r.console for r in ROUTES if r.path.startswith("/v1/tokens"))
     import http.client
 
@@ -213,7 +218,7 @@ def test_the_console_exposes_exactly_the_routes_the_table_marks(d: Daemon) -> No
     cookie = conn.getresponse().headers["Set-Cookie"].split(";")[0]
     conn.close()
     for route in ROUTES:
-        path = route.path.format(wave="nosuch", wavelet="nosuch", blip="nosuch")
+        path = route.path.format(wave="nosuch", wavelet="nosuch", blip="nosuch", request="nosuch")
         status, body = _console_call(d, cookie, route.method, path)
         refused = status == 404 and "does not expose" in body["error"]["message"]
         assert refused != route.console, (route.method, route.path, status, body)

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet import errors
+from fleet.permissions import Behavior, Outcome, PermissionAnswer, PermissionAsk, PermissionSettled
 from fleet.store import (
     EVENT_TYPES,
     MATERIALISED,
@@ -54,6 +55,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0009_blip_replacer",
         "0010_budget_spend",
         "0011_request_keys",
+        "0012_permissions",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -310,7 +312,9 @@ def test_replaying_the_event_log_rebuilds_the_same_state(store: Store, tmp_path:
 @given(
     ops=st.lists(
         st.tuples(
-            st.sampled_from(["post", "fork", "invite", "leave", "replace", "surface"]),
+            st.sampled_from(
+                ["post", "fork", "invite", "leave", "replace", "surface", "ask", "answer", "settle"]
+            ),
             st.sampled_from(["alice", "bob", "carol"]),
             st.integers(0, 5),
         ),
@@ -341,6 +345,19 @@ def test_replay_equals_live_state_for_any_history(
                     s.replace(OP, msgs[-1].id, f"r{i}")
             elif op == "surface":
                 s.surface(OP, target.id, f"s{i}", as_=who)
+            elif op == "ask":
+                sid = f"0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e0{n}"
+                ask = PermissionAsk(participant=who, session_id=sid, tool="Bash", preview=f"ls {i}", wait=60)
+                s.permissions.ask(OP, "w", ask)
+            elif op == "answer":
+                behavior: Behavior = "allow" if n % 2 else "deny"
+                s.permissions.answer(OP, "w", PermissionAnswer(participant=who, behavior=behavior))
+            elif op == "settle":
+                waiting = s.permissions.pending(OP, "w", who)
+                if waiting is not None:
+                    outcome: Outcome = ("allowed", "denied", "expired")[n % 3]
+                    settled = PermissionSettled(outcome=outcome, via="hook" if n % 3 == 2 else "pane")
+                    s.permissions.settle(OP, "w", waiting.id, settled)
         except errors.FleetError:
             pass
     replay(d / "db", d / "rebuilt")
@@ -438,6 +455,12 @@ def _every_event_type(store: Store) -> None:
     report = BudgetReport(participant="alice", wavelet_id="", scope="alice", set_at=b.set_at, spent="120")
     assert store.budget_reached(participant(store, "demo", "alice"), "demo", report).first
 
+    from fleet.permissions import PermissionAnswer, PermissionAsk
+
+    ask = PermissionAsk(participant="alice", session_id=sid, tool="Bash", preview="ls -la", prompt_id="p1")
+    store.permissions.ask(participant(store, "demo", "alice"), "demo", ask)
+    store.permissions.answer(OP, "demo", PermissionAnswer(participant="alice", behavior="allow"))
+
 
 def test_replay_covers_every_event_type(store: Store, tmp_path: Path) -> None:
     _every_event_type(store)
@@ -465,6 +488,8 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
         "budget.reached",
         "summary.recorded",
         "blip.pinned",
+        "permission.asked",
+        "permission.answered",
     }
     src = connect(tmp_path / "old.sqlite3")
     migrate(src)
@@ -482,6 +507,7 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
         "budget_marks": [],
         "summaries": [],
         "pins": [],
+        "permissions": [],
     }
     assert dump_tables(new) == expected | later  # these came after this log
     new.close()

@@ -24,7 +24,7 @@ from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention
 from fleet.ids import request_key
 from fleet.mcpwire import Tool, ToolResult
-from fleet.models import Blip, Context, NewSummary, Summary, Wavelet
+from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
 from fleet.wire import RecordError, field, load, record, schema
 
 if TYPE_CHECKING:  # loaded under targeted attention only
@@ -189,6 +189,15 @@ class LeaveArgs:
     name: str = field(default="", doc="Who leaves the roster. Default: you.")
 
 
+@record(extra="forbid")
+class PermissionArgs:
+    participant: str = field(
+        default="", doc="The agent waiting at a permission prompt. Empty: list who waits."
+    )
+    behavior: Literal["allow", "deny", ""] = field(default="", doc="allow or deny its waiting tool call.")
+    message: str = field(default="", max_length=1000, doc="Why (shown to the agent with a denial).")
+
+
 # ---------------------------------------------------------------- tool results
 
 
@@ -310,6 +319,21 @@ class PresenceOut:
 
 
 @record(extra="forbid")
+class PermissionOut:
+    participant: str
+    tool: str
+    preview: str
+    state: str = field(doc="pending, allowed, denied or expired.")
+    answered_by: str = ""
+    request_id: str = ""
+
+
+@record(extra="forbid")
+class PermissionsOut:
+    requests: list[PermissionOut]
+
+
+@record(extra="forbid")
 class PingOut:
     participant: str
     wave: str
@@ -412,6 +436,8 @@ class Tools:
         self._unsettled_lock = threading.Lock()
 
     def table(self) -> list[Tool]:
+        """Every tool of this channel: the operator's channel also has ``wavelet_permission``."""
+
         def tool(
             name: str,
             description: str,
@@ -429,6 +455,19 @@ class Tools:
                 annotations={"readOnlyHint": read_only, "openWorldHint": False},
             )
 
+        operator_only = [
+            tool(
+                "wavelet_permission",
+                "Answer an agent's permission prompt (it waits to run a tool): behavior allow or deny, "
+                "with the participant. Without behavior: list the agents waiting and what they want to run.",
+                PermissionArgs,
+                PermissionsOut,
+                self._permission,
+            )
+        ]
+        return [*self._tools(tool), *(operator_only if self.host.participant == OPERATOR else [])]
+
+    def _tools(self, tool: Callable[..., Tool]) -> list[Tool]:
         return [
             tool(
                 "wavelet_post",
@@ -513,6 +552,30 @@ class Tools:
                 read_only=True,
             ),
         ]
+
+    def _permission(self, args: PermissionArgs) -> ToolResult:
+        """The operator's channel answers an agent's permission prompt (docs/permissions.md)."""
+        from fleet.permissions import PermissionAnswer, PermissionRequest, pending_note
+
+        def out(r: PermissionRequest) -> PermissionOut:
+            return PermissionOut(
+                participant=r.participant, tool=r.tool, preview=r.preview, state=r.state,
+                answered_by=r.answered_by, request_id=r.id,
+            )  # fmt: skip
+
+        c = self.host.client()
+        if not args.behavior:
+            waiting = c.permissions(self.host.wave, args.participant or None, pending=True)
+            lines = [f"{r.participant}: {pending_note(r)}" for r in waiting] or ["no agent waits at a prompt"]
+            return ToolResult.ok("\n".join(lines), PermissionsOut(requests=[out(r) for r in waiting]))
+        if not args.participant:
+            return ToolResult.error("wavelet_permission: name the participant whose prompt to answer.")
+        answer = PermissionAnswer(
+            participant=args.participant, behavior=args.behavior, via="channel", message=args.message
+        )
+        got = c.answer_permission(self.host.wave, answer)
+        said = f"{got.participant}: {got.tool} ({got.preview}) {got.state}"
+        return ToolResult.ok(said, PermissionsOut(requests=[out(got)]))
 
     def _guarded(self, name: str, args_model: type[Any], fn: Callable[[Any], ToolResult]) -> Any:
         """Validate the arguments, run the tool, and turn every failure into an actionable isError."""

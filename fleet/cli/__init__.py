@@ -102,6 +102,9 @@ COMMANDS: dict[str, str] = {
     "replay": "store",
     "summary": "summary",
     "pin": "summary",
+    "approve": "permission",
+    "deny": "permission",
+    "permissions": "permission",
 }
 """Command name -> the ``fleet.cli`` module whose ``register(app)`` adds it (``paths`` and ``doctor``
 are defined here)."""

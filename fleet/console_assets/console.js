@@ -31,6 +31,7 @@
     loadingOlder: false,
     unread: new Map(),
     presence: new Map(),
+    waiting: new Map(),
     usage: new Map(), // participant -> its usage totals (fleet usage)
     held: new Map(), // participant -> the budget that holds its deliveries (docs/budgets.md)
     mention: { items: [], index: 0 },
@@ -143,6 +144,7 @@
       S.wavelet = null;
       S.unread.clear();
       S.presence.clear();
+      S.waiting.clear();
       S.usage.clear();
       S.want = wantWavelet || null;
       $("blips").replaceChildren();
@@ -157,8 +159,13 @@
     es.addEventListener("ready", mine((e) => { S.cursor = JSON.parse(e.data).cursor || S.cursor; }));
     es.addEventListener("tree", mine((e) => onTree(JSON.parse(e.data))));
     es.addEventListener("presence", mine((e) => onPresence(JSON.parse(e.data).presence)));
+    es.addEventListener("permissions", mine((e) => onPermissions(JSON.parse(e.data).requests)));
     es.addEventListener("blip", mine((e) => onBlip(JSON.parse(e.data))));
-    es.onopen = mine(() => setConn("live"));
+    es.onopen = mine(() => {
+      setConn("live");
+      S.waiting.clear(); // each connection starts with nothing waiting: the stream says what does
+      renderPresence();
+    });
     es.onerror = mine(() => {
       if (es.readyState !== EventSource.CLOSED) {
         setConn("reconnecting…");
@@ -189,6 +196,39 @@
       selectWavelet(wave.root_id);
     } else {
       renderHead();
+    }
+  }
+
+  // The prompts agents wait at (docs/permissions.md): a badge and Allow/Deny on the agent's row,
+  // the count in the page title, and a browser notification for each new one.
+  function onPermissions(requests) {
+    const before = S.waiting;
+    S.waiting = new Map();
+    for (const r of requests) if (!S.waiting.has(r.participant)) S.waiting.set(r.participant, r);
+    document.title = (S.waiting.size ? `(${S.waiting.size} waiting) ` : "") +
+      document.title.replace(/^\(\d+ waiting\) /, "");
+    renderPresence();
+    for (const r of S.waiting.values()) {
+      if (![...before.values()].some((b) => b.id === r.id)) notifyWaiting(r);
+    }
+  }
+
+  function notifyWaiting(r) {
+    if (typeof window.Notification !== "function") return; // no notifications here: the badge says it
+    const show = () => new Notification(`fleet: ${r.participant} waits for permission`, {
+      body: `${r.tool} (${r.preview})`, tag: r.id,
+    });
+    if (Notification.permission === "granted") show();
+    else if (Notification.permission !== "denied") Notification.requestPermission().then((p) => p === "granted" && show());
+  }
+
+  async function answerPermission(r, behavior) {
+    try {
+      await api("POST", `/api/v1/waves/${enc(S.waveRef)}/permissions/answer`,
+        { participant: r.participant, request_id: r.id, behavior, via: "console" });
+      status(`${r.participant}: ${r.tool} ${behavior === "allow" ? "allowed" : "denied"}`);
+    } catch (e) {
+      status(e.message, true);
     }
   }
 
@@ -531,7 +571,8 @@
   function renderPresence() {
     const ul = $("presence");
     ul.replaceChildren();
-    const rows = [...S.presence.values()].sort((a, b) => a.participant.localeCompare(b.participant));
+    const rows = [...S.presence.values()].sort((a, b) =>
+      (S.waiting.has(b.participant) - S.waiting.has(a.participant)) || a.participant.localeCompare(b.participant));
     for (const r of rows) {
       const li = el("li", `presence-row ${r.state}`);
       li.dataset.name = r.participant;
@@ -545,6 +586,19 @@
       if (held) budget.title = `budget ${held} reached: deliveries wait until the operator raises it (fleet budget set)`;
       li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), usage, budget,
         el("span", "state", r.state));
+      const wait = S.waiting.get(r.participant);
+      if (wait) {
+        li.classList.add("waiting");
+        const box = el("div", "permission");
+        box.append(el("span", "badge", `waiting for permission: ${wait.tool} (${wait.preview})`));
+        for (const [label, behavior] of [["Allow", "allow"], ["Deny", "deny"]]) {
+          const b = el("button", `answer ${behavior}`, label);
+          b.type = "button";
+          b.addEventListener("click", () => answerPermission(wait, behavior));
+          box.append(b);
+        }
+        li.append(box);
+      }
       ul.append(li);
     }
     if (!rows.length) ul.append(el("li", "muted", "nobody yet"));

@@ -106,6 +106,7 @@ from fleet.store.events import (
     replay,
 )
 from fleet.store.keys import Keys
+from fleet.store.permissions import Permissions
 from fleet.store.schema import (
     MATERIALISED,
     MIGRATIONS,
@@ -192,6 +193,8 @@ class Store:
         """Token id -> the token epoch at which it was last found unrevoked."""
         self._memo = GenerationMemo()
         """What the feeds one commit wakes read alike, per generation (:meth:`feed`, :meth:`budgets`)."""
+        self.permissions = Permissions(self._db, self.access, self.ids)
+        """Permission prompts and their answers (:mod:`fleet.store.permissions`)."""
         self.keys = Keys(self._db)
         """Request keys (:mod:`fleet.store.keys`): what makes a resent write answer as the first did."""
 
@@ -214,7 +217,7 @@ class Store:
         row = self._db.writer.execute(
             "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
             " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
-            " UNION ALL SELECT max(id) FROM summaries)"
+            " UNION ALL SELECT max(id) FROM summaries UNION ALL SELECT max(id) FROM permissions)"
         ).fetchone()
         return row[0] if row else None
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from fleet import errors
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, EventPage, LogRow
 from fleet.paths import ensure_private_dir
+from fleet.permissions import PREVIEW_MAX, TOOL_MAX
 from fleet.store import checks
 from fleet.store.events import (
     BlipData,
@@ -50,6 +51,8 @@ from fleet.store.events import (
     BudgetSet,
     Event,
     NewMember,
+    PermissionAnswered,
+    PermissionAsked,
     RosterInvited,
     RosterLeft,
     SeatClaimed,
@@ -684,8 +687,48 @@ class _Adder:
                 self._wavelet(event.wavelet_id, event.wave_id)
             if event.participant:
                 _participant(event.participant, "the budget's participant")
+        elif isinstance(event, PermissionAsked):
+            self._permission_asked(event)
+        elif isinstance(event, PermissionAnswered):
+            self._permission_answered(event)
         else:
             self._budget_reached(event)
+
+    def _permission_asked(self, e: PermissionAsked) -> None:
+        """A prompt of a participant on its wave's roster (a wave created in this file), a new id."""
+        self._wave(e.wave_id)
+        _participant(e.participant, "the asking participant")
+        if (
+            self._one("SELECT 1 FROM participants WHERE wave_id = ? AND name = ?", e.wave_id, e.participant)
+            is None
+        ):
+            raise _Refused(f"{e.participant!r} asks permission in a wave whose roster never had it")
+        self._session_id(e.session_id)
+        if self._one("SELECT 1 FROM permissions WHERE id = ?", e.request_id) is not None:
+            raise _Refused(f"permission request {e.request_id} is already in this store")
+        if not e.tool or len(e.tool) > TOOL_MAX or len(e.preview) > PREVIEW_MAX:
+            raise _Refused(
+                f"permission request {e.request_id}: a tool of 1-{TOOL_MAX} characters and a preview of at"
+                f" most {PREVIEW_MAX}"
+            )
+        if not e.asked_at < e.expires_at:
+            raise _Refused(f"permission request {e.request_id} expires before it was asked")
+
+    def _permission_answered(self, e: PermissionAnswered) -> None:
+        """The answer of a pending request of this file's, by the operator or the participant's pane."""
+        self._wave(e.wave_id)
+        row = self._one("SELECT * FROM permissions WHERE id = ?", e.request_id)
+        if row is None or row["wave_id"] != e.wave_id or row["participant"] != e.participant:
+            raise _Refused(
+                f"it answers permission request {e.request_id}, which is not {e.participant!r}'s request"
+                " asked earlier in this file in its wave"
+            )
+        if row["outcome"] != "pending":
+            raise _Refused(f"permission request {e.request_id} was already {row['outcome']}")
+        if e.via not in ("cli", "console", "channel", "pane", "hook"):
+            raise _Refused(
+                f"permission request {e.request_id} answered via {e.via!r}, which fleet never writes"
+            )
 
     def _require_tokens(self) -> None:
         if not self.with_tokens:

@@ -269,6 +269,37 @@ class BudgetReached(_Shape):
     """None: another member already told the operator of this wavelet budget (the members' sum)."""
 
 
+class PermissionAsked(_Shape):
+    """A session's permission prompt, recorded by its hook (docs/permissions.md): pending until
+    answered, or until ``expires_at`` (when the hook stops waiting)."""
+
+    type: Literal["permission.asked"] = Field(default="permission.asked", exclude=True)
+    request_id: str
+    wave_id: str
+    participant: str
+    session_id: str
+    prompt_id: str
+    tool: str
+    preview: str
+    asked_at: str
+    expires_at: str
+
+
+class PermissionAnswered(_Shape):
+    """What became of a pending prompt: ``allowed`` or ``denied`` by ``by`` (the operator, or
+    ``pane``) via ``via`` (cli, console, channel, pane), or ``expired`` (the hook let go)."""
+
+    type: Literal["permission.answered"] = Field(default="permission.answered", exclude=True)
+    request_id: str
+    wave_id: str
+    participant: str
+    outcome: Literal["allowed", "denied", "expired"]
+    by: str
+    via: str
+    answered_at: str
+    message: str
+
+
 Event = Annotated[
     WaveCreated
     | WaveletForked
@@ -285,7 +316,9 @@ Event = Annotated[
     | SummaryRecorded
     | BlipPinned
     | BudgetSet
-    | BudgetReached,
+    | BudgetReached
+    | PermissionAsked
+    | PermissionAnswered,
     Field(discriminator="type"),
 ]
 """Any event. ``type`` tells them apart; it is stored in its own column, not in the payload."""
@@ -307,6 +340,8 @@ MODELS: tuple[type[_Shape], ...] = (
     BlipPinned,
     BudgetSet,
     BudgetReached,
+    PermissionAsked,
+    PermissionAnswered,
 )
 EVENT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in MODELS)
 """Every event type this fleet writes and replays."""
@@ -587,6 +622,25 @@ def _budget_reached(conn: sqlite3.Connection, e: BudgetReached) -> None:
     )
     if e.blip is not None:
         _insert_blip(conn, e.blip)
+
+
+@_on(PermissionAsked)
+def _permission_asked(conn: sqlite3.Connection, e: PermissionAsked) -> None:
+    conn.execute(
+        "INSERT INTO permissions(id, wave_id, participant, session_id, prompt_id, tool, preview, asked_at,"
+        " expires_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        (e.request_id, e.wave_id, e.participant, e.session_id, e.prompt_id, e.tool, e.preview, e.asked_at,
+         e.expires_at),
+    )  # fmt: skip
+
+
+@_on(PermissionAnswered)
+def _permission_answered(conn: sqlite3.Connection, e: PermissionAnswered) -> None:
+    conn.execute(
+        "UPDATE permissions SET outcome = ?, answered_by = ?, via = ?, answered_at = ?, message = ?"
+        " WHERE id = ? AND outcome = 'pending'",
+        (e.outcome, e.by, e.via, e.answered_at, e.message, e.request_id),
+    )
 
 
 assert set(_HANDLERS) == set(MODELS), "every event model needs exactly one handler"

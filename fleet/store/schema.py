@@ -311,6 +311,32 @@ def _m0011_request_keys(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX request_keys_created ON request_keys(created_at)")
 
 
+def _m0012_permissions(conn: sqlite3.Connection) -> None:
+    """Permission prompts and their answers (docs/permissions.md, :mod:`fleet.store.permissions`)."""
+    _script(
+        conn,
+        """
+        CREATE TABLE permissions (
+            id          TEXT PRIMARY KEY,
+            wave_id     TEXT NOT NULL REFERENCES waves(id),
+            participant TEXT NOT NULL,
+            session_id  TEXT NOT NULL,
+            prompt_id   TEXT NOT NULL,
+            tool        TEXT NOT NULL,
+            preview     TEXT NOT NULL,
+            asked_at    TEXT NOT NULL,
+            expires_at  TEXT NOT NULL,
+            outcome     TEXT NOT NULL DEFAULT 'pending',
+            answered_by TEXT NOT NULL DEFAULT '',
+            via         TEXT NOT NULL DEFAULT '',
+            answered_at TEXT,
+            message     TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX permissions_by_participant ON permissions(wave_id, participant, outcome, id);
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -323,6 +349,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0009_blip_replacer", _m0009_blip_replacer),
     ("0010_budget_spend", _m0010_budget_spend),
     ("0011_request_keys", _m0011_request_keys),
+    ("0012_permissions", _m0012_permissions),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
@@ -340,6 +367,7 @@ MATERIALISED = (
     "budget_marks",
     "summaries",
     "pins",
+    "permissions",
 )
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 

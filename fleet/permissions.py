@@ -1,0 +1,505 @@
+"""Permission prompts answered from anywhere: the records, the preview, and the hook (docs/permissions.md).
+
+A Claude Code session launched with a permission mode that asks (``permission_mode = "default"``)
+shows a dialog before a tool it has no grant for. fleet injects a ``PermissionRequest`` hook
+(:func:`hook_entry`, merged into the ``--settings`` JSON spawn passes) whose process:
+
+1. reads what Claude Code asks (tool, input, prompt id) from its stdin and records it in the daemon
+   (``POST /v1/waves/{wave}/permissions``) with the participant's own token (named by its file);
+2. waits, at most :data:`HOOK_WAIT` seconds, for the operator's answer from the daemon (a long-poll
+   on the request) while it watches the session's transcript for the dialog being answered in the
+   pane (a ``tool_result`` for that very tool call);
+3. the operator's answer first: prints Claude Code's decision JSON (allow or deny) and exits 0;
+   the pane first: records who answered there (``via = "pane"``) and what (the tool ran, or was
+   rejected), prints nothing (the dialog already decided) and exits 0; neither within the bound,
+   or the session gone: records the request expired and prints nothing, leaving the dialog to
+   decide. It never exits 2 and never blocks the dialog: a hook that prints nothing leaves the
+   decision to the dialog (claude-code.md §8).
+
+What a caller may rely on:
+
+- :func:`preview` is what is kept of a tool's input: at most :data:`PREVIEW_MAX` characters, one
+  line, control characters shown as ``?``; a Bash call's command, a file tool's path, otherwise the
+  input's compact JSON. It is stored and shown as text only: never run through a shell or tmux.
+- The hook's wait bound :data:`HOOK_WAIT` is below the ``timeout`` of its settings entry
+  (:data:`HOOK_TIMEOUT`), so Claude Code never kills it mid-answer.
+- :func:`pending_note` is the one line ``fleet status`` shows for a waiting participant.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from fleet.wire import field, record
+
+if TYPE_CHECKING:
+    from fleet.client import Client
+
+log = logging.getLogger(__name__)
+
+PREVIEW_MAX = 200
+"""Characters of a tool's input kept in a request (the rest is cut, marked with ``…``)."""
+TOOL_MAX = 128
+"""The longest tool name a request may carry (MCP tools are ``mcp__server__tool``)."""
+HOOK_WAIT = 1800.0
+"""Seconds the hook waits for an answer from the operator before it lets go (the dialog alone then
+decides). Half an hour: long enough for an operator away from the desk to answer from the console
+or a phone; the waiting hook is one idle process per prompt, and the dialog stays usable all along."""
+HOOK_TIMEOUT = int(HOOK_WAIT) + 120
+"""The ``timeout`` of the hook's settings entry: past the wait bound plus the time to record the
+outcome, so Claude Code never kills the hook in the middle of an answer."""
+MAX_WAIT_BOUND = 24 * 3600.0
+"""The longest wait a request may announce (a request expires when its hook's wait ends)."""
+POLL = 0.2
+"""Seconds between two looks at the transcript while the hook waits (a stat, then only new bytes)."""
+
+Behavior = Literal["allow", "deny"]
+Outcome = Literal["allowed", "denied", "expired"]
+State = Literal["pending", "allowed", "denied", "expired"]
+Via = Literal["cli", "console", "channel", "pane", "hook"]
+OPERATOR_VIAS: tuple[str, ...] = ("cli", "console", "channel")
+"""How an operator's answer may arrive (``pane`` and ``hook`` are the session's own)."""
+
+
+@record(extra="forbid")
+class PermissionAsk:
+    """What the hook records: the participant's prompt (``POST /v1/waves/{wave}/permissions``)."""
+
+    participant: str = field(max_length=200)
+    session_id: str = field(max_length=128)
+    tool: str = field(min_length=1, max_length=TOOL_MAX)
+    preview: str = field(default="", max_length=PREVIEW_MAX * 4)
+    prompt_id: str = field(default="", max_length=128)
+    wait: float = field(default=HOOK_WAIT, doc="Seconds the hook will wait: the request expires then.")
+
+
+@record(extra="forbid")
+class PermissionAnswer:
+    """The operator's answer (``POST /v1/waves/{wave}/permissions/answer``). ``request_id`` '': the
+    participant's pending request (its newest)."""
+
+    participant: str = field(max_length=200)
+    behavior: Behavior
+    request_id: str = field(default="", max_length=200)
+    via: Via = "cli"
+    message: str = field(default="", max_length=1000)
+
+
+@record(extra="forbid")
+class PermissionSettled:
+    """How a request ended without the operator (``POST /v1/waves/{wave}/permissions/{id}/settled``):
+    answered in the pane (``via = "pane"``), or let go by the hook (``outcome = "expired"``)."""
+
+    outcome: Outcome
+    via: Literal["pane", "hook"] = "hook"
+    message: str = field(default="", max_length=1000)
+
+
+@record
+class PermissionRequest:
+    """One permission prompt and what became of it.
+
+    ``state``: ``pending`` while the hook waits (and before ``expires_at``), else ``allowed`` /
+    ``denied`` (by ``answered_by`` via ``via``) or ``expired`` (the hook let go, or its wait ended:
+    the dialog alone decides)."""
+
+    id: str
+    wave_id: str
+    participant: str
+    session_id: str
+    tool: str
+    preview: str
+    asked_at: str
+    expires_at: str
+    state: State
+    prompt_id: str = ""
+    answered_by: str = ""
+    """The operator principal, or ``pane`` (the dialog answered where the session runs)."""
+    via: str = ""
+    answered_at: str | None = None
+    message: str = ""
+
+
+@record
+class PermissionList:
+    requests: list[PermissionRequest]
+
+
+# ---------------------------------------------------------------- what is shown
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def bounded(text: str, limit: int = PREVIEW_MAX) -> str:
+    """``text`` on one line, control characters as ``?``, at most ``limit`` characters."""
+    flat = _CONTROL.sub("?", text.replace("\r\n", "\n").replace("\n", " ⏎ "))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def preview(tool: str, tool_input: object) -> str:
+    """What is kept of a tool call's input (see the module docstring)."""
+    if isinstance(tool_input, dict):
+        for key in ("command", "file_path", "path", "url", "pattern"):
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                return bounded(value)
+    try:
+        text = json.dumps(tool_input, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(tool_input)
+    return bounded(text)
+
+
+def pending_note(req: PermissionRequest) -> str:
+    """``waiting for permission: Bash (ls -la)``: the note of a waiting participant's row."""
+    return (
+        f"waiting for permission: {req.tool} ({req.preview})"
+        if req.preview
+        else (f"waiting for permission: {req.tool}")
+    )
+
+
+class _Row(Protocol):
+    participant: str
+    note: str
+
+
+R = TypeVar("R", bound=_Row)
+
+
+def mark_waiting(rows: list[R], waiting: list[PermissionRequest]) -> list[R]:
+    """``fleet status``'s rows with each waiting participant's note (:func:`pending_note`) in front,
+    and its rows listed first (otherwise in their order): the one place status learns of prompts."""
+    newest: dict[str, PermissionRequest] = {}
+    for req in waiting:  # newest first: keep the first of each participant
+        newest.setdefault(req.participant, req)
+    for row in rows:
+        found = newest.get(row.participant)
+        if found is not None:
+            row.note = "; ".join(x for x in (pending_note(found), row.note) if x)
+    return sorted(rows, key=lambda r: r.participant not in newest)
+
+
+# ---------------------------------------------------------------- the settings entry
+
+
+def hook_command(
+    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None,
+    notify: bool = False,
+) -> str:  # fmt: skip
+    """The hook's shell command: every word quoted, the token named by its file only (no secret on
+    a command line). ``exec``: the hook is the session's direct child (it notices the session end)."""
+    words = [python or sys.executable, "-m", "fleet.permissions",
+             "--participant", participant, "--wave", wave, "--daemon", daemon,
+             "--token-file", str(token_file)]  # fmt: skip
+    if notify:
+        words.append("--notify")
+    return "exec " + shlex.join(words)
+
+
+def hook_entry(
+    participant: str, wave: str, daemon: str, token_file: Path, *, python: str | None = None,
+    notify: bool = False,
+) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """The ``hooks`` entries (event name -> matchers) that install the permission hook: every tool
+    (no matcher), a synchronous command hook with :data:`HOOK_TIMEOUT`."""
+    handler = {
+        "type": "command",
+        "command": hook_command(participant, wave, daemon, token_file, python=python, notify=notify),
+        "timeout": HOOK_TIMEOUT,
+    }
+    return {"PermissionRequest": [{"hooks": [handler]}]}
+
+
+def with_permission_hook(
+    settings: str | None, participant: str, wave: str, daemon: str, token_file: Path, *, notify: bool = False
+) -> str:
+    """``settings`` (a ``--settings`` JSON, or None) with the permission hook added beside its hooks."""
+    data: dict[str, Any] = json.loads(settings) if settings else {}
+    hooks: dict[str, list[Any]] = data.setdefault("hooks", {})
+    for event, matchers in hook_entry(participant, wave, daemon, token_file, notify=notify).items():
+        hooks.setdefault(event, []).extend(matchers)
+    return json.dumps(data, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- the hook
+
+
+REJECTED = ("doesn't want to proceed", "tool use was rejected", "was denied")
+"""What Claude Code's tool_result says when the dialog's answer was no (2.1.332)."""
+TAIL = 1 << 20
+"""Bytes of the transcript read back at the hook's start, for the tool call it asks about."""
+
+
+class TranscriptWatch:
+    """Tells when the tool call a prompt is about got its result in the session's transcript: the
+    dialog was answered in the pane (allowed: the tool ran; denied: Claude Code's rejection)."""
+
+    def __init__(self, path: str, tool: str, tool_input: object) -> None:
+        self.path = Path(path) if path else None
+        self.tool, self.input = tool, tool_input
+        self._calls: set[str] = set()
+        """Ids of tool calls that match the prompt's tool and input."""
+        self._answered: set[str] = set()
+        """Ids of calls that had their result before the prompt: not this prompt's."""
+        self.offset = 0
+        self._partial = b""
+        if self.path is None:
+            return
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return
+        self.offset = max(0, size - TAIL)
+        for line in self._read():
+            self._calls_in(line)
+            self._answered |= {i for i, _o in self._results_in(line)}
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self.path is None:
+            return []
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        out = []
+        for raw in lines:
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
+    @staticmethod
+    def _blocks(line: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+        message = line.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return []
+        return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+    def _calls_in(self, line: dict[str, Any]) -> None:
+        for b in self._blocks(line, "tool_use"):
+            if b.get("name") == self.tool and b.get("input") == self.input and isinstance(b.get("id"), str):
+                self._calls.add(b["id"])
+
+    def _results_in(self, line: dict[str, Any]) -> list[tuple[str, Outcome]]:
+        out: list[tuple[str, Outcome]] = []
+        for b in self._blocks(line, "tool_result"):
+            text = json.dumps(b.get("content"), ensure_ascii=False)
+            rejected = bool(b.get("is_error")) and any(r in text for r in REJECTED)
+            out.append((str(b.get("tool_use_id")), "denied" if rejected else "allowed"))
+        return out
+
+    def outcome(self) -> Outcome | None:
+        """``allowed`` or ``denied`` once the pane answered this prompt; None while it has not."""
+        for line in self._read():
+            self._calls_in(line)
+            for call, outcome in self._results_in(line):
+                if call in self._calls and call not in self._answered:
+                    return outcome
+        return None
+
+
+WAITING_OPTION = "@fleet_waiting"
+"""The tmux window option set while an agent in the window waits at a prompt (its tool's name):
+``#{?@fleet_waiting,!,}`` in ``window-status-format`` shows it (docs/permissions.md)."""
+PANE_OPTION = "@fleet_waiting_pane"
+"""The same, on the waiting pane (a pane option of its own name: a pane's format would otherwise
+see the window's value), so the window's flag stays while another of its panes still waits."""
+_SAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def flag_window(waiting: str | None, *, env: dict[str, str] | None = None, notify: str = "") -> None:
+    """Flag (``waiting``: the tool's name) or clear (None) the tmux window of the pane this process
+    runs in, and ring the pane's bell when flagging (tmux's ``monitor-bell`` marks the window). With
+    ``notify`` (a line to show) and ``notify-send`` installed, a desktop notification too.
+
+    The tmux command line itself, not libtmux: a hook is a process per prompt, and importing libtmux
+    costs it about 80 ms of CPU. Nothing given is format-expanded: the value is the tool's name with
+    anything but ``[A-Za-z0-9_.:-]`` removed. Outside tmux (no ``TMUX_PANE``) only the notification
+    is sent. Failures are logged, never raised: the prompt is what matters."""
+    import shutil
+    import subprocess
+
+    env = dict(os.environ if env is None else env)
+    pane, socket = env.get("TMUX_PANE", ""), env.get("TMUX", "").split(",", 1)[0]
+    tmux = shutil.which("tmux")
+
+    def run(*args: str) -> str:
+        assert tmux is not None
+        done = subprocess.run([tmux, "-S", socket, *args], capture_output=True, text=True, timeout=5, env=env)
+        return done.stdout.strip()
+
+    try:
+        if pane and socket and tmux:
+            if waiting is None:
+                run("set-option", "-p", "-u", "-t", pane, PANE_OPTION)
+                others = run("list-panes", "-t", pane, "-F", "#{" + PANE_OPTION + "}").split()
+                if not others:  # another pane of the window may still wait
+                    run("set-option", "-w", "-u", "-t", pane, WAITING_OPTION)
+            else:
+                value = _SAFE.sub("", waiting)[:64] or "?"
+                run("set-option", "-p", "-t", pane, PANE_OPTION, value)
+                run("set-option", "-w", "-t", pane, WAITING_OPTION, value)
+                tty = run("display-message", "-p", "-t", pane, "#{pane_tty}")
+                if tty.startswith("/dev/"):
+                    with open(tty, "w") as f:  # the pane's own terminal: tmux sees its bell
+                        f.write("\a")
+        sender = shutil.which("notify-send") if notify and waiting is not None else None
+        if sender:
+            title = "fleet: permission wanted"
+            subprocess.run([sender, "--app-name=fleet", title, notify], timeout=5, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("flagging the prompt failed: %s", exc)
+
+
+def decision(req: PermissionRequest) -> str:
+    """Claude Code's PermissionRequest output for the operator's answer (claude-code.md §8)."""
+    if req.state == "allowed":
+        chosen: dict[str, Any] = {"behavior": "allow"}
+    else:
+        why = f"Denied by {req.answered_by} via fleet ({req.via})" + (
+            f": {req.message}" if req.message else ""
+        )
+        chosen = {"behavior": "deny", "message": why}
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": chosen}})
+
+
+def run_hook(
+    client: Client, wave: str, participant: str, given: dict[str, Any], *, wait: float = HOOK_WAIT,
+    notify: bool = False,
+) -> str:  # fmt: skip
+    """The hook's work (see the module docstring): what to print (the decision JSON, or '' to leave
+    the decision to the dialog). Never raises a :mod:`fleet.errors` error: a hook that cannot reach
+    the daemon leaves the dialog to decide, as if fleet were not there."""
+    from fleet import errors
+
+    tool = str(given.get("tool_name") or "")
+    tool_input = given.get("tool_input")
+    session = str(given.get("session_id") or "")
+    ask = PermissionAsk(
+        participant=participant, session_id=session, tool=bounded(tool, TOOL_MAX) or "?",
+        preview=preview(tool, tool_input), prompt_id=str(given.get("prompt_id") or "")[:128], wait=wait,
+    )  # fmt: skip
+    try:
+        req = client.ask_permission(wave, ask)
+    except errors.FleetError as exc:
+        log.warning("the permission request could not be recorded: %s", exc.message)
+        return ""
+    flag_window(req.tool, notify=f"{participant} in {wave}: {pending_note(req)}" if notify else "")
+    try:
+        return _await(client, wave, req, given, wait)
+    finally:
+        flag_window(None)
+
+
+def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, Any], wait: float) -> str:
+    """Wait for the answer to ``req`` (the operator's, the pane's, or none): what to print."""
+    from fleet import errors
+
+    tool, tool_input = str(given.get("tool_name") or ""), given.get("tool_input")
+    watch = TranscriptWatch(str(given.get("transcript_path") or ""), tool, tool_input)
+    deadline = time.monotonic() + wait
+    parent = os.getppid()
+    answered: list[PermissionRequest] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                got = client.permission(wave, req.id, wait=min(50.0, left))
+            except errors.FleetError as exc:
+                if not exc.transient:
+                    log.warning("waiting for the answer failed: %s", exc.message)
+                    done.set()
+                    return
+                time.sleep(1.0)
+                continue
+            if got.state in ("allowed", "denied"):
+                answered.append(got)
+            if got.state != "pending":  # answered, or past its bound: the main loop records the expiry
+                done.set()
+                return
+
+    threading.Thread(target=poll, name="fleet-permission-wait", daemon=True).start()
+    why, outcome = "its hook's wait ended unanswered", None
+    while not done.wait(POLL):
+        outcome = watch.outcome()
+        if outcome is not None:
+            break
+        if parent > 1 and os.getppid() != parent:
+            why = "the session ended"
+            break
+        if time.monotonic() >= deadline:
+            break
+    if answered:
+        return decision(answered[0])
+    done.set()
+    settled = (
+        PermissionSettled(outcome=outcome, via="pane", message="answered in the pane")
+        if outcome is not None
+        else PermissionSettled(outcome="expired", via="hook", message=why)
+    )
+    try:
+        client.settle_permission(wave, req.id, settled)
+    except errors.Conflict:
+        # the operator's answer came in the same moment: the store keeps it, the dialog had decided
+        log.info("request %s was answered by the operator as the pane answered", req.id)
+    except errors.FleetError as exc:
+        log.warning("recording how the request ended failed: %s", exc.message)
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fleet.permissions``: the PermissionRequest hook spawn installs (always exit 0)."""
+    import argparse
+
+    from fleet.client import Client
+
+    p = argparse.ArgumentParser(prog="fleet.permissions", description="fleet's PermissionRequest hook")
+    p.add_argument("--participant", required=True)
+    p.add_argument("--wave", required=True)
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--token-file", required=True, type=Path)
+    p.add_argument("--wait", type=float, default=HOOK_WAIT)
+    p.add_argument("--notify", action="store_true", help="Also a desktop notification (notify-send).")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="fleet permission hook: %(message)s")
+    try:
+        given = json.loads(sys.stdin.read() or "{}")
+        token = args.token_file.read_text(encoding="utf-8").strip()
+    except (OSError, ValueError) as exc:
+        log.warning("nothing to ask: %s", exc)
+        return 0
+    if not isinstance(given, dict) or given.get("hook_event_name") != "PermissionRequest" or not token:
+        return 0
+    with Client(args.daemon, token, timeout=10) as client:
+        out = run_hook(client, args.wave, args.participant, given, wait=args.wait, notify=args.notify)
+    if out:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

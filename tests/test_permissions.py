@@ -1,0 +1,587 @@
+"""Permission prompts answered from anywhere (docs/permissions.md): the store, the routes, the CLI.
+
+A real daemon on 127.0.0.1:0; participants hold their own minted tokens, as a spawned hook does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import libtmux
+import pytest
+from conftest import retry_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet import errors
+from fleet.client import Client
+from fleet.daemon import Daemon
+from fleet.permissions import (
+    PREVIEW_MAX,
+    PermissionAnswer,
+    PermissionAsk,
+    PermissionRequest,
+    PermissionSettled,
+    bounded,
+    pending_note,
+    preview,
+    with_permission_hook,
+)
+from fleet.store import connect, dump_tables, replay
+
+SID = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
+
+
+def agent(operator: Client, wave: str, name: str) -> Client:
+    return Client(operator.base_url, operator.mint_token(wave, name).token)
+
+
+def ask(c: Client, name: str = "alice", tool: str = "Bash", text: str = "ls -la", wait: float = 60) -> str:
+    return c.ask_permission(
+        "w", PermissionAsk(participant=name, session_id=SID, tool=tool, preview=text, wait=wait)
+    ).id
+
+
+def fleet(operator: Client, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "FLEET_DAEMON": operator.base_url, "FLEET_TOKEN": operator.token}
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_request_waits_until_the_operator_answers_and_the_answer_is_recorded_once(operator: Client) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    alice = agent(operator, "w", "alice")
+    rid = ask(alice)
+    (waiting,) = operator.permissions("w", pending=True)
+    assert (waiting.id, waiting.participant, waiting.tool, waiting.preview, waiting.state) == (
+        rid,
+        "alice",
+        "Bash",
+        "ls -la",
+        "pending",
+    )
+    assert pending_note(waiting) == "waiting for permission: Bash (ls -la)"
+    # the hook's long-poll wakes on the answer, not at its deadline
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append(alice.permission("w", rid, wait=30).state))
+    started = time.monotonic()
+    waiter.start()
+    retry_until(lambda: operator.health().parked >= 1, what="the hook's long-poll parked")
+    answered = operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    waiter.join(10)
+    assert got == ["allowed"] and time.monotonic() - started < 10
+    assert (answered.state, answered.answered_by, answered.via) == ("allowed", "operator", "cli")
+    # a second answer is refused, and changes nothing
+    with pytest.raises(errors.Conflict, match="already allowed by operator"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="deny")
+        )
+    with pytest.raises(errors.NotFound, match=r"waits on no permission request.*allowed by operator"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="deny"))
+    assert alice.permission("w", rid).state == "allowed"
+    # a participant reads only its own, and cannot answer, nor ask for another
+    bob = agent(operator, "w", "bob")
+    assert bob.permissions("w") == []
+    with pytest.raises(errors.NotFound):
+        bob.permission("w", rid)
+    with pytest.raises(errors.Forbidden):
+        bob.answer_permission("w", PermissionAnswer(participant="bob", behavior="allow"))
+    with pytest.raises(errors.Forbidden):
+        ask(bob, "alice")
+
+
+def test_bad_input_is_refused_and_changes_nothing(daemon: Daemon, operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    before = dump_tables(connect(daemon.paths.db))
+    with pytest.raises(errors.NotFound, match="waits on no permission request: `fleet permissions w`"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    with pytest.raises(errors.UsageError, match="not a UUID"):
+        alice.ask_permission("w", PermissionAsk(participant="alice", session_id="nope", tool="Bash"))
+    with pytest.raises(errors.UsageError, match="wait must be"):
+        alice.ask_permission("w", PermissionAsk(participant="alice", session_id=SID, tool="Bash", wait=0))
+    with pytest.raises(errors.NotFound, match="not a participant"):
+        ask(operator, "zed")
+    with pytest.raises(errors.UsageError, match="via"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow", via="pane"))
+    assert dump_tables(connect(daemon.paths.db)) == before
+    # an expired request (its hook's wait is over) cannot be answered: the pane decides
+    rid = ask(alice, wait=0.3)
+    time.sleep(0.4)  # the request's own clock: no state to poll for
+    assert alice.permission("w", rid).state == "expired"
+    assert operator.permissions("w", pending=True) == []
+    with pytest.raises(errors.Conflict, match=r"expired.*answer it there"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="allow")
+        )
+    with pytest.raises(errors.NotFound, match=r"waits on no permission request.*is expired"):
+        operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="allow"))
+    # the hook may still record that it let go of it
+    assert alice.settle_permission("w", rid, PermissionSettled(outcome="expired")).via == "hook"
+
+
+def test_the_pane_answering_first_is_recorded_and_the_operator_is_then_refused(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    rid = ask(alice)
+    done = alice.settle_permission("w", rid, PermissionSettled(outcome="denied", via="pane"))
+    assert (done.state, done.answered_by, done.via) == ("denied", "pane", "pane")
+    with pytest.raises(errors.Conflict, match="already denied by pane"):
+        operator.answer_permission(
+            "w", PermissionAnswer(participant="alice", request_id=rid, behavior="allow")
+        )
+    with pytest.raises(errors.UsageError):
+        alice.settle_permission("w", ask(alice), PermissionSettled(outcome="allowed", via="hook"))
+
+
+def test_a_repeated_request_key_answers_the_first_answer(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    body = PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make")
+    first = alice._call(
+        "POST", "/v1/waves/w/permissions", type(alice.ask_permission("w", body)), body, key="k1"
+    )
+    again = alice._call("POST", "/v1/waves/w/permissions", type(first), body, key="k1")
+    assert again.id == first.id
+    assert len(operator.permissions("w")) == 2  # the call above without a key made one more
+    ans = PermissionAnswer(participant="alice", request_id=first.id, behavior="deny")
+    one = operator._call("POST", "/v1/waves/w/permissions/answer", type(first), ans, key="k2")
+    two = operator._call("POST", "/v1/waves/w/permissions/answer", type(first), ans, key="k2")
+    assert one == two and one.state == "denied"
+
+
+def test_the_events_replay_and_import_with_their_wave(
+    daemon: Daemon, operator: Client, tmp_path: Path
+) -> None:
+    from test_artifact import fleet as fleet_at
+    from test_artifact import ok, paths_in, refused, tables_of
+
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    operator.answer_permission(
+        "w", PermissionAnswer(participant="alice", request_id=ask(alice), behavior="allow")
+    )
+    ask(alice, text="rm -rf build")
+    replay(daemon.paths.db, tmp_path / "rebuilt")
+    assert dump_tables(connect(tmp_path / "rebuilt")) == dump_tables(connect(daemon.paths.db))
+    home = daemon.paths.data.parent
+    export = tmp_path / "w.jsonl"
+    with export.open("w") as f:
+        ok(fleet_at("export", "w", home=home, stdout=f))
+    lines = export.read_text().splitlines()
+    assert sum('"permission.' in x for x in lines) == 3
+    fresh = tmp_path / "fresh"
+    ok(fleet_at("import", str(export), home=fresh))
+    assert tables_of(paths_in(fresh).db)["permissions"] == tables_of(daemon.paths.db)["permissions"]
+    # a request naming someone the wave never had is refused, and nothing is imported
+    import hashlib
+
+    head, *rows, _end = lines
+    bad = [
+        r.replace('"participant":"alice"', '"participant":"zed"') if '"permission.asked"' in r else r
+        for r in rows
+    ]
+    body = "\n".join([head, *bad]) + "\n"
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(body + json.dumps({"end": "fleet-events", "events": len(bad), "sha256": digest}) + "\n")
+    refused(fleet_at("import", str(forged), home=tmp_path / "other"), 2, "roster never had it")
+
+
+def test_the_cli_approves_denies_and_lists(operator: Client) -> None:
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    r = fleet(operator, "approve", "w/main", "alice")
+    assert r.returncode == 4 and "waits on no permission request" in r.stderr and "Traceback" not in r.stderr
+    ask(alice)
+    listed = fleet(operator, "permissions", "w")
+    assert listed.returncode == 0 and "waiting for permission: Bash (ls -la)" in listed.stdout
+    assert fleet(operator, "approve", "w/main", "alice").returncode == 0
+    again = fleet(operator, "deny", "w", "alice")
+    assert again.returncode == 4 and "allowed by operator" in again.stderr
+    ask(alice, text="curl example.com")
+    denied = fleet(operator, "deny", "w", "alice", "--message", "no network", "--json")
+    got = json.loads(denied.stdout)
+    assert (got["state"], got["via"], got["message"]) == ("denied", "cli", "no network")
+    rows = json.loads(fleet(operator, "permissions", "w", "--json").stdout)["requests"]
+    assert [x["state"] for x in rows] == ["denied", "allowed"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600), st.sampled_from(["Bash", "Write", "mcp__x__y"]))
+def test_a_preview_is_one_bounded_line_whatever_the_input(text: str, tool: str) -> None:
+    for shown in (preview(tool, {"command": text}), preview(tool, {"x": text, "n": [1, 2]}), bounded(text)):
+        assert len(shown) <= PREVIEW_MAX
+        assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in shown)
+
+
+def test_the_hook_joins_the_settings_beside_other_hooks(tmp_path: Path) -> None:
+    other = json.dumps(
+        {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {"A": "1"}}
+    )
+    merged = json.loads(with_permission_hook(other, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    assert set(merged["hooks"]) == {"Stop", "PermissionRequest"} and merged["env"] == {"A": "1"}
+    (entry,) = merged["hooks"]["PermissionRequest"]
+    (handler,) = entry["hooks"]
+    assert "fleet.permissions" in handler["command"] and "--token-file" in handler["command"]
+    assert "matcher" not in entry  # every tool
+    alone = json.loads(with_permission_hook(None, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    assert set(alone["hooks"]) == {"PermissionRequest"}
+
+
+def test_status_lists_a_waiting_agent_first_with_what_it_waits_for(operator: Client, tmp_path: Path) -> None:
+    import libtmux
+
+    from fleet import supervise
+    from fleet.paths import get_paths
+    from fleet.tmux import Tmux
+
+    operator.create_wave("w", ["alice", "bob", "zoe"])
+    zoe = agent(operator, "w", "zoe")
+    srv = libtmux.Server(socket_name=f"perm-{tmp_path.name}"[:40])
+    st = supervise.status(operator, Tmux(srv), get_paths(), "w")
+    assert [r.participant for r in st.rows] == ["alice", "bob", "zoe"] and st.permissions == []
+    rid = ask(zoe, "zoe", text="git push")
+    st = supervise.status(operator, Tmux(srv), get_paths(), "w")
+    assert [r.participant for r in st.rows] == ["zoe", "alice", "bob"]
+    assert st.rows[0].note.startswith("waiting for permission: Bash (git push)")
+    assert [p.request_id for p in st.permissions] == [rid]
+    assert json.loads(st.model_dump_json())["permissions"][0]["tool"] == "Bash"
+
+
+def test_a_waiting_agent_flags_its_window_rings_and_notifies(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from fleet.permissions import WAITING_OPTION, flag_window
+
+    tmux_server.cmd("new-session", "-d", "-s", "s", "sleep 600")
+    tmux_server.cmd("new-window", "-d", "-t", "s:9", "sleep 600")
+    out = tmux_server.cmd(
+        "list-panes", "-s", "-t", "s", "-F", "#{pane_id} #{window_id} #{socket_path}"
+    ).stdout
+    (first, _w1, sock), (second, window, _s) = (line.split() for line in out)
+    tmux_server.cmd("set-option", "-w", "-t", second, "monitor-bell", "on")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    said = tmp_path / "notified"
+    (bin_dir / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {said}\n')
+    (bin_dir / "notify-send").chmod(0o755)
+    env = {
+        **os.environ,
+        "TMUX": f"{sock},1,0",
+        "TMUX_PANE": second,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+    }
+    monkeypatch.setenv("PATH", env["PATH"])
+
+    def option() -> list[str]:
+        return tmux_server.cmd("show-options", "-w", "-v", "-t", window, WAITING_OPTION).stdout
+
+    flag_window("Bash;#(touch /tmp/x)", env=env, notify="alice in w: waiting for permission: Bash (ls)")
+    assert option() == ["Bashtouchtmpx"]  # only the safe characters: nothing for tmux to expand or run
+
+    def bell() -> list[str]:
+        return list(tmux_server.cmd("display-message", "-p", "-t", window, "#{window_bell_flag}").stdout)
+
+    retry_until(lambda: bell() == ["1"], what="the window's bell flag")
+    assert said.read_text().splitlines()[-1] == "alice in w: waiting for permission: Bash (ls)"
+    # the status-line snippet of docs/permissions.md shows it
+    snippet = "#I#{?@fleet_waiting, [waits: #{@fleet_waiting}],}"
+    shown = tmux_server.cmd("display-message", "-p", "-t", window, snippet).stdout
+    assert shown == ["9 [waits: Bashtouchtmpx]"]
+    flag_window(None, env=env)
+    assert option() == []
+    assert tmux_server.cmd("show-options", "-w", "-v", "-t", first, WAITING_OPTION).stdout == []
+
+
+def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
+    operator: Client, tmp_path: Path
+) -> None:
+    from mcphelp import RawMcp, channel_argv, minted_token_file
+
+    operator.create_wave("w", ["alice"])
+    alice = agent(operator, "w", "alice")
+    op_token = tmp_path / "operator.token"
+    op_token.write_text(operator.token + "\n")
+    quiet = ("--no-deliver", "--receipts", "none")
+    argv = channel_argv("operator", "w", operator.base_url, op_token, *quiet)
+    alice_token = minted_token_file(operator, "w", "alice", tmp_path)
+    agent_argv = channel_argv("alice", "w", operator.base_url, alice_token, *quiet)
+    with RawMcp(agent_argv) as mine:
+        mine.handshake()
+        names = {t["name"] for t in mine.request("tools/list")["result"]["tools"]}
+        assert "wavelet_post" in names and "wavelet_permission" not in names
+    with RawMcp(argv) as op:
+        op.handshake()
+        assert "wavelet_permission" in {t["name"] for t in op.request("tools/list")["result"]["tools"]}
+        none = op.call("wavelet_permission", {})
+        assert "no agent waits" in none["content"][0]["text"]
+        ask(alice, text="make deploy")
+        listed = op.call("wavelet_permission", {})
+        assert "alice: waiting for permission: Bash (make deploy)" in listed["content"][0]["text"]
+        done = op.call(
+            "wavelet_permission", {"participant": "alice", "behavior": "deny", "message": "not today"}
+        )
+        assert not done.get("isError") and done["structuredContent"]["requests"][0]["state"] == "denied"
+        again = op.call("wavelet_permission", {"participant": "alice", "behavior": "allow"})
+        assert again.get("isError") and "waits on no permission request" in again["content"][0]["text"]
+    (req,) = operator.permissions("w")
+    assert (req.state, req.via, req.message) == ("denied", "channel", "not today")
+
+
+def test_the_console_badges_a_waiting_agent_and_its_allow_button_answers(fleet_env: Any) -> None:
+    from cdp import Browser
+    from test_console import open_console
+
+    consoled = Daemon(fleet_env, listen="127.0.0.1:0", ui="127.0.0.1:0")
+    consoled.start()
+    browser = Browser()
+    page = browser.new_page()
+    try:
+        op = Client(consoled.url, consoled.operator_token)
+        op.create_wave("demo", ["alice", "bob"])
+        open_console(page, consoled)
+        alice = Client(op.base_url, op.mint_token("demo", "alice").token)
+        # the browser's notifications, stood in for (headless: nobody answers the prompt to allow them)
+        page.eval(
+            "window.shown = []; window.Notification = function (t, o) { shown.push([t, o.body]); };"
+            " Notification.permission = 'granted'"
+        )
+        rid = alice.ask_permission(
+            "demo", PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make deploy")
+        ).id
+        badge = "(document.querySelector('#presence li[data-name=alice] .badge') || {}).textContent || ''"
+        retry_until(
+            lambda: page.eval(badge) == "waiting for permission: Bash (make deploy)", what="the badge"
+        )
+        first = "document.querySelector('#presence li[data-name]').dataset.name"
+        assert page.eval(first) == "alice"  # listed first
+        assert page.eval("document.title").startswith("(1 waiting) ")
+        assert page.eval("shown") == [["fleet: alice waits for permission", "Bash (make deploy)"]]
+        page.click("#presence li[data-name=alice] button.answer.allow")
+        retry_until(lambda: op.permission("demo", rid).state == "allowed", what="the console's answer")
+        got = op.permission("demo", rid)
+        assert (got.answered_by, got.via) == ("operator", "console")
+        retry_until(lambda: page.eval(badge) == "", what="the badge gone")
+        assert page.exceptions() == []
+    finally:
+        page.close()
+        browser.close()
+        consoled.stop()
+
+
+# ---------------------------------------------------------------- the hook process
+
+
+def hook_proc(operator: Client, tmp_path: Path, transcript: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``python -m fleet.permissions`` as Claude Code runs it: the prompt's JSON on stdin."""
+    token = tmp_path / "alice.token"
+    token.write_text(operator.mint_token("w", "alice").token + "\n")
+    argv = [sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+            "--daemon", operator.base_url, "--token-file", str(token), *extra]  # fmt: skip
+    given = {"session_id": SID, "transcript_path": str(transcript), "hook_event_name": "PermissionRequest",
+             "prompt_id": "p-1", "tool_name": "Bash", "tool_input": {"command": "make deploy"}}  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(given).encode())
+    proc.stdin.close()
+    return proc
+
+
+def finish(proc: subprocess.Popen[bytes]) -> bytes:
+    """The hook's stdout once it exited (its stdin is closed already)."""
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait(30)
+    return out
+
+
+def line(kind: str, block: Mapping[str, object]) -> str:
+    role = "assistant" if kind == "assistant" else "user"
+    return json.dumps({"type": kind, "message": {"role": role, "content": [block]}}) + "\n"
+
+
+def test_the_hook_prints_the_operators_answer(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["alice"])
+    proc = hook_proc(operator, tmp_path, tmp_path / "none.jsonl")
+    (req,) = retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    assert (req.tool, req.preview, req.prompt_id) == ("Bash", "make deploy", "p-1")
+    operator.answer_permission("w", PermissionAnswer(participant="alice", behavior="deny", message="frozen"))
+    out = finish(proc)
+    assert proc.returncode == 0
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["hookEventName"] == "PermissionRequest"
+    assert decision["decision"] == {
+        "behavior": "deny",
+        "message": "Denied by operator via fleet (cli): frozen",
+    }
+
+
+@pytest.mark.parametrize(("result", "outcome"), [("ok", "allowed"), ("rejected", "denied")])
+def test_the_hook_lets_go_when_the_pane_answered_and_records_it(
+    operator: Client, tmp_path: Path, result: str, outcome: str
+) -> None:
+    operator.create_wave("w", ["alice"])
+    transcript = tmp_path / "t.jsonl"
+    # an earlier, answered call of the same command is not this prompt's
+    old = {"type": "tool_use", "id": "old", "name": "Bash", "input": {"command": "make deploy"}}
+    transcript.write_text(
+        line("assistant", old) + line("user", {"type": "tool_result", "tool_use_id": "old"})
+    )
+    proc = hook_proc(operator, tmp_path, transcript)
+    retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    time.sleep(0.5)  # several looks at the transcript that find nothing new: it must keep waiting
+    assert proc.poll() is None
+    with transcript.open("a") as f:
+        f.write(line("assistant", {**old, "id": "new"}))
+        text = "The user doesn't want to proceed with this tool use." if result == "rejected" else "deployed"
+        f.write(line("user", {"type": "tool_result", "tool_use_id": "new", "content": text,
+                              "is_error": result == "rejected"}))  # fmt: skip
+    out = finish(proc)
+    assert proc.returncode == 0 and out == b""  # the dialog decided: nothing to pass on
+    (req,) = operator.permissions("w")
+    assert (req.state, req.answered_by, req.via) == (outcome, "pane", "pane")
+
+
+def test_the_hook_lets_go_at_its_bound_and_when_the_daemon_is_gone(operator: Client, tmp_path: Path) -> None:
+    operator.create_wave("w", ["alice"])
+    proc = hook_proc(operator, tmp_path, tmp_path / "none.jsonl", "--wait", "1")
+    out = finish(proc)
+    assert proc.returncode == 0 and out == b""
+    (req,) = operator.permissions("w")
+    assert (req.state, req.via, req.message) == ("expired", "hook", "its hook's wait ended unanswered")
+    # no daemon at the address: nothing printed, exit 0, the dialog decides
+    token = tmp_path / "t"
+    token.write_text("x\n")
+    argv = [sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+            "--daemon", "http://127.0.0.1:9", "--token-file", str(token)]  # fmt: skip
+    stdin = json.dumps({"hook_event_name": "PermissionRequest", "session_id": SID, "tool_name": "Bash"})
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "" and "could not be recorded" in done.stderr
+
+
+def test_the_hook_lets_go_when_its_session_ends(operator: Client, tmp_path: Path) -> None:
+    import os
+    import shlex
+    import signal
+
+    operator.create_wave("w", ["alice"])
+    token = tmp_path / "alice.token"
+    token.write_text(operator.mint_token("w", "alice").token + "\n")
+    stdin = tmp_path / "prompt.json"
+    stdin.write_text(
+        json.dumps({"hook_event_name": "PermissionRequest", "session_id": SID, "tool_name": "Bash"})
+    )
+    hook = shlex.join([sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
+                       "--daemon", operator.base_url, "--token-file", str(token)])  # fmt: skip
+    # the shell stands for the session: the hook is its child (``; :`` keeps it from exec'ing the hook)
+    session = subprocess.Popen(["/bin/sh", "-c", f"{hook} < {shlex.quote(str(stdin))}; :"])
+    retry_until(lambda: operator.permissions("w", pending=True), what="the hook's request")
+    os.kill(session.pid, signal.SIGKILL)
+    session.wait()
+    retry_until(lambda: operator.permissions("w")[0].state == "expired", what="the hook letting go")
+    assert operator.permissions("w")[0].message == "the session ended"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["call", "other-call", "result", "rejected", "junk"]),
+            st.integers(0, 3),
+            st.integers(1, 40),
+        ),
+        max_size=25,
+    ),
+    st.integers(0, 4),
+)
+def test_the_transcript_watch_names_the_first_answer_of_this_prompts_own_call(
+    steps: list[tuple[str, int, int]], before: int
+) -> None:
+    """Whatever the transcript holds and however its bytes arrive (cut mid-line), the watch reports
+    the outcome of the first result of a call of this tool and input made after the hook started,
+    and nothing for results of earlier calls, other calls, or lines that are not JSON."""
+    import tempfile
+
+    from fleet.permissions import TranscriptWatch
+
+    mine = {"command": "make deploy"}
+
+    def use(ident: str, given: object) -> str:
+        return line("assistant", {"type": "tool_use", "id": ident, "name": "Bash", "input": given})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        text = [use(f"c{n}", mine) for n in range(before)]
+        text += [line("user", {"type": "tool_result", "tool_use_id": f"c{n}"}) for n in range(before)]
+        path.write_text("".join(text))
+        watch = TranscriptWatch(str(path), "Bash", mine)
+        calls: set[str] = set()
+        expected: str | None = None
+        seen: str | None = None
+        for i, (kind, n, cut) in enumerate(steps):
+            ident = f"new{n}"
+            if kind == "call":
+                calls.add(ident)
+                chunk = use(ident, mine)
+            elif kind == "other-call":
+                chunk = use(f"x{i}", {"c": i})
+            elif kind in ("result", "rejected"):
+                body = "The user doesn't want to proceed with this tool use." if kind == "rejected" else "ok"
+                result = {
+                    "type": "tool_result",
+                    "tool_use_id": ident,
+                    "content": body,
+                    "is_error": kind == "rejected",
+                }
+                chunk = line("user", result)
+                if expected is None and ident in calls:
+                    expected = "denied" if kind == "rejected" else "allowed"
+            else:
+                chunk = "{not json\n"
+            with path.open("a") as f:  # half a line, a look, then the rest: the watch never sees half
+                f.write(chunk[:cut])
+            seen = seen or watch.outcome()
+            with path.open("a") as f:
+                f.write(chunk[cut:])
+            seen = seen or watch.outcome()
+            assert seen == expected
+
+
+def test_a_permission_write_whose_answer_was_lost_is_rebuilt_and_applied_once(fleet_env: Any) -> None:
+    from test_request_keys import _lose_answers
+
+    d = Daemon(fleet_env, listen="127.0.0.1:0")
+    d.start()
+    op = Client(d.url, d.operator_token)
+    op.create_wave("w", ["alice"])
+    body = PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make")
+    asked = op._call("POST", "/v1/waves/w/permissions", PermissionRequest, body, key="ask-1")
+    answer = PermissionAnswer(participant="alice", request_id=asked.id, behavior="allow")
+    answered = op._call("POST", "/v1/waves/w/permissions/answer", PermissionRequest, answer, key="answer-1")
+    op.close()
+    d.stop()
+    assert _lose_answers(fleet_env.db) == 3  # the wave's, the ask's and the answer's
+    d = Daemon(fleet_env, listen="127.0.0.1:0")
+    d.start()
+    try:
+        op = Client(d.url, d.operator_token)
+        again = op._call("POST", "/v1/waves/w/permissions", PermissionRequest, body, key="ask-1")
+        assert again.id == asked.id and again.state == "allowed"  # the request as it is now
+        twice = op._call("POST", "/v1/waves/w/permissions/answer", PermissionRequest, answer, key="answer-1")
+        assert twice == answered
+        assert len(op.permissions("w")) == 1
+    finally:
+        d.stop()
