@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import pytest
 from conftest import retry_until
@@ -34,7 +35,7 @@ class DaemonProc:
     url: str = ""
     token: str = ""
 
-    def wait_ready(self) -> DaemonProc:
+    def wait_ready(self) -> Self:
         def endpoint() -> dict[str, object] | None:
             assert self.proc.poll() is None, f"the daemon exited: {self.log.read_text()}"
             try:

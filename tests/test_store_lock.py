@@ -37,6 +37,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from test_cli import base_env
+from test_durability import DaemonProc
+from test_storage_faults import cli
 
 from fleet import errors
 from fleet.client import Client
@@ -64,48 +66,11 @@ def xdg_env(paths: Paths) -> dict[str, str]:
     return env
 
 
-def cli(
-    *args: str, env: dict[str, str], stdin: str = "", timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fleet", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @dataclass
-class Proc:
-    """One ``fleet daemon run --listen 127.0.0.1:0`` on ``paths`` (its log in ``log``)."""
+class Proc(DaemonProc):
+    """A daemon process (tests/test_durability.py) started with ``env``: its own data and state dirs."""
 
-    paths: Paths
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes]
-    url: str = ""
-    token: str = ""
-
-    def wait_ready(self) -> Proc:
-        def endpoint() -> dict[str, object] | None:
-            assert self.proc.poll() is None, f"the daemon exited: {self.log.read_text()}"
-            try:
-                ep: dict[str, object] = json.loads(self.paths.endpoint.read_text())
-            except (OSError, ValueError):
-                return None
-            return ep if ep.get("pid") == self.proc.pid else None
-
-        ep = retry_until(endpoint, timeout=20, what="the daemon's endpoint file")
-        assert ep is not None
-        self.url = str(ep["url"])
-        self.token = self.paths.operator_token.read_text().strip()
-        assert Http(self.url).get("/v1/health").ok(200)["pid"] == self.proc.pid
-        return self
-
-    def http(self) -> Http:
-        return Http(self.url, self.token, timeout=20)
+    env: dict[str, str] = field(default_factory=dict)
 
     def cli_env(self) -> dict[str, str]:
         return {**self.env, "FLEET_DAEMON": self.url, "FLEET_TOKEN": self.token}
@@ -125,7 +90,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        d = Proc(paths, env, log, proc)
+        d = Proc(paths, log, proc, env=env)
         procs.append(d)
         return d.wait_ready() if ready else d
 
