@@ -11,8 +11,8 @@ owns no process. What a caller may rely on:
   Code's dialogs is noted ``waiting at a dialog: <first line>`` (the one fact read from a screen,
   :func:`fleet.dialogs.pane_dialog`; its window's ``@fleet_waiting`` flag follows what status saw);
   the last blip from the store; the session id from the recorded session. **Cap use** lives only in
-  the channel's delivery state file, which the daemon never sees: it is read when that file is on this machine (the channel runs here,
-  against the same daemon URL), and is ``None`` otherwise.
+  the channel's delivery state file, which the daemon never sees: it is read when that file is on
+  this machine (the channel runs here, against the same daemon URL), and is ``None`` otherwise.
 - :func:`respawn` relaunches one participant with ``--resume`` of its recorded session (through
   :meth:`fleet.spawn.Spawner.respawn`), from any machine: everything it needs comes from the daemon.
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
