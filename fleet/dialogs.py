@@ -81,7 +81,7 @@ TRUST = Dialog(
     title="Quick safety check: Is this a project you created or one you trust?",
     signs=("Yes, I trust this folder",),
     accept="Yes, I trust this folder",
-    remedy="or spawn with --trust",
+    remedy="or run it again with --trust",
 )
 """Shown for a folder ``~/.claude.json`` does not mark trusted; its focus starts on "No, exit"."""
 KNOWN = (DEV_CHANNELS, TRUST)
@@ -143,9 +143,10 @@ def flag(tmux: Tmux, window_id: str, first_line: str | None) -> None:
 
     try:
         current = tmux.window_flag(window_id)
-        if current and not current.startswith(FLAG):
-            return
-        tmux.flag_window(window_id, None if first_line is None else FLAG + first_line)
+        wanted = None if first_line is None else FLAG + first_line
+        if (current and not current.startswith(FLAG)) or current == (wanted or ""):
+            return  # another waiter's flag, or already as wanted (one tmux call, not two)
+        tmux.flag_window(window_id, wanted)
     except errors.FleetError:  # the window closed meanwhile: nothing to flag
         return
 

@@ -298,10 +298,8 @@ class Tmux:
         reason and clears only a reason it set (:meth:`window_flag` tells which)."""
         if reason is None:
             self._cmd("set-option", "-w", "-q", "-u", "-t", window_id, WAITING)
-            return
-        if self.window_flag(window_id) == reason:
-            return
-        self._cmd("set-option", "-w", "-t", window_id, WAITING, _escape(reason))
+        else:
+            self._cmd("set-option", "-w", "-t", window_id, WAITING, _escape(reason))
 
     def window_flag(self, window_id: str) -> str:
         """The window's :data:`WAITING` option ('' when unset)."""

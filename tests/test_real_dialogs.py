@@ -1,11 +1,13 @@
 """Claude Code's startup dialogs in narrow panes and left open: the real Claude Code (tests/realclaude.py)
 in real tmux over the scripted model, with channels registered.
 
-- The wavelet's window resized to 40x20 (and 18x24, the side pane of a 80x24 ``fleet attach``), then
+- The wavelet's window resized to 40x20 (18x24: the side pane of a 80x24 ``fleet attach``; 12x24: the
+  narrowest checked), then
   ``fleet respawn --force``: the development-channels dialog is found though Claude Code wrapped it,
   accepted, and the respawned session's channel registers (its own debug log says so) and a blip
   posted then enters its transcript.
-- The folder-trust prompt with ``--trust``: its "Yes" is chosen (the focus starts on "No, exit").
+- The folder-trust prompt, then ``fleet respawn --trust``: its "Yes" is chosen (the focus starts on
+  "No, exit").
 - The folder-trust prompt without ``--trust``: spawn reports the pane "waiting at a dialog: ..." with
   what to do (rc 1), ``fleet status`` notes it and the window is flagged; answered in the pane, the
   dialog after it (development channels, which nobody accepts now) is what status says next; once
@@ -53,7 +55,7 @@ def status_of(real: RealFleet, participant: str) -> dict[str, Any]:
     return next(r for r in rows if r["participant"] == participant)
 
 
-@pytest.mark.parametrize("size", [(40, 20), (18, 24)], ids=["40x20", "18x24"])
+@pytest.mark.parametrize("size", [(40, 20), (18, 24), (12, 24)], ids=["40x20", "18x24", "12x24"])
 def test_a_respawn_into_a_narrow_window_accepts_the_wrapped_dialog_and_is_ready(
     real_fleet: RealFleetFactory, operator: Client, size: tuple[int, int]
 ) -> None:
@@ -88,16 +90,22 @@ def untrust(real: RealFleet) -> None:
 
 
 def test_trust_chooses_yes_at_the_folder_trust_prompt(real_fleet: RealFleetFactory, operator: Client) -> None:
-    """``--trust``: spawn moves the focus to "Yes, I trust this folder" before Enter (Enter alone is
-    "No, exit": the session would end), then accepts the development-channels dialog after it."""
+    """Spawned without ``--trust``, the pane waits at the prompt; ``fleet respawn --force --trust``
+    (what the report says to do) moves the focus to "Yes, I trust this folder" before Enter (Enter
+    alone is "No, exit": the session would end), then accepts the development-channels dialog."""
     real = real_fleet(channels=True)
     untrust(real)
     operator.create_wave("w", ["alice"])
-    report = real.spawn("w/main", real.layout(["alice"]), "--trust")
-    assert [p["route"] for p in report["panes"]] == ["channel registered"], report
+    done = real.fleet("spawn", "w/main", "--layout", real.layout(["alice"]), "--json")
+    assert done.returncode == 1 and "--trust" in json.loads(done.stdout)["panes"][0]["why"], done.stdout
+    done = real.fleet("respawn", "w/main", "alice", "--force", "--trust", "--wait", str(STARTUP), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ready"] and report["route"] == "channel registered", report
     trusted = json.loads((real.home / ".claude.json").read_text())["projects"][str(real.project)]
     assert trusted["hasTrustDialogAccepted"] is True
     assert REGISTERED in real.debug_log("alice")
+    assert flag(real, window_of(real, "alice")) == ""
 
 
 def test_a_dialog_left_open_is_reported_by_spawn_and_status_and_flagged_until_answered(
@@ -111,7 +119,7 @@ def test_a_dialog_left_open_is_reported_by_spawn_and_status_and_flagged_until_an
     (pane,) = json.loads(done.stdout)["panes"]
     assert not pane["ready"], pane
     assert pane["why"].startswith(f"waiting at a dialog: {TRUST_LINE}: attach and answer it ("), pane
-    assert "fleet attach w" in pane["why"] and pane["why"].endswith("or spawn with --trust"), pane
+    assert "fleet attach w" in pane["why"] and pane["why"].endswith("or run it again with --trust"), pane
     window = window_of(real, "alice")
     assert flag(real, window) == f"dialog: {TRUST_LINE}"
     row = status_of(real, "alice")
