@@ -3,15 +3,16 @@
 Claude Code's TUI wraps its own text to the pane (explicit line breaks, mid-word for a long word, so
 tmux's ``capture-pane -J`` does not join it) and draws rules and borders around it. Every screen match
 fleet makes goes through :func:`squeeze`, which drops whitespace, line breaks and box-drawing
-characters and folds case on both sides, so a dialog is found the same in an 18-column pane as in a
-220-column one. What a caller may rely on:
+characters and folds case on both sides, so a dialog is found the same in a 12-column pane as in a
+220-column one (both checked with Claude Code 2.1.332). What a caller may rely on:
 
 - :func:`shows` is the one test "does this screen show this text"; :func:`find` names the dialog a
   screen shows with the first line to report, :func:`dialog_of` that first line alone (``None``: no
   dialog). A screen shows a dialog when its text ends with the footer of Claude Code's selection
   dialogs, "Enter to confirm · Esc to cancel" (a dialog is the last thing drawn; words merely
   printed by a session above its prompt are not a dialog); which one, by its words: a known one
-  (:data:`DEV_CHANNELS`, :data:`TRUST`), else any other, titled by the first text under its rule.
+  (:data:`KNOWN`), else any other, titled by the first text under its rule. First-run setup
+  (:data:`ONBOARDING`) has no footer: it is known by words at the top of the screen.
 - :func:`focused` says whether a known dialog's accepting option holds the focus marker (``❯``), so
   spawn presses Enter only on the option it means (Claude Code's folder-trust prompt focuses
   "No, exit").
@@ -58,13 +59,17 @@ class Dialog:
 
     name: str
     title: str
-    """Its first line, as reported (``waiting at a dialog: <title>``)."""
+    """The line it is reported by (``waiting at a dialog: <title>``): its title, or for the trust
+    prompt, whose title "Accessing workspace:" says little, its question."""
     signs: tuple[str, ...]
     """Texts any one of which, above the footer, says it is this dialog."""
     accept: str = ""
     """The label of the option that accepts it ('' when fleet never answers it)."""
     remedy: str = ""
     """What avoids it, said after "attach and answer it" (a flag, a setting)."""
+    footer: bool = True
+    """Drawn with the selection footer last; else a full-screen step that starts with one of
+    :attr:`signs` (within its first :data:`TOP_LINES` lines of text)."""
 
 
 DEV_CHANNELS = Dialog(
@@ -84,7 +89,33 @@ TRUST = Dialog(
     remedy="or run it again with --trust",
 )
 """Shown for a folder ``~/.claude.json`` does not mark trusted; its focus starts on "No, exit"."""
-KNOWN = (DEV_CHANNELS, TRUST)
+BYPASS = Dialog(
+    name="bypass permissions",
+    title="WARNING: Claude Code running in Bypass Permissions mode",
+    signs=("in Bypass Permissions mode",),
+    remedy="or set skipDangerousModePermissionPrompt in Claude Code's settings to skip it",
+)
+"""``--dangerously-skip-permissions`` (or that permission mode); its focus starts on "No, exit" and
+fleet never answers it: accepting the risk is the operator's decision."""
+API_KEY = Dialog(
+    name="custom API key",
+    title="Detected a custom API key in your environment",
+    signs=("Detected a custom API key in your environment",),
+    remedy="or give the key as ANTHROPIC_AUTH_TOKEN instead of ANTHROPIC_API_KEY (no question asked)",
+)
+"""``ANTHROPIC_API_KEY`` set and not yet approved in ``~/.claude.json``; its focus starts on "No"."""
+ONBOARDING = Dialog(
+    name="first-run setup",
+    title="Choose the text style that looks best with your terminal",
+    signs=("Choose the text style that looks best with your terminal",),
+    remedy="or run `claude` once by hand in this home to finish its first-run setup",
+    footer=False,
+)
+"""The first step of Claude Code's first-run setup (``hasCompletedOnboarding`` not set): a theme
+picker drawn from the top of the screen, with no selection footer."""
+KNOWN = (DEV_CHANNELS, TRUST, BYPASS, API_KEY, ONBOARDING)
+TOP_LINES = 8
+"""Lines of text from the top in which a full-screen step's words must start."""
 OTHER = Dialog(name="dialog", title="", signs=(FOOTER,))
 """Any other selection dialog: fleet reports it and leaves the answer to the operator."""
 
@@ -98,16 +129,19 @@ class Found:
 
 
 def find(screen: Sequence[str]) -> Found | None:
-    """The dialog ``screen`` shows, if any: none unless its text ends with the selection footer; then
-    a known one by its words, else any other (its first line is the first text under the last rule
-    above the footer, joined across the lines it was wrapped onto)."""
+    """The dialog ``screen`` shows, if any: a known one by its words (above the selection footer the
+    screen's text ends with, or, for a full-screen step, at its top), else any dialog whose text
+    ends with that footer (its first line is the first text under the last rule above the footer,
+    joined across the lines it was wrapped onto)."""
     flat = squeeze("\n".join(screen))
-    if not flat.endswith(squeeze(FOOTER)):
-        return None
+    top = squeeze("\n".join([ln for ln in screen if ln.strip()][:TOP_LINES]))
+    footed = flat.endswith(squeeze(FOOTER))
     for d in KNOWN:
-        if any(squeeze(s) in flat for s in d.signs):
+        if d.footer and not footed:
+            continue
+        if any(squeeze(s) in (flat if d.footer else top) for s in d.signs):
             return Found(d, d.title)
-    return Found(OTHER, _first_line(screen))
+    return Found(OTHER, _first_line(screen)) if footed else None
 
 
 def dialog_of(screen: Sequence[str]) -> str | None:

@@ -660,10 +660,11 @@ class Spawner:
         """Watch launched panes until each is ready, dead, or stuck at a dialog (bounded).
 
         Ready means the daemon heard a presence ping from the participant's new session after launch
-        (a newer ``last_ping`` than before it, so no clock is compared across machines). A pane still
-        at a dialog at the deadline (or at the folder-trust prompt without ``trust``, at once) is
-        reported ``waiting at a dialog: <first line>`` and its window flagged; a window whose panes
-        all got past their dialogs is unflagged.
+        (a newer ``last_ping`` than before it, so no clock is compared across machines). A pane at a
+        dialog spawn does not answer (the folder-trust prompt without ``trust``, any dialog but the
+        two it knows how to accept), or still at one after :data:`PRESSES` keys, is reported at once
+        ``waiting at a dialog: <first line>``, as is one at a dialog at the deadline, and its window
+        is flagged; a window whose panes all got past their dialogs is unflagged.
         """
         pending = {r.participant: r for r in reports}
         accepted: set[str] = set()
@@ -673,7 +674,7 @@ class Spawner:
         keys: dict[str, tuple[int, str, float]] = {}
         """Per pane: keys pressed at its dialogs, the last one, and when."""
         waiting: dict[str, dialogs.Found] = {}
-        """Panes at a dialog spawn leaves to the operator (unknown, or declined), by participant."""
+        """Panes at a dialog spawn leaves to the operator, by participant."""
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
         while pending and time.monotonic() < deadline:
@@ -721,16 +722,18 @@ class Spawner:
                     waiting.pop(name, None)
                     if found is None:
                         continue
-                    if found.dialog is dialogs.TRUST and not self.trust:
-                        waiting[name] = found  # it never goes away by itself: said at once
-                        del pending[name]
-                    elif found.dialog.accept and keys.get(rep.pane_id, (0, "", 0.0))[0] < PRESSES:
+                    answers = found.dialog.accept and (found.dialog is not dialogs.TRUST or self.trust)
+                    count, last, at = keys.get(rep.pane_id, (0, "", 0.0))
+                    if answers and count < PRESSES:
                         if self._press(rep.pane_id, screen, found.dialog, keys) and (
                             found.dialog is dialogs.DEV_CHANNELS
                         ):
                             accepted.add(name)
-                    else:
-                        waiting[name] = found  # the operator's to answer: said at the deadline
+                    elif answers and time.monotonic() - at < PRESS_AGAIN[last]:
+                        pass  # the last key spent: a moment for it to take effect before giving up
+                    else:  # the operator's to answer, and no dialog goes away by itself: said at once
+                        waiting[name] = found
+                        del pending[name]
             if pending:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)

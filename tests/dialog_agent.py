@@ -1,7 +1,8 @@
 """A stand-in for Claude Code's startup dialogs: ``python dialog_agent.py KIND -- AGENT...``.
 
 Draws the dialog ``KIND`` (``trust``: the folder-trust prompt, focus on "No, exit"; ``dev``: the
-development-channels warning, focus on its confirm option) in Claude Code 2.1.332's words, wrapped
+development-channels warning, focus on its confirm option; ``other``: a selection dialog fleet does
+not know) in Claude Code 2.1.332's words (``other``: in its shape), wrapped
 to the pane's width and under a rule as Claude Code draws it, redrawn at each key: Down/Up move the
 focus; Enter chooses the focused option: the accepting one execs ``AGENT...``, any other exits 1
 (as trust's "No, exit" and dev's "Exit" do).
@@ -29,6 +30,12 @@ DIALOGS = {
          "--dangerously-load-development-channels is for local channel development only."],
         ["1. I am using this for local development", "2. Exit"],
         0,
+        0,
+    ),
+    "other": (
+        ["Pick a colour for this session's border", "", "It can be changed later."],
+        ["Red", "Blue"],
+        -1,  # fleet does not know this one: nothing accepts it
         0,
     ),
 }  # fmt: skip

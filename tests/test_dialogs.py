@@ -46,6 +46,23 @@ def test_the_folder_trust_prompt_is_found_with_its_focus_on_no_at_every_recorded
     assert dialogs.focused(moved, dialogs.TRUST.accept)
 
 
+@pytest.mark.parametrize(
+    ("name", "dialog"),
+    [("onboarding-40", dialogs.ONBOARDING), ("api-key-40", dialogs.API_KEY), ("bypass-40", dialogs.BYPASS)],
+)
+def test_the_other_startup_dialogs_met_are_known_by_their_words(name: str, dialog: dialogs.Dialog) -> None:
+    """First-run setup (no footer, drawn from the top), the custom API key question and the Bypass
+    Permissions warning (its title scrolled off a 20-row pane: known by its body)."""
+    found = dialogs.find(screen(name))
+    assert found is not None and found.dialog is dialog and found.first_line == dialog.title
+    assert not dialog.accept  # never answered by fleet
+
+
+def test_a_session_that_prints_the_first_run_words_below_its_top_is_not_at_first_run_setup() -> None:
+    lines = screen("ready-80")
+    assert dialogs.find([*lines[:-6], dialogs.ONBOARDING.signs[0], *lines[-6:]]) is None
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_ready_session_shows_no_dialog(width: int) -> None:
     assert dialogs.dialog_of(screen(f"ready-{width}")) is None

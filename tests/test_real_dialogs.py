@@ -12,11 +12,13 @@ in real tmux over the scripted model, with channels registered.
   what to do (rc 1), ``fleet status`` notes it and the window is flagged; answered in the pane, the
   dialog after it (development channels, which nobody accepts now) is what status says next; once
   that is answered too, the note and the flag are gone.
+- A dialog fleet never answers (Bypass Permissions): reported at once, with what avoids it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -139,3 +141,27 @@ def test_a_dialog_left_open_is_reported_by_spawn_and_status_and_flagged_until_an
     real.wait(lambda: REGISTERED in real.debug_log("alice"), "alice's channel registered", timeout=STARTUP)
     real.wait(lambda: status_of(real, "alice")["note"] == "", "no note once answered")
     assert flag(real, window) == ""
+
+
+def test_a_dialog_fleet_never_answers_is_reported_at_once_with_what_avoids_it(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """``--dangerously-skip-permissions``: Claude Code's Bypass Permissions warning (focus on "No,
+    exit") is the operator's to accept; spawn says so at once, not after its wait."""
+    real = real_fleet(channels=True)
+    operator.create_wave("w", ["alice"])
+    layout = real.layout(
+        ["alice"],
+        args=["--dangerously-skip-permissions"],
+        participants={"alice": {"env": {"IS_SANDBOX": "1"}}},
+    )
+    started = time.monotonic()
+    done = real.fleet("spawn", "w/main", "--layout", layout, "--wait", str(STARTUP), "--json")
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    (pane,) = json.loads(done.stdout)["panes"]
+    line = "WARNING: Claude Code running in Bypass Permissions mode"
+    assert pane["why"].startswith(f"waiting at a dialog: {line}: attach and answer it ("), pane
+    assert "skipDangerousModePermissionPrompt" in pane["why"] and took < STARTUP / 2, (took, pane)
+    assert status_of(real, "alice")["note"] == f"waiting at a dialog: {line}"
+    assert flag(real, window_of(real, "alice")) == f"dialog: {line}"

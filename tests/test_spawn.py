@@ -309,6 +309,27 @@ def test_the_folder_trust_prompt_is_accepted_only_with_trust(
     assert tmux.window_flag(trusted.window_id) == ""
 
 
+def test_a_dialog_spawn_does_not_know_is_reported_at_once_by_its_first_paragraph(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """Spawn answers no dialog it does not know: it says so at once (not after its wait), naming
+    the dialog by the first text under its rule, joined across the lines it was wrapped onto."""
+    import time
+
+    from fleet.supervise import status
+
+    started = time.monotonic()
+    sp = Spawner(operator, Tmux(tmux_server), fleet_env, agent=_dialog_agent("other"), ready_timeout=60)
+    rep = sp.spawn("demo/main", layouts.load("trio", fleet_env))
+    first = "Pick a colour for this session's border"
+    assert time.monotonic() - started < 30
+    for p in rep.panes:
+        assert not p.ready and p.why.startswith(f"waiting at a dialog: {first}: attach and answer it"), p.why
+    rows = status(operator, Tmux(tmux_server), fleet_env, "demo").rows
+    assert {r.note for r in rows} == {f"waiting at a dialog: {first}"}
+    assert Tmux(tmux_server).window_flag(rep.window_id) == f"dialog: {first}"
+
+
 def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_channel(
     operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str, tmp_path: Path
 ) -> None:

@@ -4,11 +4,15 @@
 #   dev-channels-W.txt  the development-channels dialog (--dangerously-load-development-channels)
 #   trust-W.txt         the folder-trust prompt (a folder not marked trusted in ~/.claude.json)
 #   ready-W.txt         the prompt after both were answered (no dialog)
+#   onboarding-40.txt, api-key-40.txt, bypass-40.txt  other startup dialogs, 40x20: the first-run theme
+#     picker (onboarding not done), the custom API key question (ANTHROPIC_API_KEY), the Bypass
+#     Permissions warning (--dangerously-skip-permissions; IS_SANDBOX=1 lets root run it)
 # Usage: CLAUDE=/path/to/claude sh tests/data/dialogs/capture.sh
 set -eu
 out=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-mkdir -p "$work/home" "$work/trusted" "$work/untrusted"
+mkdir -p "$work/home" "$work/fresh" "$work/trusted" "$work/untrusted"
+printf '{"theme": "dark"}' > "$work/fresh/.claude.json"
 printf '{"hasCompletedOnboarding": true, "theme": "dark", "projects": {"%s": {"hasTrustDialogAccepted": true}}, "cachedGrowthBookFeatures": {"tengu_harbor": true}}' \
   "$work/trusted" > "$work/home/.claude.json"
 printf 'set -g default-shell /bin/sh\nset -g history-limit 5000\n' > "$work/tmux.conf"
@@ -23,7 +27,14 @@ for size in 18x24 40x20 80x24 220x60; do
     --dangerously-load-development-channels=server:fleet
   t new-session -d -s "t$w" -x "$w" -y "$h" -c "$work/untrusted" "$CLAUDE"
 done
+t new-session -d -s onboarding -x 40 -y 20 -c "$work/trusted" env HOME="$work/fresh" "$CLAUDE"
+t new-session -d -s api-key -x 40 -y 20 -c "$work/trusted" env ANTHROPIC_AUTH_TOKEN= \
+  ANTHROPIC_API_KEY=sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789 "$CLAUDE"
+t new-session -d -s bypass -x 40 -y 20 -c "$work/trusted" env IS_SANDBOX=1 "$CLAUDE" --dangerously-skip-permissions
 sleep 8
+for name in onboarding api-key bypass; do
+  t capture-pane -p -J -t "$name" > "$out/$name-40.txt"
+done
 for size in 18x24 40x20 80x24 220x60; do
   w=${size%x*}
   t capture-pane -p -J -t "d$w" > "$out/dev-channels-$w.txt"
@@ -36,4 +47,5 @@ for size in 18x24 40x20 80x24 220x60; do
   t capture-pane -p -J -t "d$w" > "$out/ready-$w.txt"
 done
 t kill-server
+sleep 2  # the sessions exit and stop writing under $work
 rm -rf "$work"
