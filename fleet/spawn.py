@@ -773,19 +773,20 @@ class Spawner:
             return []
 
     def _flag_windows(self, reports: list[PaneReport], waiting: dict[str, dialogs.Found]) -> None:
-        """Flag each window with a pane left at a dialog; unflag (of a dialog) one whose launched
-        panes all got past theirs."""
-        window_of = {p.pane_id: p.window_id for p in self.tmux.panes()}
+        """Flag each window of ``reports`` whose pane was left at a dialog, or where another live
+        pane shows one (launched earlier); unflag (of a dialog) the rest."""
+        panes = self.tmux.panes()
+        window_of = {p.pane_id: p.window_id for p in panes}
         flags: dict[str, str | None] = {}
         for rep in reports:
             window = window_of.get(rep.pane_id)
-            if window is None:
-                continue
-            found = waiting.get(rep.participant)
-            if found is not None:
-                flags[window] = flags.get(window) or found.first_line
-            else:
-                flags.setdefault(window, None)
+            if window is not None:
+                found = waiting.get(rep.participant)
+                flags[window] = flags.get(window) or (found.first_line if found else None)
+        mine = {r.pane_id for r in reports}
+        for p in panes:
+            if p.window_id in flags and flags[p.window_id] is None and p.alive and p.pane_id not in mine:
+                flags[p.window_id] = dialogs.pane_dialog(self.tmux, p.pane_id)
         for window, first_line in flags.items():
             dialogs.flag(self.tmux, window, first_line)
 

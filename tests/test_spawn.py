@@ -330,6 +330,23 @@ def test_a_dialog_spawn_does_not_know_is_reported_at_once_by_its_first_paragraph
     assert Tmux(tmux_server).window_flag(rep.window_id) == f"dialog: {first}"
 
 
+def test_a_later_spawn_into_the_window_keeps_the_flag_of_a_pane_still_at_its_dialog(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """The window's flag is about every pane in it: a member added later and ready does not take
+    away the flag of the members still at the folder-trust prompt."""
+    tmux = Tmux(tmux_server)
+    lay = layouts.load("trio", fleet_env)
+    rep = spawner(operator, tmux_server, fleet_env, agent=_dialog_agent("trust")).spawn("demo/main", lay)
+    first = "Quick safety check: Is this a project you created or one you trust?"
+    assert tmux.window_flag(rep.window_id) == f"dialog: {first}"
+    operator.invite(operator.resolve("demo/main").id, "dave")
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    (dave,) = [p for p in again.panes if p.participant == "dave"]
+    assert dave.ready, dave.why
+    assert tmux.window_flag(rep.window_id) == f"dialog: {first}"
+
+
 def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_channel(
     operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str, tmp_path: Path
 ) -> None:
