@@ -13,9 +13,9 @@ characters and folds case on both sides, so a dialog is found the same in a 12-c
   printed by a session above its prompt are not a dialog); which one, by its words: a known one
   (:data:`KNOWN`), else any other, titled by the first text under its rule. First-run setup
   (:data:`ONBOARDING`) has no footer: it is known by words at the top of the screen.
-- :func:`focused` says whether a known dialog's accepting option holds the focus marker (``❯``), so
-  spawn presses Enter only on the option it means (Claude Code's folder-trust prompt focuses
-  "No, exit").
+- :func:`focused` says whether a known dialog's accepting option holds the focus marker (``❯``) and
+  :func:`toward` which key brings it there, so spawn presses Enter only on the option it means
+  (Claude Code's folder-trust prompt focuses "No, exit").
 - :func:`pane_dialog` reads a tmux pane's visible screen (what ``fleet status`` calls for a live pane);
   :func:`flag` sets or clears a window's ``dialog: <first line>`` flag, never another waiter's.
 """
@@ -154,6 +154,19 @@ def focused(screen: Sequence[str], option: str) -> bool:
     """Whether ``option`` is the focused one (``❯`` before it, numbered or not)."""
     flat = squeeze("\n".join(screen))
     return re.search(re.escape(FOCUS) + r"(?:\d+\.)?" + re.escape(squeeze(option)), flat) is not None
+
+
+def toward(screen: Sequence[str], option: str) -> str | None:
+    """The key that brings the focus to ``option``: ``Enter`` when it has it already, ``Down`` or
+    ``Up`` when the focus is above or below it, ``None`` while either is not on screen (still being
+    drawn)."""
+    if focused(screen, option):
+        return "Enter"
+    flat = squeeze("\n".join(screen))
+    at, mark = flat.rfind(squeeze(option)), flat.rfind(FOCUS)
+    if at < 0 or mark < 0:
+        return None
+    return "Down" if mark < at else "Up"
 
 
 def pane_dialog(tmux: Tmux, pane_id: str) -> str | None:

@@ -79,7 +79,7 @@ Code shows it at every launch when channels are available to the account, and ne
 ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
 """Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
-PRESS_AGAIN = {"Down": 0.3, "Enter": 1.5}
+PRESS_AGAIN = {"Down": 0.3, "Up": 0.3, "Enter": 1.5}
 """Seconds after a key before spawn presses another at a dialog still showing: a moment for Claude
 Code to redraw (a Down), or to close the dialog (an Enter: one still showing after that was missed)."""
 PRESSES = 6
@@ -755,13 +755,16 @@ class Spawner:
         self, pane_id: str, screen: list[str], dialog: dialogs.Dialog, keys: dict[str, tuple[int, str, float]]
     ) -> bool:
         """One key toward accepting ``dialog``: Enter once its accepting option has the focus, else
-        Down; none while the last key may not have been drawn yet (:data:`PRESS_AGAIN`). True when
-        Enter was pressed."""
+        Down or Up toward it; none while the last key may not have been drawn yet
+        (:data:`PRESS_AGAIN`), nor before the focus is drawn, nor once :data:`PRESSES` were spent.
+        True when Enter was pressed."""
         count, last, at = keys.get(pane_id, (0, "", 0.0))
         now = time.monotonic()
-        if last and now - at < PRESS_AGAIN[last]:
+        if (last and now - at < PRESS_AGAIN[last]) or count >= PRESSES:
             return False
-        key = "Enter" if dialogs.focused(screen, dialog.accept) else "Down"
+        key = dialogs.toward(screen, dialog.accept)
+        if key is None:
+            return False
         self.tmux.send_key(pane_id, key)
         keys[pane_id] = (count + 1, key, now)
         return key == "Enter"

@@ -64,6 +64,16 @@ def test_a_session_that_prints_the_first_run_words_below_its_top_is_not_at_first
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_the_key_toward_the_accepting_option_on_the_recorded_screens(width: int) -> None:
+    trust, dev = screen(f"trust-{width}"), screen(f"dev-channels-{width}")
+    assert dialogs.toward(trust, dialogs.TRUST.accept) == "Down"
+    assert dialogs.toward(dev, dialogs.DEV_CHANNELS.accept) == "Enter"
+    past = [ln.replace("❯ 1.", "  1.").replace("  2. Exit", "❯ 2. Exit") for ln in dev]
+    assert dialogs.toward(past, dialogs.DEV_CHANNELS.accept) == "Up"
+    assert dialogs.toward([ln.replace("❯", " ") for ln in dev], dialogs.DEV_CHANNELS.accept) is None
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_a_ready_session_shows_no_dialog(width: int) -> None:
     assert dialogs.dialog_of(screen(f"ready-{width}")) is None
 
@@ -138,6 +148,18 @@ def test_a_known_dialog_drawn_at_any_width_inside_any_border_is_found(
     found = dialogs.find(trust)
     assert found is not None and found.dialog is dialogs.TRUST
     assert dialogs.focused(trust, dialogs.TRUST.accept) and not dialogs.focused(trust, "No, exit")
+
+
+options = ["No, exit", "Not now", "Yes, I trust this folder", "Never ask again"]
+
+
+@given(width=widths, border=borders, indent=indents, focus=st.integers(0, 3))
+def test_the_key_toward_the_accepting_option_from_any_focus_at_any_width(
+    width: int, border: str, indent: int, focus: int
+) -> None:
+    lines = draw(["Accessing workspace:", "/home/me/shop"], options, focus, width, border, indent)
+    want = "Enter" if focus == 2 else ("Down" if focus < 2 else "Up")  # "Yes, I trust …" is option 2
+    assert dialogs.toward(lines, dialogs.TRUST.accept) == want
 
 
 words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-:./", min_size=1, max_size=14)
