@@ -20,7 +20,11 @@
   fleet's own tools are pre-allowed (``--allowedTools=mcp__fleet``); the profile's ``args`` add more.
 - Each launched pane is then watched (bounded): ready once its channel pings the daemon; Claude
   Code's development-channels warning is accepted; a folder-trust prompt is accepted only with
-  ``trust``; an agent that dies is reported with its exit status and last lines.
+  ``trust`` (its "Yes" chosen: the prompt's focus starts on "No, exit"); an agent that dies is
+  reported with its exit status and last lines. Screens are read through :mod:`fleet.dialogs`, so
+  this holds at any pane width (verified down to 18 columns). A pane left at a dialog is reported
+  ``waiting at a dialog: <its first line>`` with what to do, and its window flagged
+  (:data:`fleet.tmux.WAITING`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from fleet import errors, worktrees
+from fleet import dialogs, errors, worktrees
 from fleet.budgets import apply_layout_budgets
 from fleet.channel.tools import instructions
 from fleet.client import Client
@@ -61,7 +65,7 @@ not; ``channel``: pushes only; ``hook``: the hook only (the channel serves tools
 STANDIN = "fleet-standin"
 """Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
 
-DEV_CHANNELS_PROMPT = "I am using this for local development"
+DEV_CHANNELS_PROMPT = dialogs.DEV_CHANNELS.accept
 NO_CHANNELS = "Channels are not currently available"
 """What Claude Code shows at start when the account (or provider, or policy) has no channels."""
 ROUTE_CHANNEL = "channel registered"
@@ -76,7 +80,11 @@ Code shows it at every launch when channels are available to the account, and ne
 ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
 """Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
-TRUST_PROMPTS = ("Do you trust the files in this folder", "trust this folder", "Yes, proceed")
+PRESS_AGAIN = {"Down": 0.3, "Up": 0.3, "Enter": 1.5}
+"""Seconds after a key before spawn presses another at a dialog still showing: a moment for Claude
+Code to redraw (a Down), or to close the dialog (an Enter: one still showing after that was missed)."""
+PRESSES = 6
+"""Keys spawn presses at one pane's dialogs before it leaves them to the operator."""
 
 
 class HookSettingsFn(Protocol):
@@ -654,16 +662,24 @@ class Spawner:
             )
 
     def _await_ready(self, wave: Wave, reports: list[PaneReport], before: dict[str, float | None]) -> None:
-        """Watch launched panes until each is ready, dead, or stuck at a prompt (bounded).
+        """Watch launched panes until each is ready, dead, or stuck at a dialog (bounded).
 
         Ready means the daemon heard a presence ping from the participant's new session after launch
-        (a newer ``last_ping`` than before it, so no clock is compared across machines).
+        (a newer ``last_ping`` than before it, so no clock is compared across machines). A pane at a
+        dialog spawn does not answer (the folder-trust prompt without ``trust``, any dialog but the
+        two it knows how to accept), or still at one after :data:`PRESSES` keys, is reported at once
+        ``waiting at a dialog: <first line>``, as is one at a dialog at the deadline, and its window
+        is flagged; a window whose panes all got past their dialogs is unflagged.
         """
         pending = {r.participant: r for r in reports}
         accepted: set[str] = set()
         verdicts: dict[str, float] = {}
         """Ready Claude Code panes whose channels verdict spawn is still reading: until when."""
         dead_since: dict[str, float] = {}
+        keys: dict[str, tuple[int, str, float]] = {}
+        """Per pane: keys pressed at its dialogs, the last one, and when."""
+        waiting: dict[str, dialogs.Found] = {}
+        """Panes at a dialog spawn leaves to the operator, by participant."""
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
         while pending and time.monotonic() < deadline:
@@ -678,6 +694,7 @@ class Spawner:
                 ours = row is not None and row.launch in (None, self._launches.get(rep.pane_id))
                 if row and fresh and ours and row.session_id == rep.session_id and not rep.ready:
                     rep.ready, rep.why = True, "channel connected"
+                    waiting.pop(name, None)
                     if name in accepted:
                         rep.route = ROUTE_CHANNEL
                     if name in accepted or not _offers_channel(rep):
@@ -685,15 +702,16 @@ class Spawner:
                     else:
                         verdicts[name] = time.monotonic() + VERDICT_WAIT
                 elif rep.ready:
-                    screen = "\n".join(self.tmux.capture(rep.pane_id))
-                    if NO_CHANNELS in screen:
+                    screen = self.tmux.capture(rep.pane_id)
+                    found = dialogs.find(screen)
+                    if dialogs.shows(screen, NO_CHANNELS):
                         self._no_channels(rep)
                         del pending[name]
-                    elif DEV_CHANNELS_PROMPT in screen and name not in accepted:
-                        self.tmux.send_enter(rep.pane_id)
-                        accepted.add(name)
-                        rep.route = ROUTE_CHANNEL
-                        del pending[name]
+                    elif found and found.dialog is dialogs.DEV_CHANNELS and name not in accepted:
+                        if self._press(rep.pane_id, screen, found.dialog, keys):
+                            accepted.add(name)
+                            rep.route = ROUTE_CHANNEL
+                            del pending[name]
                     elif time.monotonic() >= verdicts[name]:
                         self._no_channels(rep)  # no warning: Claude Code will not load the channel
                         del pending[name]
@@ -701,27 +719,84 @@ class Spawner:
                     why = self._death(rep.pane_id, pane, dead_since.setdefault(name, time.monotonic()))
                     if why:
                         rep.why = why
+                        waiting.pop(name, None)
                         del pending[name]
                 else:
-                    screen = "\n".join(self.tmux.capture(rep.pane_id))
-                    if DEV_CHANNELS_PROMPT in screen and name not in accepted:
-                        self.tmux.send_enter(rep.pane_id)
-                        accepted.add(name)
-                    elif any(t in screen for t in TRUST_PROMPTS):
-                        if self.trust:
-                            self.tmux.send_enter(rep.pane_id)
-                        else:
-                            rep.why = (
-                                "waiting at Claude Code's folder-trust prompt:"
-                                " attach and answer it, or spawn with --trust"
-                            )
-                            del pending[name]
+                    screen = self.tmux.capture(rep.pane_id)
+                    found = dialogs.find(screen)
+                    waiting.pop(name, None)
+                    if found is None:
+                        continue
+                    answers = found.dialog.accept and (found.dialog is not dialogs.TRUST or self.trust)
+                    count, last, at = keys.get(rep.pane_id, (0, "", 0.0))
+                    if answers and count < PRESSES:
+                        if self._press(rep.pane_id, screen, found.dialog, keys) and (
+                            found.dialog is dialogs.DEV_CHANNELS
+                        ):
+                            accepted.add(name)
+                    elif answers and time.monotonic() - at < PRESS_AGAIN[last]:
+                        pass  # the last key spent: a moment for it to take effect before giving up
+                    else:  # the operator's to answer, and no dialog goes away by itself: said at once
+                        waiting[name] = found
+                        del pending[name]
             if pending:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-        for rep in pending.values():
-            if not rep.ready:
+        for name, rep in pending.items():
+            if rep.ready:
+                continue
+            found = waiting.get(name) or dialogs.find(self._screen(rep.pane_id))
+            if found is not None:
+                waiting[name] = found
+            else:
                 rep.why = f"not connected after {self.ready_timeout:g}s: attach to see its screen"
+        for name, found in waiting.items():
+            rep = next(r for r in reports if r.participant == name)
+            rep.ready = False
+            rep.why = waiting_why(found, wave.name)
+        self._flag_windows(reports, waiting)
+
+    def _press(
+        self, pane_id: str, screen: list[str], dialog: dialogs.Dialog, keys: dict[str, tuple[int, str, float]]
+    ) -> bool:
+        """One key toward accepting ``dialog``: Enter once its accepting option has the focus, else
+        Down or Up toward it; none while the last key may not have been drawn yet
+        (:data:`PRESS_AGAIN`), nor before the focus is drawn, nor once :data:`PRESSES` were spent.
+        True when Enter was pressed."""
+        count, last, at = keys.get(pane_id, (0, "", 0.0))
+        now = time.monotonic()
+        if (last and now - at < PRESS_AGAIN[last]) or count >= PRESSES:
+            return False
+        key = dialogs.toward(screen, dialog.accept)
+        if key is None:
+            return False
+        self.tmux.send_key(pane_id, key)
+        keys[pane_id] = (count + 1, key, now)
+        return key == "Enter"
+
+    def _screen(self, pane_id: str) -> list[str]:
+        try:
+            return self.tmux.capture(pane_id)
+        except errors.FleetError:  # the pane is gone: nothing on its screen
+            return []
+
+    def _flag_windows(self, reports: list[PaneReport], waiting: dict[str, dialogs.Found]) -> None:
+        """Flag each window of ``reports`` whose pane was left at a dialog, or where another live
+        pane shows one (launched earlier); unflag (of a dialog) the rest."""
+        panes = self.tmux.panes()
+        window_of = {p.pane_id: p.window_id for p in panes}
+        flags: dict[str, str | None] = {}
+        for rep in reports:
+            window = window_of.get(rep.pane_id)
+            if window is not None:
+                found = waiting.get(rep.participant)
+                flags[window] = flags.get(window) or (found.first_line if found else None)
+        mine = {r.pane_id for r in reports}
+        for p in panes:
+            if p.window_id in flags and flags[p.window_id] is None and p.alive and p.pane_id not in mine:
+                flags[p.window_id] = dialogs.pane_dialog(self.tmux, p.pane_id)
+        for window, first_line in flags.items():
+            dialogs.flag(self.tmux, window, first_line)
 
     @staticmethod
     def _no_channels(rep: PaneReport) -> None:
@@ -791,6 +866,12 @@ def _layout_named(name: str, paths: Paths) -> Layout:
         return load_layout(name or DEFAULT_LAYOUT, paths)
     except errors.FleetError:
         return load_layout(DEFAULT_LAYOUT, paths)
+
+
+def waiting_why(found: dialogs.Found, wave: str) -> str:
+    """A report's ``why`` for a pane left at a dialog: its first line and what to do."""
+    remedy = f", {found.dialog.remedy}" if found.dialog.remedy else ""
+    return f"waiting at a dialog: {found.first_line}: attach and answer it (`{attach_hint(wave)}`){remedy}"
 
 
 def attach_hint(wave: str) -> str:

@@ -7,10 +7,12 @@ owns no process. What a caller may rely on:
   roster, plus anyone whose pane lives in the wavelet's window but who left its roster (noted
   ``left: receives nothing``). Pane facts (id, alive or dead, exit status) come from tmux; presence
   (``working`` / ``idle`` / ``gone``) and blips delivered come from the daemon, which hears them from
-  the channels (deliveries, posts, pings), never from a screen; the last blip from the store; the
-  session id from the recorded session. **Cap use** lives only in the channel's delivery state file,
-  which the daemon never sees: it is read when that file is on this machine (the channel runs here,
-  against the same daemon URL), and is ``None`` otherwise.
+  the channels (deliveries, posts, pings), never from a screen; a live pane waiting at one of Claude
+  Code's dialogs is noted ``waiting at a dialog: <first line>`` (the one fact read from a screen,
+  :func:`fleet.dialogs.pane_dialog`; its window's ``@fleet_waiting`` flag follows what status saw);
+  the last blip from the store; the session id from the recorded session. **Cap use** lives only in
+  the channel's delivery state file, which the daemon never sees: it is read when that file is on
+  this machine (the channel runs here, against the same daemon URL), and is ``None`` otherwise.
 - :func:`respawn` relaunches one participant with ``--resume`` of its recorded session (through
   :meth:`fleet.spawn.Spawner.respawn`), from any machine: everything it needs comes from the daemon.
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from fleet import errors, usage, worktrees
+from fleet import dialogs, errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
@@ -216,6 +218,7 @@ def _note(
     pane: PaneInfo | None,
     record: SessionRecord | None,
     rosters: set[str],
+    dialog: str | None = None,
 ) -> str:
     if not member:
         return "left: receives nothing" if name not in rosters else "left: receives nothing from here"
@@ -225,7 +228,7 @@ def _note(
         return f"no pane: `fleet spawn {wl.path}` resumes it" if record.wavelet_id == wl.id else "no pane"
     if pane.dead:
         return f"dead: `fleet respawn {wl.path} {name}`"
-    return ""
+    return f"waiting at a dialog: {dialog}" if dialog else ""
 
 
 def _usage_of(record: SessionRecord | None, paths: Paths, table: usage.PriceTable) -> ParticipantUsage | None:
@@ -295,6 +298,21 @@ def _worktree_of(record: SessionRecord | None) -> WorktreeState | None:
         return None
 
 
+def _dialogs(tmux: Tmux, panes: Iterable[PaneInfo]) -> dict[str, str]:
+    """The first line of the dialog each live pane shows, by pane id (read from its screen); each
+    window's ``dialog:`` flag is set or cleared to match what was seen."""
+    seen: dict[str, str] = {}
+    windows: dict[str, str | None] = {}
+    for p in panes:
+        first = dialogs.pane_dialog(tmux, p.pane_id) if p.alive else None
+        if first is not None:
+            seen[p.pane_id] = first
+        windows[p.window_id] = windows.get(p.window_id) or first
+    for window, first in windows.items():
+        dialogs.flag(tmux, window, first)
+    return seen
+
+
 def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatus:
     """The rows of ``fleet status`` for one wave (see the module docstring for where each fact comes from)."""
     wave = client.get_wave(wave_ref)
@@ -312,6 +330,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     budget_of = _budgets(client, paths, wave.id, records, table)
     rows: list[StatusRow] = []
     now = time.time()
+    at_dialog = _dialogs(tmux, panes.values())
     for wl in wave.wavelets:
         members = [m.name for m in wl.roster if m.kind == "agent"]
         left = sorted({p.participant for p in all_panes if p.wavelet == wl.id} - set(members))
@@ -360,7 +379,9 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     dirty=tree.dirty if tree else None,
                     usage=(mine.wavelets.get(wl.path, Figures()) if mine else None),
                     budget=budget_of(wl.id, name),
-                    note=_note(wl, name, member, pane, record, rosters),
+                    note=_note(
+                        wl, name, member, pane, record, rosters, at_dialog.get(pane.pane_id) if pane else None
+                    ),
                 )
             )
     try:

@@ -36,6 +36,11 @@ PLACEHOLDER = ["tail", "-f", "/dev/null"]
 MAX_COMMAND_BYTES = 16000
 """tmux refuses a command of about 16 KiB or more ("command too long")."""
 
+WAITING = "@fleet_waiting"
+"""The window option that says a pane of the window waits on the operator (``dialog: <first line>``,
+or another waiter's reason); unset when nothing waits. A status line shows it with
+``#{?@fleet_waiting,[#{@fleet_waiting}],}`` in ``window-status-format``."""
+
 PANE_FORMAT = "\t".join(
     [
         "#{pane_id}",
@@ -282,6 +287,24 @@ class Tmux:
 
     def send_enter(self, pane_id: str) -> None:
         self._cmd("send-keys", "-t", pane_id, "Enter")
+
+    def send_key(self, pane_id: str, key: str) -> None:
+        """Press one named key (tmux's names: ``Down``, ``Enter``, ``Escape``) in a pane."""
+        self._cmd("send-keys", "-t", pane_id, _escape(key))
+
+    def flag_window(self, window_id: str, reason: str | None) -> None:
+        """Set the window's :data:`WAITING` option to ``reason`` (what the operator is waited on for),
+        or unset it (``None``). Shared by every waiter (a dialog, a permission prompt): each sets its own
+        reason and clears only a reason it set (:meth:`window_flag` tells which)."""
+        if reason is None:
+            self._cmd("set-option", "-w", "-q", "-u", "-t", window_id, WAITING)
+        else:
+            self._cmd("set-option", "-w", "-t", window_id, WAITING, _escape(reason))
+
+    def window_flag(self, window_id: str) -> str:
+        """The window's :data:`WAITING` option ('' when unset)."""
+        out = self._cmd("show-options", "-w", "-q", "-v", "-t", window_id, WAITING)
+        return out[0] if out else ""
 
     def kill_pane(self, pane_id: str) -> None:
         self._cmd("kill-pane", "-t", pane_id)

@@ -254,8 +254,8 @@ def test_respawn_resumes_a_dead_live_or_vanished_pane_with_its_recorded_session(
 
 
 def _prompting_agent(prompt: str) -> str:
-    """An agent that shows ``prompt`` like Claude Code's startup dialogs, waits for Enter, then runs
-    the stand-in with the command line it was given."""
+    """An agent that prints ``prompt``, waits for a line, then runs the stand-in with the command
+    line it was given (``fleet claude``'s tests: it answers a prompt it reads as a stream)."""
     import shlex
     import sys
 
@@ -263,29 +263,88 @@ def _prompting_agent(prompt: str) -> str:
     return f"sh -c {shlex.quote(script)} {shlex.quote(sys.executable)}"
 
 
+def _dialog_agent(kind: str) -> str:
+    """An agent that shows Claude Code's startup dialog ``kind`` (tests/dialog_agent.py: ``trust``,
+    ``dev``) until it is answered, then runs the stand-in with the command line it was given."""
+    import shlex
+    import sys
+
+    script = Path(__file__).parent / "dialog_agent.py"
+    return shlex.join([sys.executable, str(script), kind, "--", sys.executable, "-m", "fleet.standin"])
+
+
 def test_the_development_channels_warning_is_accepted(
     operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
 ) -> None:
-    agent = _prompting_agent(
-        "WARNING: Loading development channels. 1. I am using this for local development"
-    )
-    rep = spawner(operator, tmux_server, fleet_env, agent=agent).spawn(
+    rep = spawner(operator, tmux_server, fleet_env, agent=_dialog_agent("dev")).spawn(
         "demo/main", layouts.load("trio", fleet_env)
     )
     assert all(p.ready for p in rep.panes), [(p.participant, p.why) for p in rep.panes]
+    assert Tmux(tmux_server).window_flag(rep.window_id) == ""
 
 
 def test_the_folder_trust_prompt_is_accepted_only_with_trust(
     operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
 ) -> None:
-    agent = _prompting_agent("Do you trust the files in this folder? 1. Yes, proceed")
+    """Without --trust: each pane is reported waiting at the prompt, with what to do, its window is
+    flagged and ``fleet status`` says so; with --trust its "Yes" is chosen (the focus starts on
+    "No, exit", which would end the session) and every pane gets ready."""
+    from fleet.supervise import status
+
+    agent = _dialog_agent("trust")
     lay = layouts.load("trio", fleet_env)
+    tmux = Tmux(tmux_server)
     rep = spawner(operator, tmux_server, fleet_env, agent=agent).spawn("demo/main", lay)
-    assert all(not p.ready and "--trust" in p.why for p in rep.panes), [p.why for p in rep.panes]
-    Tmux(tmux_server).kill_session(rep.session_id)
+    first = "Quick safety check: Is this a project you created or one you trust?"
+    for p in rep.panes:
+        assert not p.ready and p.why.startswith(f"waiting at a dialog: {first}: attach and answer it"), p.why
+        assert "--trust" in p.why
+    assert tmux.window_flag(rep.window_id) == f"dialog: {first}"
+    notes = {r.participant: r.note for r in status(operator, tmux, fleet_env, "demo").rows}
+    assert notes == dict.fromkeys(notes, f"waiting at a dialog: {first}") and len(notes) == 3, notes
+    tmux.kill_session(rep.session_id)
     operator.create_wave("other", ["dora"])
     trusted = spawner(operator, tmux_server, fleet_env, agent=agent, trust=True).spawn("other/main", lay)
     assert all(p.ready for p in trusted.panes), [p.why for p in trusted.panes]
+    assert tmux.window_flag(trusted.window_id) == ""
+
+
+def test_a_dialog_spawn_does_not_know_is_reported_at_once_by_its_first_paragraph(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """Spawn answers no dialog it does not know: it says so at once (not after its wait), naming
+    the dialog by the first text under its rule, joined across the lines it was wrapped onto."""
+    import time
+
+    from fleet.supervise import status
+
+    started = time.monotonic()
+    sp = Spawner(operator, Tmux(tmux_server), fleet_env, agent=_dialog_agent("other"), ready_timeout=60)
+    rep = sp.spawn("demo/main", layouts.load("trio", fleet_env))
+    first = "Pick a colour for this session's border"
+    assert time.monotonic() - started < 30
+    for p in rep.panes:
+        assert not p.ready and p.why.startswith(f"waiting at a dialog: {first}: attach and answer it"), p.why
+    rows = status(operator, Tmux(tmux_server), fleet_env, "demo").rows
+    assert {r.note for r in rows} == {f"waiting at a dialog: {first}"}
+    assert Tmux(tmux_server).window_flag(rep.window_id) == f"dialog: {first}"
+
+
+def test_a_later_spawn_into_the_window_keeps_the_flag_of_a_pane_still_at_its_dialog(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """The window's flag is about every pane in it: a member added later and ready does not take
+    away the flag of the members still at the folder-trust prompt."""
+    tmux = Tmux(tmux_server)
+    lay = layouts.load("trio", fleet_env)
+    rep = spawner(operator, tmux_server, fleet_env, agent=_dialog_agent("trust")).spawn("demo/main", lay)
+    first = "Quick safety check: Is this a project you created or one you trust?"
+    assert tmux.window_flag(rep.window_id) == f"dialog: {first}"
+    operator.invite(operator.resolve("demo/main").id, "dave")
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    (dave,) = [p for p in again.panes if p.participant == "dave"]
+    assert dave.ready, dave.why
+    assert tmux.window_flag(rep.window_id) == f"dialog: {first}"
 
 
 def test_a_profiles_env_reaches_the_pane_never_the_command_line_and_its_cap_the_channel(

@@ -147,3 +147,28 @@ def test_names_holding_tmux_syntax_never_get_as_far_as_tmux(operator: Client, fi
             operator.fork("ok/main", "x;y")
         else:
             operator.create_wave("ok2", [bad])
+
+
+def test_the_waiting_flag_holds_any_reason_literally_and_a_dialog_never_clears_another_waiters(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flag_window`` stores a reason as written (a dialog's first line is screen text); the dialog
+    flag (:func:`fleet.dialogs.flag`) sets and clears only its own ``dialog:`` reasons."""
+    from fleet import dialogs
+
+    monkeypatch.chdir(tmp_path)
+    tmux = Tmux(tmux_server)
+    _sid, window, _pane = tmux.new_session("wave-id", "flags", "main", "wavelet-id")
+    assert tmux.window_flag(window) == ""
+    for text in hostile("flag"):
+        dialogs.flag(tmux, window, text)
+        assert tmux.window_flag(window) == f"dialog: {text}"
+    dialogs.flag(tmux, window, None)
+    assert tmux.window_flag(window) == ""
+    tmux.flag_window(window, "permission: Bash (ls)")
+    dialogs.flag(tmux, window, "WARNING: Loading development channels")
+    dialogs.flag(tmux, window, None)
+    assert tmux.window_flag(window) == "permission: Bash (ls)"
+    tmux.flag_window(window, None)
+    assert tmux.window_flag(window) == ""
+    assert not list(tmp_path.rglob("pwned-*")) and not list(Path.home().rglob("pwned-*"))

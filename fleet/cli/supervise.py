@@ -12,7 +12,7 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
-from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
+from fleet.cli.spawn import SocketOpt, TrustOpt, WaitOpt, make_spawner
 from fleet.paths import get_paths
 
 if TYPE_CHECKING:  # tmux and the supervisor load when a command runs, not with every fleet process
@@ -90,13 +90,14 @@ def respawn(
     ] = False,
     socket: SocketOpt = None,
     wait: WaitOpt = 30.0,
+    trust: TrustOpt = False,
     wave: WaveOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Relaunch NAME's agent resuming its recorded session, in its pane (works from any machine)."""
     from fleet import supervise
 
-    spawner = make_spawner(socket, None, "auto", False, wait)
+    spawner = make_spawner(socket, None, "auto", trust, wait)
     report = supervise.respawn(client(), spawner, wavelet_ref, name, force=force, wave_hint=wave)
     if as_json:
         render.dump(report)
