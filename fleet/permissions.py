@@ -318,12 +318,15 @@ class TranscriptWatch:
 
 
 WAITING_OPTION = "@fleet_waiting"
-"""The tmux window option set while an agent in the window waits at a prompt (its tool's name):
+"""The tmux window option set while an agent in the window waits at a prompt (``permission: TOOL``):
 ``#{?@fleet_waiting,!,}`` in ``window-status-format`` shows it (docs/permissions.md)."""
 PANE_OPTION = "@fleet_waiting_pane"
 """The same, on the waiting pane (a pane option of its own name: a pane's format would otherwise
 see the window's value), so the window's flag stays while another of its panes still waits."""
 _SAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+FLAG_PREFIX = "permission: "
+"""What this waiter's flag value starts with (a dialog's is ``dialog: ``, fleet/tmux.py
+``flag_window``): each waiter clears only a flag it set."""
 
 
 def flag_window(waiting: str | None, *, env: dict[str, str] | None = None, notify: str = "") -> None:
@@ -352,10 +355,13 @@ def flag_window(waiting: str | None, *, env: dict[str, str] | None = None, notif
             if waiting is None:
                 run("set-option", "-p", "-u", "-t", pane, PANE_OPTION)
                 others = run("list-panes", "-t", pane, "-F", "#{" + PANE_OPTION + "}").split()
-                if not others:  # another pane of the window may still wait
+                mine = run("show-options", "-w", "-q", "-v", "-t", pane, WAITING_OPTION).startswith(
+                    FLAG_PREFIX
+                )
+                if mine and not others:  # another pane may still wait; a dialog's flag is not ours
                     run("set-option", "-w", "-u", "-t", pane, WAITING_OPTION)
             else:
-                value = _SAFE.sub("", waiting)[:64] or "?"
+                value = FLAG_PREFIX + (_SAFE.sub("", waiting)[:64] or "?")
                 run("set-option", "-p", "-t", pane, PANE_OPTION, value)
                 run("set-option", "-w", "-t", pane, WAITING_OPTION, value)
                 tty = run("display-message", "-p", "-t", pane, "#{pane_tty}")

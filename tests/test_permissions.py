@@ -290,7 +290,8 @@ def test_a_waiting_agent_flags_its_window_rings_and_notifies(
         return tmux_server.cmd("show-options", "-w", "-v", "-t", window, WAITING_OPTION).stdout
 
     flag_window("Bash;#(touch /tmp/x)", env=env, notify="alice in w: waiting for permission: Bash (ls)")
-    assert option() == ["Bashtouchtmpx"]  # only the safe characters: nothing for tmux to expand or run
+    # only the safe characters: nothing for tmux to expand or run
+    assert option() == ["permission: Bashtouchtmpx"]
 
     def bell() -> list[str]:
         return list(tmux_server.cmd("display-message", "-p", "-t", window, "#{window_bell_flag}").stdout)
@@ -300,7 +301,7 @@ def test_a_waiting_agent_flags_its_window_rings_and_notifies(
     # the status-line snippet of docs/permissions.md shows it
     snippet = "#I#{?@fleet_waiting, [waits: #{@fleet_waiting}],}"
     shown = tmux_server.cmd("display-message", "-p", "-t", window, snippet).stdout
-    assert shown == ["9 [waits: Bashtouchtmpx]"]
+    assert shown == ["9 [waits: permission: Bashtouchtmpx]"]
     flag_window(None, env=env)
     assert option() == []
     assert tmux_server.cmd("show-options", "-w", "-v", "-t", first, WAITING_OPTION).stdout == []
