@@ -508,7 +508,7 @@ class Console:
             if now_pres != seen_pres or lapsed or roster_moved:
                 seen_pres, lapsed = now_pres, False
                 pres = self.presence(w.id)
-                states = _dumps([(r.participant, r.state) for r in pres.presence])
+                states = _dumps([(r.participant, r.state, jsonable(r.agent)) for r in pres.presence])
                 if states != last_presence:
                     emit.event("presence", pres)
                     last_presence = states

@@ -8,6 +8,11 @@ each batch, off the delivery thread) and, with receipts on, the receipts reader 
 transcript, :mod:`fleet.delivery.receipts`, against the :class:`~fleet.delivery.ledger.Ledger`).
 Each thread is kept in :attr:`Channel.threads` by role.
 
+State (docs/design.md §2): the state thread looks at the session's transcript and its state hook's
+file (:mod:`fleet.agentstate`) every :data:`STATE_POLL` seconds, folds what was appended, and
+reports at once when the state changed (every presence report carries it). The transcript is read
+once for both: the receipts reader takes the receipts the state thread's reads found.
+
 Receipts (docs/design.md §3): with them on, a frame counts as delivered only when the transcript
 shows it in the model's context, and presence says ``delivered`` then, not at the push. With
 ``--hook-fallback`` (spawn's ``--transport auto``), a push Claude Code does not take within the
@@ -25,10 +30,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import fleet
 from fleet import errors
+from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
 from fleet.budgets import BudgetWatch
 from fleet.channel.tools import (
     TOOL_PATIENCE,
@@ -45,10 +52,11 @@ from fleet.delivery.frames import Frame, error_frame, notification
 from fleet.delivery.gate import Gate
 from fleet.delivery.ledger import Ledger
 from fleet.delivery.presence import Presence, PresenceLoop
-from fleet.delivery.receipts import Transcript
+from fleet.delivery.receipts import Receipt, Transcript
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
+from fleet.models import AgentState
 from fleet.paths import get_paths
 from fleet.procs import identity
 from fleet.wire import copy, dump
@@ -67,6 +75,12 @@ address, docs/design.md §2) is reached again within about a second of answering
 BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
+
+STATE_POLL = 0.25
+"""Seconds between the state thread's looks at the transcript and the hook file (a look at files
+that did not grow is two ``stat`` calls): a turn's end reaches the daemon within about this."""
+UNAPPLIED_MAX = 10_000
+"""Receipts read before the ledger exists that are kept for it (older ones are dropped)."""
 
 RECEIPT_POLL = 0.05
 """Seconds between looks at the transcript while a frame is pending."""
@@ -148,8 +162,8 @@ class Channel:
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: Outage | None = None
         self.threads: dict[str, threading.Thread] = {}
-        """The channel's threads by role: ``delivery``, ``presence``, ``state`` (and
-        ``early-presence`` while the handshake ping is in flight)."""
+        """The channel's threads by role: ``delivery``, ``presence``, ``state`` (the saver),
+        ``agent`` (the state fold), and ``early-presence`` while the handshake ping is in flight."""
         self._tools_only = False
         """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
         self._pinged_early = False
@@ -165,9 +179,23 @@ class Channel:
                 timeout = config.attendant_timeout or ATTENDANT_TIMEOUT
                 self._attendant = Attendant(config.attendant, self.routing, timeout)
         self.reload_token()
+        self.fold = Fold()
+        """What the session's transcript and hooks said so far (:mod:`fleet.agentstate`)."""
+        self.permission: Callable[[], Pending | None] | None = None
+        """A permission request the session waits on that another source knows of (the
+        PermissionRequest hook's record): it wins over the Notification hook's."""
+        self._started = time.time()
+        self._transcript_lock = threading.Lock()
+        self._unapplied: list[Receipt] = []
+        """Receipts the state thread's reads found that the receipts reader has not applied yet."""
+        self._transcript: Transcript | None = (
+            Transcript(self.session_id, observer=self._observe) if self.session_id else None
+        )
+        self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
+        self._agent: AgentState = self._fold_state()
         self.presence = Presence(
             self.client, self.wave, self.participant, session_id=config.session_id, host=config.host,
-            launch=os.environ.get("FLEET_LAUNCH") or None,
+            launch=os.environ.get("FLEET_LAUNCH") or None, agent=lambda: self._agent,
         )  # fmt: skip
         self._presence_loop = PresenceLoop(
             self.presence, config.ping_interval, lambda: self._reports_presence, self._stop
@@ -187,7 +215,6 @@ class Channel:
         self.receipts = receipts_on(config) and config.deliver
         """Frames count as delivered when the transcript shows them in the model's context."""
         self.ledger: Ledger | None = None
-        self._transcript: Transcript | None = None
         self._receipts_wanted = threading.Event()
         lag = os.environ.get("FLEET_FAULT_RECEIPTS_LAG", "")
         self._receipts_lag = float(lag) if lag.replace(".", "", 1).isdigit() else 0.0
@@ -204,6 +231,7 @@ class Channel:
             ("delivery", self._deliver_forever),
             ("presence", self._presence_loop.run),
             ("state", self._save_forever),
+            ("agent", self._state_forever),
         ]
         if self.receipts:
             loops.append(("receipts", self._receipts_forever))
@@ -332,6 +360,59 @@ class Channel:
     def _reports_presence(self) -> bool:
         """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
         return self.state_file.held or self._tools_only
+
+    # ------------------------------------------------------------ the agent's state
+
+    def _observe(self, line: dict[str, Any]) -> None:
+        self.fold.take(line, time.time())
+
+    def _read_transcript(self) -> list[Receipt]:
+        """Fold what was appended to the transcript; the receipts in it (the caller holds
+        ``_transcript_lock``)."""
+        transcript = self._transcript
+        return transcript.read() if transcript is not None else []
+
+    def _fold_state(self) -> AgentState:
+        transcript = self._transcript
+        if not receipts_on(self.config):
+            return AgentState(kind="unknown", why="its agent keeps no transcript fleet reads (not Claude Code)")
+        if transcript is None:
+            problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
+        else:
+            problem = transcript.problem
+        pending = self.permission() if self.permission is not None else None
+        return state_of(self.fold, problem=problem, permission=pending, started=self._started)
+
+    def look(self) -> AgentState:
+        """Read the transcript, then the hook file (a prompt's Notification comes after its tool's
+        line), and fold them; the state now."""
+        with self._transcript_lock:
+            got = self._read_transcript()
+            if got and self.receipts:
+                self._unapplied = (self._unapplied + got)[-UNAPPLIED_MAX:]
+            if self._hooks is not None:
+                now = time.time()
+                for event in self._hooks.read():
+                    self.fold.hook(event, now)
+            self._agent = self._fold_state()
+        if got and self.ledger is not None:
+            self._receipts_wanted.set()
+        return self._agent
+
+    def _state_forever(self) -> None:
+        """Look every :data:`STATE_POLL` seconds; a changed state is reported at once."""
+        if self._hooks is not None:
+            self._hooks.prepare()
+        last = self._agent
+        while not self._stop.wait(STATE_POLL):
+            try:
+                now = self.look()
+            except Exception:  # a fold bug must not stop the channel: say so, keep delivering
+                log.exception("the state fold failed; the state stays %s", last.kind)
+                continue
+            if now != last:
+                last = now
+                self._presence_loop.wake(ping=True)
 
     # ------------------------------------------------------------ delivery
 
@@ -473,7 +554,9 @@ class Channel:
         self.ledger = Ledger(
             state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound
         )
-        self._transcript = Transcript(session, offset=state.transcript_offset) if session else None
+        # The one transcript reader starts at 0 (the state fold needs the whole session): the
+        # receipts before the saved offset are applied again, which changes nothing (they confirm
+        # only frames still pending, and those were pending when they were read).
         self._receipts_wanted.set()
 
     def _receipts_forever(self) -> None:
@@ -505,7 +588,9 @@ class Channel:
         if lag and any(now < p.handed_at + lag for p in ledger.state.pending):
             pass  # fault injection: the transcript shows nothing of the newest push yet
         elif transcript is not None:
-            confirmed = ledger.apply(transcript.read(), transcript.last_at)
+            with self._transcript_lock:
+                got, self._unapplied = self._unapplied + self._read_transcript(), []
+            confirmed = ledger.apply(got, transcript.last_at)
             if transcript.problem != ledger.state.receipts_problem:
                 ledger.state.receipts_problem = transcript.problem
                 ledger.dirty = True
