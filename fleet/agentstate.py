@@ -123,11 +123,13 @@ class Fold:
     """The last turn that ended failed (an API error), not completed or interrupted."""
     woken_by: list[str] = field(default_factory=list)
     """The blips whose delivery opened the running turn."""
+    woken_in: list[str] = field(default_factory=list)
+    """The wavelets (``WAVE/WAVELET``) of those blips."""
     running: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Tools running now: tool_use id -> (name, input preview)."""
-    queued_ids: list[list[str]] = field(default_factory=list)
-    """The blip ids of each queued input (fleet's pushes), oldest first."""
-    taken_ids: list[str] = field(default_factory=list)
+    queued_ids: list[tuple[list[str], list[str]]] = field(default_factory=list)
+    """The blip ids and wavelets of each queued input (fleet's pushes), oldest first."""
+    taken_ids: list[tuple[list[str], list[str]]] = field(default_factory=list)
     """The blip ids of the dequeued inputs the next turn takes."""
     wait: Pending | None = None
     """A permission prompt a ``Notification`` hook reported, for the tools running then."""
@@ -166,22 +168,22 @@ class Fold:
             if operation == "enqueue":
                 self.queued += 1
                 got = receipt_of(dict(obj))
-                self.queued_ids.append(got.blip_ids if got else [])
+                self.queued_ids.append((got.blip_ids, _wavelets(obj)) if got else ([], []))
             else:
                 self.queued = max(0, self.queued - 1)
-                ids = self.queued_ids.pop(0) if self.queued_ids else []
+                ids = self.queued_ids.pop(0) if self.queued_ids else ([], [])
                 if operation == "dequeue":
                     self.taken += 1
-                    self.taken_ids += ids
+                    self.taken_ids.append(ids)
             self.turning = self.turning or operation != "remove"
             if operation == "enqueue" and not was and self.turning:
-                self.woken_by = list(self.queued_ids[-1])
+                self.woken_by, self.woken_in = list(self.queued_ids[-1][0]), list(self.queued_ids[-1][1])
         elif _is_wake(obj) or _absorbed(obj):
             self.taken = max(0, self.taken - 1)
             self.turning = True  # (the wake's own user line may be written only with the answer)
             got = receipt_of(dict(obj))
-            if (got is not None and not was) or (got is not None and not self.woken_by):
-                self.woken_by = list(got.blip_ids)
+            if got is not None and (not was or not self.woken_by):
+                self.woken_by, self.woken_in = list(got.blip_ids), _wavelets(obj)
         elif kind == "api-request" and str(obj.get("querySource", "")).startswith("repl_main_thread"):
             self.turning = True  # the main thread's request (side requests, e.g. a title, come after)
         elif kind == "system" and obj.get("subtype") == "turn_duration":
@@ -225,7 +227,9 @@ class Fold:
         """A turn ended: a dequeued input not entered yet means the next turn has begun."""
         self.turning = self.taken > 0
         self.taken = 0
-        self.woken_by, self.taken_ids = (list(self.taken_ids), []) if self.turning else ([], [])
+        self.woken_by = [i for ids, _ in self.taken_ids for i in ids] if self.turning else []
+        self.woken_in = list(dict.fromkeys(w for _, ws in self.taken_ids for w in ws)) if self.turning else []
+        self.taken_ids = []
         self.running = {}
         self.wait, self.wait_tools = None, frozenset()
         self.dialog = ""
@@ -267,6 +271,24 @@ def _blocks(obj: Mapping[str, object]) -> list[dict[str, Any]]:
     message = obj.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+_WAVELET = re.compile(r'<channel source="fleet"[^>]*? wavelet="([^"]*)"')
+
+
+def _wavelets(obj: Mapping[str, object]) -> list[str]:
+    """The wavelets fleet's ``<channel>`` blocks in a transcript line name, in order, once each."""
+    texts: list[str] = [str(obj.get("content") or "")]
+    attachment = obj.get("attachment")
+    if isinstance(attachment, dict):
+        texts.append(str(attachment.get("prompt") or ""))
+    message = obj.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        texts.append(content)
+    elif isinstance(content, list):
+        texts += [str(b.get("text", "")) for b in content if isinstance(b, dict)]
+    return list(dict.fromkeys(w for t in texts for w in _WAVELET.findall(t)))
 
 
 def _preview(value: object) -> str:
@@ -359,7 +381,13 @@ def state_of(
         return AgentState(kind="dialog", since=fold.dialog_since, dialog=fold.dialog)
     if fold.turning:
         tools = ", ".join(name for name, _ in fold.running.values())
-        return AgentState(kind="turning", since=fold.opened_at, woken_by=list(fold.woken_by), tool=tools)
+        return AgentState(
+            kind="turning",
+            since=fold.opened_at,
+            woken_by=list(fold.woken_by),
+            wavelets=list(fold.woken_in),
+            tool=tools,
+        )
     if fold.last_failed:
         return AgentState(kind="failed", since=fold.ended_at, error=fold.last_error or "the turn failed")
     if fold.lines:

@@ -345,6 +345,8 @@ class PresenceBook:
             if s.agent is None:
                 return AgentState(kind="unknown", why="its channel reports no state (an older fleet)")
             return s.agent
+        if s.agent is not None and s.agent.kind == "dead":
+            return s.agent  # seen dead (its pane, by the supervisor; its SessionEnd): a fact, not a lapse
         if s.last_ping is None:
             return AgentState(kind="unknown", why="no channel has reported")
         since = s.gone_at if s.gone else s.last_ping + self.ping_ttl

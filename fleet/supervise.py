@@ -5,12 +5,15 @@ owns no process. What a caller may rely on:
 
 - :func:`status` gives one :class:`StatusRow` per (wavelet, participant): every agent on a wavelet's
   roster, plus anyone whose pane lives in the wavelet's window but who left its roster (noted
-  ``left: receives nothing``). Pane facts (id, alive or dead, exit status) come from tmux; presence
-  (``working`` / ``idle`` / ``gone``) and blips delivered come from the daemon, which hears them from
-  the channels (deliveries, posts, pings), never from a screen; the last blip from the store; the
-  session id from the recorded session. **Cap use** lives only in the channel's delivery state file,
-  which the daemon never sees: it is read when that file is on this machine (the channel runs here,
-  against the same daemon URL), and is ``None`` otherwise.
+  ``left: receives nothing``); rows of agents that wait on the operator (a permission, a dialog) or
+  failed come first. Pane facts (id, alive or dead, exit status) come from tmux; what the agent
+  does (``state``, one per session: :mod:`fleet.agentstate`) is what its channel reported to the
+  daemon from the session's own transcript and hooks, except that a dead pane seen here is
+  ``dead`` with its exit status and last lines; whether the channel is heard (``presence``:
+  ``live`` / ``gone``) and blips delivered come from the daemon, never from a screen; the last
+  blip from the store; the session id from the recorded session. **Cap use** lives only in the
+  channel's delivery state file, which the daemon never sees: it is read when that file is on this
+  machine (the channel runs here, against the same daemon URL), and is ``None`` otherwise.
 - :func:`respawn` relaunches one participant with ``--resume`` of its recorded session (through
   :meth:`fleet.spawn.Spawner.respawn`), from any machine: everything it needs comes from the daemon.
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
@@ -33,22 +36,31 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainSerializer, PlainValidator
 
-from fleet import errors, usage, worktrees
+from fleet import agentstate, errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
-from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
+from fleet.models import (
+    OPERATOR,
+    AgentState,
+    PresenceReport,
+    PresenceRow,
+    PresenceState,
+    SessionRecord,
+    Wave,
+    Wavelet,
+)
 from fleet.paths import Paths
 from fleet.procs import group_running, zombie_status
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
 from fleet.usage import Figures, ParticipantUsage
-from fleet.wire import RecordError, loads
+from fleet.wire import RecordError, dump, load, loads
 from fleet.worktrees import Kept, WorktreeState
 
 if TYPE_CHECKING:
@@ -64,6 +76,14 @@ TICK = 5.0
 """Seconds between looks at tmux when no blip arrives (a blip wakes the loop at once)."""
 
 PaneState = Literal["alive", "dead", "none"]
+
+
+def _agent(value: Any) -> AgentState:
+    return value if isinstance(value, AgentState) else load(AgentState, value)
+
+
+AgentField = Annotated[AgentState, PlainValidator(_agent), PlainSerializer(dump, return_type=dict)]
+"""An :class:`~fleet.models.AgentState` (a wire record) inside these pydantic reports."""
 
 
 # ---------------------------------------------------------------- status
@@ -86,6 +106,11 @@ class StatusRow(BaseModel):
     pane_wavelet: str | None = None
     """``WAVE/WAVELET`` whose window holds the pane."""
     presence: PresenceState = "gone"
+    """Whether its channel is heard by the daemon."""
+    state: AgentField = Field(default_factory=lambda: agentstate.unknown("not known"))
+    """What its session does (the same on every row of the participant: one state per session)."""
+    state_text: str = ""
+    """``state`` in words, as this row shows it (a turn woken in another wavelet says so)."""
     last_blip_at: str | None = None
     """When the participant last wrote in this wavelet (ISO 8601), from the store."""
     blips: int = 0
@@ -288,6 +313,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     budget_of = _budgets(client, paths, wave.id, records, table)
     rows: list[StatusRow] = []
     now = time.time()
+    agents: dict[str, AgentState] = {}
     for wl in wave.wavelets:
         members = [m.name for m in wl.roster if m.kind == "agent"]
         left = sorted({p.participant for p in all_panes if p.wavelet == wl.id} - set(members))
@@ -303,6 +329,9 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
             if name not in spent:
                 spent[name] = _usage_of(record, paths, table)
             mine = spent[name]
+            if name not in agents:
+                agents[name] = agent_state(tmux, pane, seen, record)
+            agent = agents[name]
             rows.append(
                 StatusRow(
                     wavelet=wl.path,
@@ -314,6 +343,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     exit=exit_of(pane) if pane else None,
                     pane_wavelet=path_of.get(pane.wavelet, pane.wavelet) if pane else None,
                     presence=seen.state if seen else "gone",
+                    state=agent,
+                    state_text=row_text(agent, wl.path, now),
                     last_blip_at=act.last_blip_at if act else None,
                     blips=act.blips if act else 0,
                     delivered=seen.delivered if seen else 0,
@@ -339,6 +370,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     note=_note(wl, name, member, pane, record, rosters),
                 )
             )
+    rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
@@ -346,6 +378,42 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
     )
+
+
+DEAD_LINES = 5
+"""Last lines of a dead pane's screen its state carries."""
+
+
+def agent_state(
+    tmux: Tmux, pane: PaneInfo | None, seen: PresenceRow | None, record: SessionRecord | None
+) -> AgentState:
+    """One participant's state: a dead pane seen here is ``dead`` (exit status, last lines, read
+    from tmux as ``fleet status`` always has); otherwise what its channel reported to the daemon
+    (``unknown`` with why while it is not heard)."""
+    if pane is not None and pane.dead:
+        try:
+            lines = tmux.capture(pane.pane_id)
+        except errors.FleetError:
+            lines = []
+        screen = [ln for ln in lines if ln.strip() and not ln.startswith("Pane is dead")]
+        return agentstate.dead(exit_of(pane) or "unknown", screen[-DEAD_LINES:])
+    if seen is not None and seen.agent is not None:
+        if record is not None and seen.session_id and seen.session_id != record.session_id:
+            why = f"its channel reports session {seen.session_id[:8]}, not the recorded one"
+            return agentstate.unknown(why)
+        return seen.agent
+    if seen is None:
+        return agentstate.unknown("the daemon has no presence for it")
+    return agentstate.unknown("the daemon reports no state (an older fleet)")
+
+
+def row_text(state: AgentState, wavelet: str, now: float) -> str:
+    """The state as one (wavelet, participant) row says it: a turn woken by blips of other
+    wavelets only reads ``turning for OTHER`` in this one, not plain turning."""
+    text = agentstate.describe(state, now)
+    if state.kind == "turning" and state.wavelets and wavelet not in state.wavelets:
+        return f"turning for {', '.join(state.wavelets)}"
+    return text
 
 
 # ---------------------------------------------------------------- the overview
@@ -574,8 +642,11 @@ class Supervisor:
             if self.ladder.dead(name):
                 # its channel may have died without a word (SIGHUP): say so now, not at the ping TTL
                 await_exit([pane])
-                self.client.report_presence(self.wave.id, PresenceReport(participant=name, event="gone"))
                 how = settled_exit(self.tmux, pane)
+                # dead, with how: what a status read on another machine (no pane there) shows too
+                dead = agent_state(self.tmux, pane, None, rec)
+                report = PresenceReport(participant=name, event="gone", session_id=rec.session_id, agent=dead)
+                self.client.report_presence(self.wave.id, report)
                 events.append(
                     self._event(
                         rec, "died", pane.pane_id,

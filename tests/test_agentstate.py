@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from fleet.agentstate import Fold, HookLog, Pending, describe, hook_command, hook_entries, state_of
 from fleet.resident.mind import MindReader
 
-WAKE = {"type": "user", "origin": {"kind": "channel"},
-        "message": {"role": "user", "content": '<channel source="fleet" blip_id="b-1">go</channel>'}}  # fmt: skip
+BLOCK = '<channel source="fleet" wavelet="w/main" blip_id="b-1">go</channel>'
+WAKE = {"type": "user", "origin": {"kind": "channel"}, "message": {"role": "user", "content": BLOCK}}
 TYPED = {"type": "user", "message": {"role": "user", "content": "do the thing"}}
 ENQUEUE = {
     "type": "queue-operation",
@@ -69,7 +69,7 @@ def fold_of(*lines: dict[str, Any]) -> Fold:
 def test_a_turn_turns_runs_tools_and_ends_idle() -> None:
     f = fold_of(WAKE, tool_use(1))
     s = state_of(f)
-    assert (s.kind, s.woken_by, s.tool) == ("turning", ["b-1"], "Bash")
+    assert (s.kind, s.woken_by, s.wavelets, s.tool) == ("turning", ["b-1"], ["w/main"], "Bash")
     f.take(tool_result(1), 2.0)
     assert state_of(f).tool == ""
     f.take(DONE, 3.0)
@@ -212,9 +212,8 @@ def test_reading_the_file_in_pieces_folds_the_same_as_at_once(
             reader.read()
     whole = fold_of(*lines)
     got = reader.fold
-    assert (got.turns, got.turning, got.failed_total, got.woken_by, got.running, got.queued, got.taken) == (
-        whole.turns, whole.turning, whole.failed_total, whole.woken_by, whole.running, whole.queued, whole.taken,
-    )  # fmt: skip
+    fields = ("turns", "turning", "failed_total", "woken_by", "running", "queued", "taken", "woken_in")
+    assert [getattr(got, k) for k in fields] == [getattr(whole, k) for k in fields]
     assert state_of(got).kind == state_of(whole).kind
 
 

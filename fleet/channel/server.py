@@ -375,7 +375,8 @@ class Channel:
     def _fold_state(self) -> AgentState:
         transcript = self._transcript
         if not receipts_on(self.config):
-            return AgentState(kind="unknown", why="its agent keeps no transcript fleet reads (not Claude Code)")
+            why = "its agent keeps no transcript fleet reads (not Claude Code)"
+            return AgentState(kind="unknown", why=why)
         if transcript is None:
             problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
         else:
