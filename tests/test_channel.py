@@ -29,8 +29,8 @@ from worlds import World
 
 from fleet.agentstate import hook_file
 from fleet.client import Client
-from fleet.models import AgentState
 from fleet.daemon import Daemon
+from fleet.models import AgentState
 from fleet.paths import Paths
 
 try:  # mcp >= 2
@@ -321,8 +321,9 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
     world.post("work for alice")
     wait_text(alice, "work for alice")
     assert agent().kind == "starting", "a delivery says nothing of what the session does"
+    block = '<channel source="fleet" blip_id="b-1">hi</channel>'
     blip = {"type": "user", "origin": {"kind": "channel"}, "timestamp": "2026-12-03T10:00:00Z",
-            "message": {"role": "user", "content": '<channel source="fleet" blip_id="b-1">hi</channel>'}}  # fmt: skip
+            "message": {"role": "user", "content": block}}  # fmt: skip
     tool = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash",
                                                           "input": {"command": "ls -la /tmp"}}]}}  # fmt: skip
     write(blip, tool)
@@ -332,8 +333,9 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
     retry_until(hooks.exists, what="the hook file made by the channel")
     assert stat.S_IMODE(hooks.stat().st_mode) == 0o600
     with hooks.open("a") as f:
-        f.write(json.dumps({"hook_event_name": "Notification", "notification_type": "permission_prompt",
-                            "message": "Claude needs your permission", "session_id": sid}) + "\n")  # fmt: skip
+        event = {"hook_event_name": "Notification", "notification_type": "permission_prompt",
+                 "message": "Claude needs your permission", "session_id": sid}  # fmt: skip
+        f.write(json.dumps(event) + "\n")
     got = retry_until(lambda: (a := agent()).kind == "permission" and a, what="waiting for permission")
     assert (got.tool, got.input) == ("Bash", "ls -la /tmp")
     result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1"}]}}
