@@ -355,15 +355,24 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 
 def state_of(
-    fold: Fold, *, problem: str = "", permission: Pending | None = None, started: float | None = None
+    fold: Fold,
+    *,
+    problem: str = "",
+    permission: Pending | None = None,
+    started: float | None = None,
+    ready: float | None = None,
 ) -> AgentState:
     """The session's state from its fold. ``problem``: why its transcript cannot be read now ('' when
     it can; "no transcript yet" while the session has written nothing); ``permission``: a request it
     waits on that another source saw (the permission feature's hook), over the hooks' own;
-    ``started``: when the session was seen starting (a ``starting`` state's since)."""
+    ``started``: when the session was seen starting (a ``starting`` state's since); ``ready``: when
+    it was seen at its prompt (Claude Code finished its MCP handshake with the channel): a session
+    that has written nothing yet is idle from then, not starting."""
     if fold.ended:
         return AgentState(kind="dead", since=fold.ended_since, exit=f"session ended: {fold.ended}")
     if problem.startswith("no transcript yet") and not fold.lines:
+        if ready is not None:
+            return AgentState(kind="idle", since=ready)
         return AgentState(kind="starting", since=started)
     if problem:  # what was read before says nothing of now
         return AgentState(kind="unknown", why=f"no transcript access: {problem}")
@@ -390,8 +399,8 @@ def state_of(
         )
     if fold.last_failed:
         return AgentState(kind="failed", since=fold.ended_at, error=fold.last_error or "the turn failed")
-    if fold.lines:
-        return AgentState(kind="idle", since=fold.ended_at)
+    if fold.lines or ready is not None:
+        return AgentState(kind="idle", since=fold.ended_at or ready)
     return AgentState(kind="starting", since=started)
 
 

@@ -42,6 +42,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from fleet import errors, worktrees
+from fleet.agentstate import hook_entries, hook_file
 from fleet.budgets import apply_layout_budgets
 from fleet.channel.tools import instructions
 from fleet.client import Client
@@ -187,6 +188,23 @@ def channel_entry(
     return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
 
 
+def state_hooks(paths: Paths, session_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The state hooks of a Claude Code session (:func:`fleet.agentstate.hook_entries`): each
+    appends its event to the session's file in the channels' directory, which its channel tails."""
+    return hook_entries(hook_file(paths.channels, session_id))
+
+
+def settings_json(base: str | None, *extra: dict[str, list[dict[str, Any]]]) -> str:
+    """``--settings`` JSON: ``base`` (fleet's watch hook settings, or None) with the hook entries of
+    ``extra`` added per event (each feature keeps its own entries; an event's matchers add up)."""
+    settings: dict[str, Any] = json.loads(base) if base else {}
+    hooks: dict[str, list[Any]] = settings.setdefault("hooks", {})
+    for entries in extra:
+        for event, matchers in entries.items():
+            hooks.setdefault(event, []).extend(matchers)
+    return json.dumps(settings, separators=(",", ":"))
+
+
 def mcp_config(entry: dict[str, object]) -> str:
     return json.dumps({"mcpServers": {"fleet": entry}}, separators=(",", ":"))
 
@@ -216,7 +234,7 @@ def agent_argv(
     argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
     if transport in ("channel", "auto"):
         argv.append("--dangerously-load-development-channels=server:fleet")
-    if transport in ("hook", "auto") and hook_settings:
+    if hook_settings:  # fleet's watch hook (hook, auto) and the state hooks (any transport)
         argv.append(f"--settings={hook_settings}")
     if system_prompt:
         argv += ["--append-system-prompt", system_prompt]
@@ -348,6 +366,8 @@ class Spawner:
                 cap=profile.cap,
                 gate=transport == "auto",
             )
+        if claude:  # what the transcript does not say (a prompt waiting, a failure, the end)
+            hook = settings_json(hook, state_hooks(self.paths, session_id))
         prompt = instructions(participant, wave.name, profile.attention) if claude else None
         if prompt is not None:
             prompt += _resident_prompt(self.paths, wave, participant)

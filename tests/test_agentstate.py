@@ -125,6 +125,8 @@ def test_dialogs_stop_failure_and_session_end_come_from_hooks() -> None:
 
 def test_what_fleet_cannot_see_is_unknown_and_says_why() -> None:
     assert state_of(Fold(), problem="no transcript yet (…)", started=2.0).kind == "starting"
+    at_prompt = state_of(Fold(), problem="no transcript yet (…)", started=2.0, ready=3.0)
+    assert (at_prompt.kind, at_prompt.since) == ("idle", 3.0), "handshaken, nothing written: at its prompt"
     s = state_of(fold_of(WAKE, DONE), problem="cannot read /x: Permission denied")
     assert (s.kind, s.why) == ("unknown", "no transcript access: cannot read /x: Permission denied")
     old = state_of(fold_of({**WAKE, "version": "2.1.100"}))

@@ -317,10 +317,10 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
         with transcript.open("a") as f:
             f.writelines(json.dumps(x) + "\n" for x in lines)
 
-    retry_until(lambda: agent().kind == "starting", what="starting: no transcript yet")
+    retry_until(lambda: agent().kind == "idle", what="idle at its prompt: handshaken, no transcript yet")
     world.post("work for alice")
     wait_text(alice, "work for alice")
-    assert agent().kind == "starting", "a delivery says nothing of what the session does"
+    assert agent().kind == "idle", "a delivery says nothing of what the session does"
     block = '<channel source="fleet" blip_id="b-1">hi</channel>'
     blip = {"type": "user", "origin": {"kind": "channel"}, "timestamp": "2026-12-03T10:00:00Z",
             "message": {"role": "user", "content": block}}  # fmt: skip

@@ -156,7 +156,7 @@ def test_a_dead_seat_is_closed_at_the_next_start_which_resumes_the_same_session(
     os.kill(report["pid"], signal.SIGKILL)
     real.wait(lambda: real.pane_dead("resident"), "the resident's pane dead")
     st = status(real, repo)
-    assert st["state"] == "failed" and "supervise" in st["note"], st
+    assert st["state"] == "dead" and "supervise" in st["note"], st
     again = start(real, repo, layout)
     assert again["closed"].startswith("closed the dead seat") and str(report["pid"]) in again["closed"]
     assert again["session_id"] == report["session_id"] and again["resumed"], again

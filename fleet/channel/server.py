@@ -185,6 +185,8 @@ class Channel:
         """A permission request the session waits on that another source knows of (the
         PermissionRequest hook's record): it wins over the Notification hook's."""
         self._started = time.time()
+        self._ready = 0.0
+        """When Claude Code finished the MCP handshake (its session is at its prompt from then)."""
         self._transcript_lock = threading.Lock()
         self._unapplied: list[Receipt] = []
         """Receipts the state thread's reads found that the receipts reader has not applied yet."""
@@ -192,7 +194,7 @@ class Channel:
             Transcript(self.session_id, observer=self._observe) if self.session_id else None
         )
         self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
-        self._agent: AgentState = self._fold_state()
+        self._agent = AgentState(kind="starting", since=self._started)
         self.presence = Presence(
             self.client, self.wave, self.participant, session_id=config.session_id, host=config.host,
             launch=os.environ.get("FLEET_LAUNCH") or None, agent=lambda: self._agent,
@@ -222,6 +224,7 @@ class Channel:
             Gate(self.state_file.path) if config.hook_fallback and self.receipts else None
         )
         self._sink = _Sink(self)
+        self._agent = self._fold_state()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -382,7 +385,8 @@ class Channel:
         else:
             problem = transcript.problem
         pending = self.permission() if self.permission is not None else None
-        return state_of(self.fold, problem=problem, permission=pending, started=self._started)
+        ready = self._ready if self.server.initialized.is_set() else None
+        return state_of(self.fold, problem=problem, permission=pending, started=self._started, ready=ready)
 
     def look(self) -> AgentState:
         """Read the transcript, then the hook file (a prompt's Notification comes after its tool's
@@ -419,6 +423,8 @@ class Channel:
 
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
+        self._ready = time.time()
+        self.look()  # idle (at its prompt), not starting: the state thread reports the change
         if self.config.deliver and not self.server.closed.is_set() and self._lock_free():
             # The handshake is done and no other channel delivers for this participant: say so at
             # once (spawn's readiness check waits for this ping), before delivery is claimed after
