@@ -431,6 +431,9 @@ class WaveOverview(BaseModel):
     """Participants whose pane is alive."""
     dead: list[str]
     """Participants whose pane is dead (``fleet respawn`` or ``fleet spawn`` brings them back)."""
+    waiting: list[str] = Field(default_factory=list)
+    """Agents that wait on the operator (a permission, a dialog) or failed, each as
+    ``NAME: its state``."""
     tmux_session: str | None = None
     attach: str = ""
 
@@ -446,6 +449,12 @@ def overview(client: Client, tmux: Tmux | None) -> list[WaveOverview]:
     for w in client.list_waves():
         full = client.get_wave(w.id)
         mine = panes_by_participant(p for p in panes if p.wave == w.id and p.participant)
+        now = time.time()
+        waiting = [
+            f"{p.participant}: {agentstate.describe(p.agent, now)}"
+            for p in client.presence(w.id)
+            if agentstate.needs_operator(p.agent)
+        ]
         out.append(
             WaveOverview(
                 wave=w.name,
@@ -454,6 +463,7 @@ def overview(client: Client, tmux: Tmux | None) -> list[WaveOverview]:
                 agents=sorted({m.name for wl in full.wavelets for m in wl.roster if m.kind == "agent"}),
                 live=sorted(n for n, p in mine.items() if p.alive),
                 dead=sorted(n for n, p in mine.items() if p.dead),
+                waiting=waiting,
                 tmux_session=sessions.get(w.id),
                 attach=attach_hint(w.name) if w.id in sessions else "",
             )

@@ -41,6 +41,7 @@ from fleet.supervise import (
     delivery_state,
     exit_of,
     kill,
+    overview,
     respawn,
     status,
 )
@@ -342,6 +343,8 @@ def test_status_lists_who_waits_first_and_a_turn_for_another_wavelet_says_so(
     )
     assert texts[("w/side", "alice")].startswith("turning 0s (woken by b-9)")
     assert texts[("w/main", "bob")].startswith("waiting for permission: Bash (make deploy)")
+    (w,) = overview(operator, Tmux(tmux_server))
+    assert [x.split(" 0s")[0] for x in w.waiting] == ["bob: waiting for permission: Bash (make deploy)"]
 
 
 # ---------------------------------------------------------------- respawn

@@ -249,8 +249,10 @@ def overview(waves: Sequence[WaveOverview]) -> None:
     for w in waves:
         panes = f"{len(w.live)} live" + (f", {len(w.dead)} dead ({', '.join(w.dead)})" if w.dead else "")
         where = w.attach or "not spawned"
-        rows.append([w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where])
-    table(["WAVE", "WAVELETS", "AGENTS", "PANES", "ATTACH"], rows)
+        rows.append(
+            [w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where, "; ".join(w.waiting) or "-"]
+        )
+    table(["WAVE", "WAVELETS", "AGENTS", "PANES", "ATTACH", "NEEDS YOU"], rows)
 
 
 def status_table(st: WaveStatus) -> None:
