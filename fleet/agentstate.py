@@ -122,7 +122,7 @@ class Fold:
     last_failed: bool = False
     """The last turn that ended failed (an API error), not completed or interrupted."""
     woken_by: list[str] = field(default_factory=list)
-    """The blips whose delivery opened the running turn."""
+    """The blips whose delivery opened the running turn, and those that entered it since."""
     woken_in: list[str] = field(default_factory=list)
     """The wavelets (``WAVE/WAVELET``) of those blips."""
     running: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -182,8 +182,11 @@ class Fold:
             self.taken = max(0, self.taken - 1)
             self.turning = True  # (the wake's own user line may be written only with the answer)
             got = receipt_of(dict(obj))
-            if got is not None and (not was or not self.woken_by):
-                self.woken_by, self.woken_in = list(got.blip_ids), _wavelets(obj)
+            if got is not None:  # every blip that entered the turn is what it works on
+                if not was:
+                    self.woken_by, self.woken_in = [], []
+                self.woken_by += [i for i in got.blip_ids if i not in self.woken_by]
+                self.woken_in += [w for w in _wavelets(obj) if w not in self.woken_in]
         elif kind == "api-request" and str(obj.get("querySource", "")).startswith("repl_main_thread"):
             self.turning = True  # the main thread's request (side requests, e.g. a title, come after)
         elif kind == "system" and obj.get("subtype") == "turn_duration":
@@ -253,9 +256,10 @@ class Fold:
             elif kind != "idle_prompt" and message:  # idle_prompt: at the prompt, nothing asked
                 self.dialog, self.dialog_since, self.dialog_mark = message, at, self.lines
         elif name == "StopFailure":
-            error = next(
-                (_line(event.get(k)) for k in ("error", "error_message", "message") if event.get(k)), ""
-            )
+            # (2.1.332 sends ``error``, a type such as server_error, and ``last_assistant_message``,
+            # the text the transcript's error line also holds)
+            keys = ("last_assistant_message", "error_message", "error", "message")
+            error = next((_line(event.get(k)) for k in keys if event.get(k)), "")
             if not (self.last_failed and self.last_error):  # the transcript's error line says more
                 self.last_error = error or "the turn failed (StopFailure)"
                 self.ended_at = at

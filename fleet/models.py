@@ -505,7 +505,8 @@ class AgentState:
     kind: AgentKind
     since: float | None = None
     woken_by: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
-    """``turning``: the blip ids whose delivery opened the turn (empty: typed, or not fleet's)."""
+    """``turning``: the blip ids whose delivery opened the turn, and those that entered it since
+    (empty: typed, or not fleet's)."""
     wavelets: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
     """``turning``: the wavelets (``WAVE/WAVELET``) of those blips: a turn is *for* them."""
     tool: str = field(default="", max_length=MAX_NAME)

@@ -119,6 +119,16 @@ def test_dialogs_stop_failure_and_session_end_come_from_hooks() -> None:
     assert state_of(f).kind == "turning", "the session moved on past the dialog"
     f.hook({"hook_event_name": "StopFailure", "error": "rate_limit"}, 4.0)
     assert (state_of(f).kind, state_of(f).error) == ("failed", "rate_limit")
+    f.take(WAKE, 4.5)
+    f.hook(
+        {
+            "hook_event_name": "StopFailure",
+            "error": "server_error",
+            "last_assistant_message": "API Error: 500 x",
+        },
+        4.6,
+    )
+    assert (state_of(f).kind, state_of(f).error) == ("failed", "API Error: 500 x"), "(as 2.1.332 sends it)"
     f.hook({"hook_event_name": "SessionEnd", "reason": "prompt_input_exit"}, 5.0)
     assert (state_of(f).kind, state_of(f).exit) == ("dead", "session ended: prompt_input_exit")
 
@@ -237,7 +247,9 @@ def test_a_long_session_of_20000_lines_keeps_every_invariant() -> None:
             if rng.random() < 0.1:
                 turn += [ENQUEUE, rng.choice([DEQUEUE, REMOVE])]
             turn.append(tool_result(n))
-        turn.append(rng.choices([DONE, ERROR, INTERRUPT], [0.85, 0.1, 0.05])[0])
+        ends: list[dict[str, Any]] = [DONE, ERROR, INTERRUPT]
+        end = rng.choices(ends, [0.85, 0.1, 0.05])[0]
+        turn.append(end)
         for line in turn:
             taken = f.taken
             if line is PERMISSION:

@@ -313,6 +313,11 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
         assert got is not None
         return got
 
+    def reached(kind: str, what: str) -> AgentState:
+        got = retry_until(lambda: (a := agent()).kind == kind and a, what=what)
+        assert isinstance(got, AgentState)
+        return got
+
     def write(*lines: dict[str, Any]) -> None:
         with transcript.open("a") as f:
             f.writelines(json.dumps(x) + "\n" for x in lines)
@@ -327,7 +332,7 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
     tool = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash",
                                                           "input": {"command": "ls -la /tmp"}}]}}  # fmt: skip
     write(blip, tool)
-    got = retry_until(lambda: (a := agent()).kind == "turning" and a, what="turning")
+    got = reached("turning", "turning")
     assert got.woken_by == ["b-1"] and got.tool == "Bash"
     hooks = hook_file(world.paths.channels, sid)
     retry_until(hooks.exists, what="the hook file made by the channel")
@@ -336,7 +341,7 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
         event = {"hook_event_name": "Notification", "notification_type": "permission_prompt",
                  "message": "Claude needs your permission", "session_id": sid}  # fmt: skip
         f.write(json.dumps(event) + "\n")
-    got = retry_until(lambda: (a := agent()).kind == "permission" and a, what="waiting for permission")
+    got = reached("permission", "waiting for permission")
     assert (got.tool, got.input) == ("Bash", "ls -la /tmp")
     result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1"}]}}
     write(result)
@@ -348,7 +353,7 @@ def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: Wor
     error = {"type": "assistant", "isApiErrorMessage": True,
              "message": {"content": [{"type": "text", "text": "API Error: 500 overloaded"}]}}  # fmt: skip
     write(blip, error)
-    got = retry_until(lambda: (a := agent()).kind == "failed" and a, what="failed")
+    got = reached("failed", "failed")
     assert got.error == "API Error: 500 overloaded"
 
 
@@ -365,7 +370,11 @@ def test_an_unreadable_transcript_is_unknown_never_idle(world: World, tmp_path: 
         )
 
     got = retry_until(lambda: (a := agent()) is not None and a.kind != "starting" and a, what="a state")
-    assert got.kind == "unknown" and got.why.startswith("no transcript access: cannot read"), got
+    assert (
+        isinstance(got, AgentState)
+        and got.kind == "unknown"
+        and got.why.startswith("no transcript access: cannot read")
+    ), got
 
 
 def test_exit_reports_gone(world: World) -> None:

@@ -8,6 +8,7 @@ import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -431,7 +432,7 @@ def test_resident_status_says_what_fleet_status_says_and_never_idle_turns_0_with
 
     seated_repo(operator, tmp_path)
 
-    def both() -> tuple[dict[str, object], dict[str, object]]:
+    def both() -> tuple[dict[str, Any], dict[str, Any]]:
         mind = run_fleet(operator, tmp_path / "x", "resident", "status", "w", "--json")
         wave = run_fleet(operator, tmp_path / "x", "status", "w", "--json")
         assert mind.returncode == 0 and wave.returncode == 0, (mind.stderr, wave.stderr)
