@@ -262,3 +262,24 @@ def test_a_long_session_of_20000_lines_keeps_every_invariant() -> None:
             lines += 1
             check(f, line, taken)
     assert (f.turns, f.failed_total) == (done, errors)
+
+
+def test_spawns_settings_add_the_state_hooks_beside_the_watch_hooks_on_any_transport(tmp_path: Path) -> None:
+    """The state hooks go into every Claude Code launch (``--settings``), beside fleet's watch hook
+    on the same events (an event's matchers add up), and alone on the channel transport."""
+    from fleet.layouts import ResolvedProfile
+    from fleet.paths import Paths
+    from fleet.spawn import agent_argv, settings_json, state_hooks
+    from fleet.watch import hook_settings
+
+    paths = Paths(data=tmp_path / "d", state=tmp_path / "s", config=tmp_path / "c", logs=tmp_path / "l")
+    mine = state_hooks(paths, "sid-1")
+    watch = hook_settings("bob", "w", Path("/t/bob.token"), daemon="http://h:1", gate=True)
+    merged = json.loads(settings_json(watch, mine))["hooks"]
+    assert len(merged["StopFailure"]) == 2 and "fleet watch" in json.dumps(merged["StopFailure"][0])
+    assert set(merged) == {"SessionStart", "Stop", "StopFailure", "Notification", "SessionEnd"}
+    assert str(paths.channels / "hooks" / "sid-1.jsonl") in merged["Notification"][0]["hooks"][0]["command"]
+    alone = settings_json(None, mine)
+    argv = agent_argv(["claude"], ResolvedProfile(), "bob", "sid-1", "{}", resume=False, transport="channel",
+                      hook_settings=alone)  # fmt: skip
+    assert f"--settings={alone}" in argv
