@@ -247,7 +247,7 @@ class Fold:
         name = event.get("hook_event_name")
         if name == "Notification":
             kind = event.get("notification_type")
-            message = _line(event.get("message"))
+            message = first_line(event.get("message"))
             if kind == "permission_prompt":
                 if self.running:  # the tool that asks is the one running (none: already answered)
                     tool, preview = next(reversed(self.running.values()))
@@ -259,14 +259,14 @@ class Fold:
             # (2.1.332 sends ``error``, a type such as server_error, and ``last_assistant_message``,
             # the text the transcript's error line also holds)
             keys = ("last_assistant_message", "error_message", "error", "message")
-            error = next((_line(event.get(k)) for k in keys if event.get(k)), "")
+            error = next((first_line(event.get(k)) for k in keys if event.get(k)), "")
             if not (self.last_failed and self.last_error):  # the transcript's error line says more
                 self.last_error = error or "the turn failed (StopFailure)"
                 self.ended_at = at
             self.turning, self.last_failed = False, True
             self.running, self.wait, self.opened_at = {}, None, None
         elif name == "SessionEnd":
-            reason = _line(event.get("reason")) or "ended"
+            reason = first_line(event.get("reason")) or "ended"
             if reason != "clear":  # /clear starts a new session in the same process
                 self.ended, self.ended_since = reason, at
 
@@ -300,14 +300,14 @@ def _preview(value: object) -> str:
     if isinstance(value, dict):
         for key in ("command", "file_path", "path", "url", "pattern", "prompt"):
             if isinstance(value.get(key), str):
-                return _line(value[key])
+                return first_line(value[key])
     try:
-        return _line(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+        return first_line(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
     except (TypeError, ValueError):
         return ""
 
 
-def _line(value: object) -> str:
+def first_line(value: object) -> str:
     """The first non-blank line of ``value`` (a string), cut to :data:`PREVIEW` characters."""
     if not isinstance(value, str):
         return ""
@@ -365,13 +365,17 @@ def state_of(
     permission: Pending | None = None,
     started: float | None = None,
     ready: float | None = None,
+    dialog: str = "",
+    dialog_since: float | None = None,
 ) -> AgentState:
     """The session's state from its fold. ``problem``: why its transcript cannot be read now ('' when
     it can; "no transcript yet" while the session has written nothing); ``permission``: a request it
     waits on that another source saw (the permission feature's hook), over the hooks' own;
     ``started``: when the session was seen starting (a ``starting`` state's since); ``ready``: when
     it was seen at its prompt (Claude Code finished its MCP handshake with the channel): a session
-    that has written nothing yet is idle from then, not starting."""
+    that has written nothing yet is idle from then, not starting; ``dialog``: the first line of a
+    dialog the session's screen shows (read from the pane by whoever sees it), since
+    ``dialog_since``: it wins over the hooks' dialog."""
     if fold.ended:
         return AgentState(kind="dead", since=fold.ended_since, exit=f"session ended: {fold.ended}")
     if problem.startswith("no transcript yet") and not fold.lines:
@@ -390,6 +394,8 @@ def state_of(
     wait = permission or fold.wait
     if wait is not None:
         return AgentState(kind="permission", since=wait.since, tool=wait.tool, input=wait.input[:PREVIEW])
+    if dialog:
+        return AgentState(kind="dialog", since=dialog_since, dialog=first_line(dialog))
     if fold.dialog:
         return AgentState(kind="dialog", since=fold.dialog_since, dialog=fold.dialog)
     if fold.turning:

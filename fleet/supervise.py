@@ -385,11 +385,17 @@ DEAD_LINES = 5
 
 
 def agent_state(
-    tmux: Tmux, pane: PaneInfo | None, seen: PresenceRow | None, record: SessionRecord | None
+    tmux: Tmux,
+    pane: PaneInfo | None,
+    seen: PresenceRow | None,
+    record: SessionRecord | None,
+    *,
+    dialog: str = "",
 ) -> AgentState:
     """One participant's state: a dead pane seen here is ``dead`` (exit status, last lines, read
-    from tmux as ``fleet status`` always has); otherwise what its channel reported to the daemon
-    (``unknown`` with why while it is not heard)."""
+    from tmux as ``fleet status`` always has); a ``dialog`` its live pane shows (its first line, as
+    a reader of the pane found it: spawn's dialog handling) is ``dialog``; otherwise what its
+    channel reported to the daemon (``unknown`` with why while it is not heard)."""
     if pane is not None and pane.dead:
         try:
             lines = tmux.capture(pane.pane_id)
@@ -397,6 +403,8 @@ def agent_state(
             lines = []
         screen = [ln for ln in lines if ln.strip() and not ln.startswith("Pane is dead")]
         return agentstate.dead(exit_of(pane) or "unknown", screen[-DEAD_LINES:])
+    if agentstate.first_line(dialog) and pane is not None:
+        return AgentState(kind="dialog", dialog=agentstate.first_line(dialog))
     if seen is not None and seen.agent is not None:
         if record is not None and seen.session_id and seen.session_id != record.session_id:
             why = f"its channel reports session {seen.session_id[:8]}, not the recorded one"

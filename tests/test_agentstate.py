@@ -283,3 +283,11 @@ def test_spawns_settings_add_the_state_hooks_beside_the_watch_hooks_on_any_trans
     argv = agent_argv(["claude"], ResolvedProfile(), "bob", "sid-1", "{}", resume=False, transport="channel",
                       hook_settings=alone)  # fmt: skip
     assert f"--settings={alone}" in argv
+
+
+def test_a_dialog_read_from_the_pane_is_fed_in_and_wins() -> None:
+    s = state_of(
+        fold_of(WAKE, DONE), dialog="\n  Do you trust the files in this folder?\n 1. Yes", dialog_since=9.0
+    )
+    assert (s.kind, s.dialog, s.since) == ("dialog", "Do you trust the files in this folder?", 9.0)
+    assert describe(s, now=10.0) == "waiting at a dialog: Do you trust the files in this folder? 1s"
