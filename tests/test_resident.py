@@ -430,7 +430,11 @@ def test_resident_status_says_what_fleet_status_says_and_never_idle_turns_0_with
     agree; where the transcript is not on this machine, the turns are unknown, not 0."""
     from fleet.models import AgentState, PresenceReport
 
-    seated_repo(operator, tmp_path)
+    operator.create_wave("w", ["resident", "bob"])
+    elsewhere = NewSeat(
+        participant="resident", session_id=str(uuid.uuid4()), host="laptop-b", pid=1, cwd="/x"
+    )
+    operator.claim_seat("w", elsewhere)  # (the mind runs on another machine: its transcript is there)
 
     def both() -> tuple[dict[str, Any], dict[str, Any]]:
         mind = run_fleet(operator, tmp_path / "x", "resident", "status", "w", "--json")

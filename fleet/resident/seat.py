@@ -390,7 +390,9 @@ def status(
         )
     reader = MindReader(seat.session_id, _session_env(paths, wave.id, env))
     fold = reader.read()
-    readable = not reader.problem
+    # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
+    # message); on another machine, nothing here says anything of its turns
+    readable = not reader.problem or (reader.path is None and seat.host == socket.gethostname())
     alive = seat_alive(client, tmux, seat)
     # the state is the one `fleet status` shows (the channel's report, a dead pane seen here): the
     # two never disagree; the transcript here adds the counts
