@@ -226,6 +226,16 @@ class Fold:
         if self.dialog and self.lines > self.dialog_mark:
             self.dialog = ""  # the session moved on past the dialog
 
+    def restarted(self) -> None:
+        """The session's process (re)started (``--resume``) after the lines taken so far: what they
+        left open is over — a turn cut off by the old process's end, its tools, a wait, a dialog —
+        and a failed last turn is history (the new process sits at its prompt)."""
+        self.turning, self.running, self.wait, self.dialog = False, {}, None, ""
+        self.queued = self.taken = 0
+        self.queued_ids, self.taken_ids, self.woken_by, self.woken_in = [], [], [], []
+        self.last_failed, self.opened_at = False, None
+        self.ended = ""
+
     def _ended(self, at: float, *, failed: bool) -> None:
         """A turn ended: a dequeued input not entered yet means the next turn has begun."""
         self.turning = self.taken > 0

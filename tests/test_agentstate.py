@@ -291,3 +291,14 @@ def test_a_dialog_read_from_the_pane_is_fed_in_and_wins() -> None:
     )
     assert (s.kind, s.dialog, s.since) == ("dialog", "Do you trust the files in this folder?", 9.0)
     assert describe(s, now=10.0) == "waiting at a dialog: Do you trust the files in this folder? 1s"
+
+
+def test_a_resumed_session_starts_at_its_prompt_whatever_its_history_left_open() -> None:
+    """A process killed mid-turn, or after a failed turn: the resumed one is idle, not turning or failed."""
+    for history in ((WAKE, tool_use(1)), (WAKE, ERROR), (ENQUEUE, DEQUEUE)):
+        f = fold_of(*history)
+        assert state_of(f).kind in ("turning", "failed")
+        f.restarted()
+        assert state_of(f, ready=5.0).kind == "idle", history
+        f.take(WAKE, 6.0)
+        assert state_of(f).kind == "turning"

@@ -368,7 +368,15 @@ def test_failed_turns_and_a_killed_mind_are_revived_resuming_the_same_session(
             operator.post(main, f"resident: fail, please ({n})")
             real.wait(lambda n=n: status(real, repo)["failed_turns"] >= n, f"failed turn {n}")  # type: ignore[misc]
         real.wait(lambda: system_blips(real, "resident: failed:"), "the keeper's failure blip")
-        real.wait(lambda: status(real, repo)["state"] == "failed", "status: failed")
+        # the keeper ended its process: the session's state is dead (or, its channel gone, unknown),
+        # and the note says why
+        real.wait(
+            lambda: (
+                (s := status(real, repo))["state"] in ("dead", "unknown", "failed")
+                and "3 turns failed" in s["note"]
+            ),
+            "status: its turns failed",
+        )
         real.wait(lambda: system_blips(real, "supervise: respawned resident"), "revived on the ladder")
         revived = real.wait(
             lambda: (s := status(real, repo))["state"] == "idle" and s, "the revived mind idle"

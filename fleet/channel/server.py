@@ -425,6 +425,10 @@ class Channel:
         self.server.initialized.wait()
         self._ready = time.time()
         self.look()  # idle (at its prompt), not starting: the state thread reports the change
+        with self._transcript_lock:  # what the transcript holds now is an earlier process's history
+            if self.fold.lines:
+                self.fold.restarted()
+                self._agent = self._fold_state()
         if self.config.deliver and not self.server.closed.is_set() and self._lock_free():
             # The handshake is done and no other channel delivers for this participant: say so at
             # once (spawn's readiness check waits for this ping), before delivery is claimed after

@@ -405,7 +405,7 @@ def status(
     notes = []
     if not alive:
         notes.append("its process is gone: `fleet supervise` revives it (an operator blip does at once)")
-    elif failed is not None and failed >= FAILED_TURNS:
+    if failed is not None and failed >= FAILED_TURNS:
         notes.append(f"its last {failed} turns failed: {fold.last_error}")
     if not readable:
         notes.append(f"turns unknown: {reader.problem}")
