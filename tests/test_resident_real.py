@@ -112,6 +112,14 @@ def test_start_seats_one_mind_refuses_a_second_and_force_takes_over(
     assert "Ship the parser." in system and "src/parse.py" in system, "GOAL.md and MEMORY.md seed the mind"
     real.wait(lambda: status(real, repo)["turns"] >= 1, "a completed turn in status")
 
+    def agree() -> bool:  # `fleet status` and `fleet resident status` say the same of the mind
+        wave = json.loads(fleet_in(real, repo, "status", "w", "--json").stdout)["rows"]
+        row = next(r for r in wave if r["participant"] == "resident")
+        mind = status(real, repo)
+        return bool(mind["agent"] == row["state"] and row["state"]["kind"] == "idle")
+
+    real.wait(agree, "fleet status and fleet resident status agree: idle")
+
     again = fleet_in(real, repo, "resident", "start", "w", "--agent", layout)
     assert again.returncode == 1, again  # Conflict
     assert report["session_id"] in again.stderr and str(report["pid"]) in again.stderr, again.stderr

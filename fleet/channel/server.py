@@ -378,7 +378,7 @@ class Channel:
     def _fold_state(self) -> AgentState:
         transcript = self._transcript
         if not receipts_on(self.config):
-            why = "its agent keeps no transcript fleet reads (not Claude Code)"
+            why = "its agent keeps no transcript fleet reads: not Claude Code"
             return AgentState(kind="unknown", why=why)
         if transcript is None:
             problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
