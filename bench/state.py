@@ -13,13 +13,14 @@ turn that only reads or thinks). Figures, each beside its baseline from the same
   ``last_delivery + 600 s``.
 - **CPU per turn** of state tracking, per agent (in this process, on the session's files): the
   fold of the session's transcript (its whole transcript re-folded, per turn), the state thread's
-  looks at files that did not grow (4 a second, times the turn's length plus the idle gap), and the
+  looks at files that did not grow (4 a second during a turn and for 5 s after a push, times the
+  turn's length plus the idle gap; once a second while idle), and the
   state hook (``sh`` + ``cat``: CPU of the child processes, per invocation, times the events per
   turn this run's hook file holds).
   **Baseline**: a hook that runs the ``fleet`` CLI instead (``python -m fleet --version``: its
   start-up alone). The whole channel process's CPU per turn (MCP, HTTP, delivery, receipts, state)
-  is printed too, and its CPU a second while nothing happens (``--idle``: the state thread's
-  wake-ups, four a second, and the pings).
+  is printed too, and its CPU a second while nothing happens (``--idle``: delivery's long-poll,
+  the pings, the state thread's looks, once a second once the last push is 5 s old).
 
 It asserts nothing.
 

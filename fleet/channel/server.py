@@ -77,8 +77,17 @@ BACKOFF_PERMANENT_MAX = 30.0
 
 
 STATE_POLL = 0.25
-"""Seconds between the state thread's looks at the transcript and the hook file (a look at files
-that did not grow is two ``stat`` calls): a turn's end reaches the daemon within about this."""
+"""Seconds between the state thread's looks at the transcript and the hook file while a turn runs
+or the session waits (a look at files that did not grow is two ``stat`` calls): a turn's end, or a
+prompt it waits at, reaches the daemon within about this."""
+STATE_IDLE_POLL = 1.0
+"""The same while the session is idle (or failed, dead, unknown): a turn it starts on its own (a
+prompt typed in the pane) shows within about this; one a push starts, at once (a push wakes the
+state thread)."""
+BUSY = ("starting", "turning", "permission", "dialog")
+PUSH_QUICK = 5.0
+"""Seconds after a push during which the state thread looks as often as during a turn (Claude Code
+writes the push's lines within milliseconds, its answer later)."""
 UNAPPLIED_MAX = 10_000
 """Receipts read before the ledger exists that are kept for it (older ones are dropped)."""
 
@@ -188,6 +197,10 @@ class Channel:
         self._ready = 0.0
         """When Claude Code finished the MCP handshake (its session is at its prompt from then)."""
         self._transcript_lock = threading.Lock()
+        self._look_now = threading.Event()
+        """Set after a push (a turn may begin) and at shutdown: the state thread looks now."""
+        self._quick_until = 0.0
+        """After a push, the state thread looks every :data:`STATE_POLL` until then (monotonic)."""
         self._unapplied: list[Receipt] = []
         """Receipts the state thread's reads found that the receipts reader has not applied yet."""
         self._transcript: Transcript | None = (
@@ -260,6 +273,7 @@ class Channel:
         self._presence_loop.wake()
         self._save_wanted.set()
         self._receipts_wanted.set()
+        self._look_now.set()
         if self.gate is not None:
             self.gate.close()
         for role in ("presence", "early-presence"):  # a report still in flight must not land after "gone"
@@ -405,11 +419,17 @@ class Channel:
         return self._agent
 
     def _state_forever(self) -> None:
-        """Look every :data:`STATE_POLL` seconds; a changed state is reported at once."""
+        """Look every :data:`STATE_POLL` seconds (:data:`STATE_IDLE_POLL` while idle, and at once
+        after a push); a changed state is reported at once."""
         if self._hooks is not None:
             self._hooks.prepare()
         last = self._agent
-        while not self._stop.wait(STATE_POLL):
+        while not self._stop.is_set():
+            quick = last.kind in BUSY or time.monotonic() < self._quick_until
+            self._look_now.wait(STATE_POLL if quick else STATE_IDLE_POLL)
+            self._look_now.clear()
+            if self._stop.is_set():
+                return
             try:
                 now = self.look()
             except Exception:  # a fold bug must not stop the channel: say so, keep delivering
@@ -480,6 +500,9 @@ class Channel:
             self._outage = None
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            if step.pushed:
+                self._quick_until = time.monotonic() + PUSH_QUICK
+                self._look_now.set()  # a turn begins: look at the transcript now, then every 0.25 s
             if step.pushed and self.ledger is not None:
                 # woken once the step's frames are out (the sink's flush wrote them in one write):
                 # before that the transcript has nothing of them to show
