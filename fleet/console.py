@@ -518,7 +518,7 @@ class Console:
                     emit.raw_event("permissions", waiting_json)
                     last_waiting = waiting_json
                 pres = self.presence(w.id)
-                states = _dumps([(r.participant, r.state) for r in pres.presence])
+                states = _dumps([(r.participant, r.state, jsonable(r.agent)) for r in pres.presence])
                 if states != last_presence:
                     emit.event("presence", pres)
                     last_presence = states

@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -50,6 +51,7 @@ from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
     MAX_REF,
     OPERATOR,
+    AgentState,
     BlipList,
     BlipPage,
     CloseSeat,
@@ -294,14 +296,20 @@ class _Seen:
     last_post: float | None = None
     delivered: int = 0
     gone: bool = False
+    gone_at: float | None = None
     launch: str | None = None
+    agent: AgentState | None = None
+    """The agent state the channel reported last (None: never, or a channel older than states)."""
 
 
 @dataclass
 class PresenceBook:
-    """In-memory presence: working from a delivery until a post or ``working_ttl``; gone without pings."""
+    """In-memory presence: ``live`` while the channel pings within ``ping_ttl``, else ``gone``.
 
-    working_ttl: float = 600.0
+    What the agent does is what its channel reported (:mod:`fleet.agentstate`: the channel folds
+    the session's own transcript and hooks); no delivery or post is taken as a sign of work. While
+    the channel is not heard, the agent is ``unknown`` and says since when."""
+
     ping_ttl: float = 90.0
     clock: Callable[[], float] = time.time
     _rows: dict[tuple[str, str], _Seen] = field(default_factory=dict)
@@ -311,11 +319,15 @@ class PresenceBook:
         t = self.clock()
         with self._lock:
             s = self._rows.setdefault((wave_id, r.participant), _Seen())
+            if r.session_id and r.session_id != s.session_id:
+                s.agent = None  # another session: what the old one did says nothing of it
             s.session_id = r.session_id or s.session_id
             s.host = r.host or s.host
             s.launch = r.launch or s.launch
+            if r.agent is not None:
+                s.agent = r.agent
             if r.event == "gone":
-                s.gone = True
+                s.gone, s.gone_at = True, t
                 return
             s.gone = False
             s.last_ping = t
@@ -328,16 +340,24 @@ class PresenceBook:
             self._rows.setdefault((wave_id, author), _Seen()).last_post = self.clock()
 
     def state(self, s: _Seen) -> PresenceState:
-        t = self.clock()
-        if s.gone or s.last_ping is None or t - s.last_ping > self.ping_ttl:
+        if s.gone or s.last_ping is None or self.clock() - s.last_ping > self.ping_ttl:
             return "gone"
-        if (
-            s.last_delivery is not None
-            and (s.last_post is None or s.last_post < s.last_delivery)
-            and t - s.last_delivery < self.working_ttl
-        ):
-            return "working"
-        return "idle"
+        return "live"
+
+    def agent(self, s: _Seen) -> AgentState:
+        """The reported state while the channel is heard; else ``unknown`` saying since when."""
+        if self.state(s) == "live":
+            if s.agent is None:
+                return AgentState(kind="unknown", why="its channel reports no state (an older fleet)")
+            return s.agent
+        if s.agent is not None and s.agent.kind == "dead":
+            return s.agent  # seen dead (its pane, by the supervisor; its SessionEnd): a fact, not a lapse
+        if s.last_ping is None:
+            return AgentState(kind="unknown", why="no channel has reported")
+        since = s.gone_at if s.gone else s.last_ping + self.ping_ttl
+        how = "said gone" if s.gone else f"silent for {self.ping_ttl:g}s"
+        last = f", last {s.agent.kind}" if s.agent is not None else ""
+        return AgentState(kind="unknown", since=since, why=f"channel gone at {_clock(since)}: {how}{last}")
 
     def rows(self, wave_id: str, names: list[str]) -> list[PresenceRow]:
         with self._lock:
@@ -356,9 +376,14 @@ class PresenceBook:
                         last_post=s.last_post,
                         delivered=s.delivered,
                         launch=s.launch,
+                        agent=self.agent(s),
                     )
                 )
             return out
+
+
+def _clock(t: float | None) -> str:
+    return "?" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
 # ---------------------------------------------------------------- requests and routes
@@ -551,7 +576,6 @@ class Daemon:
         *,
         max_blip_bytes: int = DEFAULT_MAX_BLIP_BYTES,
         allow_remote: bool = False,
-        working_ttl: float = 600.0,
         ping_ttl: float = 90.0,
         ui: str | None = None,
         allow_remote_ui: bool = False,
@@ -598,7 +622,7 @@ class Daemon:
         self.remember_port = remember_port and port == 0
         """The local daemon (docs/design.md §2): bind the port remembered in ``state/daemon.port``
         (a fresh one the first time, or when another process took it) and remember what was bound."""
-        self.presence = PresenceBook(working_ttl=working_ttl, ping_ttl=ping_ttl)
+        self.presence = PresenceBook(ping_ttl=ping_ttl)
         self.notifier = Notifier()
         self._conn = threading.local()
         """Per client connection (a thread serves one): its last feed answer (:class:`_LastFeed`)."""
@@ -983,10 +1007,7 @@ class Daemon:
     def _wrote(self, wave_id: str, author: str, wavelet_id: str = "") -> None:
         keys = [k for k in (wavelet_id, wave_id) if k]
         if author != "system":
-            before = self.presence.rows(wave_id, [author])[0].state
-            self.presence.posted(wave_id, author)
-            if self.presence.rows(wave_id, [author])[0].state != before:
-                keys.append(presence_key(wave_id))
+            self.presence.posted(wave_id, author)  # (a post says nothing of what the agent does)
         self.notifier.bump(*keys)
 
     def _roster_changed(self, wl: Wavelet, *names: str) -> None:
@@ -1225,9 +1246,11 @@ class Daemon:
         wave_id = self._s.wave_id(r.who, r.arg)  # (not the whole wave: two per second per agent)
         if not r.who.is_operator and body.participant != r.who.name:
             raise errors.Forbidden(f"{r.who.name!r} cannot report presence for {body.participant!r}")
-        before = self.presence.rows(wave_id, [body.participant])[0].state
+        row = self.presence.rows(wave_id, [body.participant])[0]
+        before = (row.state, row.agent)
         self.presence.report(wave_id, body)
-        if self.presence.rows(wave_id, [body.participant])[0].state != before:
+        row = self.presence.rows(wave_id, [body.participant])[0]
+        if (row.state, row.agent) != before:
             # a state change wakes the wave's console streams (not pings), and nothing else
             self.notifier.bump(presence_key(wave_id))
         return 200, Ok()

@@ -27,7 +27,11 @@ DEFAULT_MAX_BLIP_BYTES = 256 * 1024
 
 BlipKind = Literal["message", "system", "surface"]
 ParticipantKind = Literal["agent", "human"]
-PresenceState = Literal["working", "idle", "gone"]
+PresenceState = Literal["live", "gone"]
+"""Whether the participant's channel is heard (a ping within the daemon's ``ping_ttl``): what the
+agent *does* is :class:`AgentState`, never guessed from this."""
+AgentKind = Literal["starting", "idle", "turning", "permission", "dialog", "failed", "dead", "unknown"]
+"""What an agent session is doing (:mod:`fleet.agentstate`); ``unknown`` says why in ``why``."""
 Transport = Literal["auto", "channel", "hook"]
 
 
@@ -255,6 +259,9 @@ class PresenceRow:
     delivered: int = 0
     launch: str | None = None
     """The launch of the channel that reported last (:class:`PresenceReport`)."""
+    agent: AgentState | None = None
+    """What the session does, as its channel last reported it (:mod:`fleet.agentstate`); while the
+    channel is not heard, ``unknown`` with why. None only from a daemon older than agent states."""
 
 
 @record
@@ -484,6 +491,40 @@ class FeedRequest:
     limit: int = 200
 
 
+MAX_LINES = 20
+"""Lines of a dead pane's screen an agent state carries."""
+
+
+@record(extra="forbid")
+class AgentState:
+    """One agent session's state (:mod:`fleet.agentstate` folds it; docs/design.md §2). Only the
+    fields of its ``kind`` are set; ``since`` is Unix time by the clock of whoever saw it begin
+    (the session's transcript stamps, a hook's arrival, the daemon for a channel gone), None when
+    not known."""
+
+    kind: AgentKind
+    since: float | None = None
+    woken_by: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
+    """``turning``: the blip ids whose delivery opened the turn, and those that entered it since
+    (empty: typed, or not fleet's)."""
+    wavelets: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
+    """``turning``: the wavelets (``WAVE/WAVELET``) of those blips: a turn is *for* them."""
+    tool: str = field(default="", max_length=MAX_NAME)
+    """``turning``: the tool running now ('' between tools); ``permission``: the tool asked for."""
+    input: str = field(default="", max_length=MAX_NOTE)
+    """``permission``: a preview of the tool's input."""
+    dialog: str = field(default="", max_length=MAX_NOTE)
+    """``dialog``: its first line."""
+    error: str = field(default="", max_length=MAX_NOTE)
+    """``failed``: the API error that ended the turn."""
+    exit: str = field(default="", max_length=MAX_NAME)
+    """``dead``: ``status N``, ``signal N`` or ``unknown``."""
+    lines: list[str] = field(default_factory=list, max_length=MAX_LINES)
+    """``dead``: the pane's last lines."""
+    why: str = field(default="", max_length=MAX_NOTE)
+    """``unknown``: why fleet cannot see (no transcript access, channel gone, too old a Claude Code)."""
+
+
 @record(extra="forbid")
 class PresenceReport:
     participant: str = field(max_length=MAX_NAME)
@@ -494,6 +535,9 @@ class PresenceReport:
     launch: str | None = field(default=None, max_length=MAX_SESSION_ID)
     """The launch this channel belongs to (``FLEET_LAUNCH``, set by spawn per launch): a respawn is
     ready only when its own channel speaks, not the one it replaces (same session id)."""
+    agent: AgentState | None = None
+    """What the session does now, folded by the channel from the session's own record (None: a
+    channel older than agent states, shown as ``unknown``)."""
 
 
 @record(extra="forbid")

@@ -23,7 +23,8 @@ What a caller may rely on:
   input's compact JSON. It is stored and shown as text only: never run through a shell or tmux.
 - The hook's wait bound :data:`HOOK_WAIT` is below the ``timeout`` of its settings entry
   (:data:`HOOK_TIMEOUT`), so Claude Code never kills it mid-answer.
-- :func:`pending_note` is the one line ``fleet status`` shows for a waiting participant.
+- :func:`pending_note` is the one line the channel's tool and ``fleet permissions`` show for a waiting
+  participant (``fleet status`` shows the participant's state: ``permission``, from the same record).
 """
 
 from __future__ import annotations
@@ -177,19 +178,6 @@ class _Row(Protocol):
 R = TypeVar("R", bound=_Row)
 
 
-def mark_waiting(rows: list[R], waiting: list[PermissionRequest]) -> list[R]:
-    """``fleet status``'s rows with each waiting participant's note (:func:`pending_note`) in front,
-    and its rows listed first (otherwise in their order): the one place status learns of prompts."""
-    newest: dict[str, PermissionRequest] = {}
-    for req in waiting:  # newest first: keep the first of each participant
-        newest.setdefault(req.participant, req)
-    for row in rows:
-        found = newest.get(row.participant)
-        if found is not None:
-            row.note = "; ".join(x for x in (pending_note(found), row.note) if x)
-    return sorted(rows, key=lambda r: r.participant not in newest)
-
-
 # ---------------------------------------------------------------- the settings entry
 
 
@@ -219,17 +207,6 @@ def hook_entry(
         "timeout": HOOK_TIMEOUT,
     }
     return {"PermissionRequest": [{"hooks": [handler]}]}
-
-
-def with_permission_hook(
-    settings: str | None, participant: str, wave: str, daemon: str, token_file: Path, *, notify: bool = False
-) -> str:
-    """``settings`` (a ``--settings`` JSON, or None) with the permission hook added beside its hooks."""
-    data: dict[str, Any] = json.loads(settings) if settings else {}
-    hooks: dict[str, list[Any]] = data.setdefault("hooks", {})
-    for event, matchers in hook_entry(participant, wave, daemon, token_file, notify=notify).items():
-        hooks.setdefault(event, []).extend(matchers)
-    return json.dumps(data, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- the hook

@@ -46,6 +46,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from fleet import dialogs, errors, worktrees
+from fleet.agentstate import hook_entries, hook_file
 from fleet.budgets import apply_layout_budgets
 from fleet.channel.tools import instructions
 from fleet.client import Client
@@ -53,7 +54,7 @@ from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
-from fleet.permissions import with_permission_hook
+from fleet.permissions import hook_entry as permission_hook
 from fleet.procs import zombie_status
 from fleet.tmux import PaneInfo, Tmux, check_length
 
@@ -196,6 +197,23 @@ def channel_entry(
     return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
 
 
+def state_hooks(paths: Paths, session_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The state hooks of a Claude Code session (:func:`fleet.agentstate.hook_entries`): each
+    appends its event to the session's file in the channels' directory, which its channel tails."""
+    return hook_entries(hook_file(paths.channels, session_id))
+
+
+def settings_json(base: str | None, *extra: dict[str, list[dict[str, Any]]]) -> str:
+    """``--settings`` JSON: ``base`` (fleet's watch hook settings, or None) with the hook entries of
+    ``extra`` added per event (each feature keeps its own entries; an event's matchers add up)."""
+    settings: dict[str, Any] = json.loads(base) if base else {}
+    hooks: dict[str, list[Any]] = settings.setdefault("hooks", {})
+    for entries in extra:
+        for event, matchers in entries.items():
+            hooks.setdefault(event, []).extend(matchers)
+    return json.dumps(settings, separators=(",", ":"))
+
+
 def mcp_config(entry: dict[str, object]) -> str:
     return json.dumps({"mcpServers": {"fleet": entry}}, separators=(",", ":"))
 
@@ -225,7 +243,7 @@ def agent_argv(
     argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
     if transport in ("channel", "auto"):
         argv.append("--dangerously-load-development-channels=server:fleet")
-    if hook_settings:  # the watch hook (transports hook and auto), fleet's permission hook (Claude Code)
+    if hook_settings:  # the watch hook (hook, auto), the state and permission hooks (any transport)
         argv.append(f"--settings={hook_settings}")
     if system_prompt:
         argv += ["--append-system-prompt", system_prompt]
@@ -357,9 +375,15 @@ class Spawner:
                 cap=profile.cap,
                 gate=transport == "auto",
             )
-        if claude:  # its permission prompts can be answered from anywhere (docs/permissions.md)
-            hook = with_permission_hook(
-                hook, participant, wave.name, self.client.base_url, token_file, notify=profile.notify
+        if claude:
+            hook = settings_json(
+                hook,
+                # what the transcript does not say (a prompt waiting, a failure, the end)
+                state_hooks(self.paths, session_id),
+                # its permission prompts can be answered from anywhere (docs/permissions.md)
+                permission_hook(
+                    participant, wave.name, self.client.base_url, token_file, notify=profile.notify
+                ),
             )
         prompt = instructions(participant, wave.name, profile.attention) if claude else None
         if prompt is not None:

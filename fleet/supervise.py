@@ -5,14 +5,19 @@ owns no process. What a caller may rely on:
 
 - :func:`status` gives one :class:`StatusRow` per (wavelet, participant): every agent on a wavelet's
   roster, plus anyone whose pane lives in the wavelet's window but who left its roster (noted
-  ``left: receives nothing``). Pane facts (id, alive or dead, exit status) come from tmux; presence
-  (``working`` / ``idle`` / ``gone``) and blips delivered come from the daemon, which hears them from
-  the channels (deliveries, posts, pings), never from a screen; a live pane waiting at one of Claude
-  Code's dialogs is noted ``waiting at a dialog: <first line>`` (the one fact read from a screen,
-  :func:`fleet.dialogs.pane_dialog`; its window's ``@fleet_waiting`` flag follows what status saw);
-  the last blip from the store; the session id from the recorded session. **Cap use** lives only in
-  the channel's delivery state file, which the daemon never sees: it is read when that file is on
-  this machine (the channel runs here, against the same daemon URL), and is ``None`` otherwise.
+  ``left: receives nothing``); rows of agents that wait on the operator (a permission, a dialog) or
+  failed come first. Pane facts (id, alive or dead, exit status) come from tmux; what the agent
+  does (``state``, one per session: :mod:`fleet.agentstate`) is what its channel reported to the
+  daemon from the session's own transcript and hooks, except that a dead pane seen here is
+  ``dead`` with its exit status and last lines, a permission request the store holds pending for
+  it (:mod:`fleet.permissions`: its PermissionRequest hook recorded it) is ``permission`` with the
+  tool and its input, and a live pane showing one of Claude Code's dialogs is ``dialog`` with its
+  first line (the one fact read from a screen, :func:`fleet.dialogs.pane_dialog`; its window's
+  ``@fleet_waiting`` flag follows what status saw); whether the channel is heard (``presence``:
+  ``live`` / ``gone``) and blips delivered come from the daemon, never from a screen; the last
+  blip from the store; the session id from the recorded session. **Cap use** lives only in the
+  channel's delivery state file, which the daemon never sees: it is read when that file is on this
+  machine (the channel runs here, against the same daemon URL), and is ``None`` otherwise.
 - :func:`respawn` relaunches one participant with ``--resume`` of its recorded session (through
   :meth:`fleet.spawn.Spawner.respawn`), from any machine: everything it needs comes from the daemon.
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
@@ -35,23 +40,32 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainSerializer, PlainValidator
 
-from fleet import dialogs, errors, usage, worktrees
+from fleet import agentstate, dialogs, errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
-from fleet.models import OPERATOR, PresenceReport, PresenceRow, PresenceState, SessionRecord, Wave, Wavelet
+from fleet.models import (
+    OPERATOR,
+    AgentState,
+    PresenceReport,
+    PresenceRow,
+    PresenceState,
+    SessionRecord,
+    Wave,
+    Wavelet,
+)
 from fleet.paths import Paths
-from fleet.permissions import PermissionRequest, mark_waiting
+from fleet.permissions import PermissionRequest
 from fleet.procs import group_running, zombie_status
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
 from fleet.usage import Figures, ParticipantUsage
-from fleet.wire import RecordError, loads
+from fleet.wire import RecordError, dump, load, loads
 from fleet.worktrees import Kept, WorktreeState
 
 if TYPE_CHECKING:
@@ -67,6 +81,14 @@ TICK = 5.0
 """Seconds between looks at tmux when no blip arrives (a blip wakes the loop at once)."""
 
 PaneState = Literal["alive", "dead", "none"]
+
+
+def _agent(value: Any) -> AgentState:
+    return value if isinstance(value, AgentState) else load(AgentState, value)
+
+
+AgentField = Annotated[AgentState, PlainValidator(_agent), PlainSerializer(dump, return_type=dict)]
+"""An :class:`~fleet.models.AgentState` (a wire record) inside these pydantic reports."""
 
 
 # ---------------------------------------------------------------- status
@@ -89,6 +111,11 @@ class StatusRow(BaseModel):
     pane_wavelet: str | None = None
     """``WAVE/WAVELET`` whose window holds the pane."""
     presence: PresenceState = "gone"
+    """Whether its channel is heard by the daemon."""
+    state: AgentField = Field(default_factory=lambda: agentstate.unknown("not known"))
+    """What its session does (the same on every row of the participant: one state per session)."""
+    state_text: str = ""
+    """``state`` in words, as this row shows it (a turn woken in another wavelet says so)."""
     last_blip_at: str | None = None
     """When the participant last wrote in this wavelet (ISO 8601), from the store."""
     blips: int = 0
@@ -331,6 +358,14 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     rows: list[StatusRow] = []
     now = time.time()
     at_dialog = _dialogs(tmux, panes.values())
+    try:
+        waiting = client.permissions(wave.id, pending=True)
+    except errors.NotFound:  # a daemon older than permission requests: none to show
+        waiting = []
+    asking: dict[str, PermissionRequest] = {}
+    for req in waiting:  # newest first: each participant's newest
+        asking.setdefault(req.participant, req)
+    agents: dict[str, AgentState] = {}
     for wl in wave.wavelets:
         members = [m.name for m in wl.roster if m.kind == "agent"]
         left = sorted({p.participant for p in all_panes if p.wavelet == wl.id} - set(members))
@@ -346,6 +381,10 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
             if name not in spent:
                 spent[name] = _usage_of(record, paths, table)
             mine = spent[name]
+            if name not in agents:
+                dialog = at_dialog.get(pane.pane_id, "") if pane else ""
+                agents[name] = agent_state(tmux, pane, seen, record, dialog=dialog, asking=asking.get(name))
+            agent = agents[name]
             rows.append(
                 StatusRow(
                     wavelet=wl.path,
@@ -357,6 +396,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     exit=exit_of(pane) if pane else None,
                     pane_wavelet=path_of.get(pane.wavelet, pane.wavelet) if pane else None,
                     presence=seen.state if seen else "gone",
+                    state=agent,
+                    state_text=row_text(agent, wl.path, now),
                     last_blip_at=act.last_blip_at if act else None,
                     blips=act.blips if act else 0,
                     delivered=seen.delivered if seen else 0,
@@ -384,18 +425,64 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     ),
                 )
             )
-    try:
-        waiting = client.permissions(wave.id, pending=True)
-    except errors.NotFound:  # a daemon older than permission requests: none to show
-        waiting = []
+    rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
         tmux_session=tmux.find_session(wave.id),
         generated_at=datetime.now(UTC).isoformat(),
-        rows=mark_waiting(rows, waiting),
+        rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
     )
+
+
+DEAD_LINES = 5
+"""Last lines of a dead pane's screen its state carries."""
+
+
+def agent_state(
+    tmux: Tmux,
+    pane: PaneInfo | None,
+    seen: PresenceRow | None,
+    record: SessionRecord | None,
+    *,
+    dialog: str = "",
+    asking: PermissionRequest | None = None,
+) -> AgentState:
+    """One participant's state: a dead pane seen here is ``dead`` (exit status, last lines, read
+    from tmux as ``fleet status`` always has); a prompt the store holds pending for it (``asking``:
+    its PermissionRequest hook's record) is ``permission``; a ``dialog`` its live pane shows (its
+    first line, as a reader of the pane found it: spawn's dialog handling) is ``dialog``; otherwise what its
+    channel reported to the daemon (``unknown`` with why while it is not heard)."""
+    if pane is not None and pane.dead:
+        try:
+            lines = tmux.capture(pane.pane_id)
+        except errors.FleetError:
+            lines = []
+        screen = [ln for ln in lines if ln.strip() and not ln.startswith("Pane is dead")]
+        return agentstate.dead(exit_of(pane) or "unknown", screen[-DEAD_LINES:])
+    if asking is not None:  # the store's record of the prompt (the hook's): what it asks, since when
+        since = datetime.fromisoformat(asking.asked_at.replace("Z", "+00:00")).timestamp()
+        return AgentState(kind="permission", tool=asking.tool, input=asking.preview, since=since)
+    if agentstate.first_line(dialog) and pane is not None:
+        return AgentState(kind="dialog", dialog=agentstate.first_line(dialog))
+    if seen is not None and seen.agent is not None:
+        if record is not None and seen.session_id and seen.session_id != record.session_id:
+            why = f"its channel reports session {seen.session_id[:8]}, not the recorded one"
+            return agentstate.unknown(why)
+        return seen.agent
+    if seen is None:
+        return agentstate.unknown("the daemon has no presence for it")
+    return agentstate.unknown("the daemon reports no state (an older fleet)")
+
+
+def row_text(state: AgentState, wavelet: str, now: float) -> str:
+    """The state as one (wavelet, participant) row says it: a turn woken by blips of other
+    wavelets only reads ``turning for OTHER`` in this one, not plain turning."""
+    text = agentstate.describe(state, now)
+    if state.kind == "turning" and state.wavelets and wavelet not in state.wavelets:
+        return f"turning for {', '.join(state.wavelets)}"
+    return text
 
 
 # ---------------------------------------------------------------- the overview
@@ -413,6 +500,9 @@ class WaveOverview(BaseModel):
     """Participants whose pane is alive."""
     dead: list[str]
     """Participants whose pane is dead (``fleet respawn`` or ``fleet spawn`` brings them back)."""
+    waiting: list[str] = Field(default_factory=list)
+    """Agents that wait on the operator (a permission, a dialog) or failed, each as
+    ``NAME: its state``."""
     tmux_session: str | None = None
     attach: str = ""
 
@@ -428,6 +518,12 @@ def overview(client: Client, tmux: Tmux | None) -> list[WaveOverview]:
     for w in client.list_waves():
         full = client.get_wave(w.id)
         mine = panes_by_participant(p for p in panes if p.wave == w.id and p.participant)
+        now = time.time()
+        waiting = [
+            f"{p.participant}: {agentstate.describe(p.agent, now)}"
+            for p in client.presence(w.id)
+            if agentstate.needs_operator(p.agent)
+        ]
         out.append(
             WaveOverview(
                 wave=w.name,
@@ -436,6 +532,7 @@ def overview(client: Client, tmux: Tmux | None) -> list[WaveOverview]:
                 agents=sorted({m.name for wl in full.wavelets for m in wl.roster if m.kind == "agent"}),
                 live=sorted(n for n, p in mine.items() if p.alive),
                 dead=sorted(n for n, p in mine.items() if p.dead),
+                waiting=waiting,
                 tmux_session=sessions.get(w.id),
                 attach=attach_hint(w.name) if w.id in sessions else "",
             )
@@ -624,8 +721,11 @@ class Supervisor:
             if self.ladder.dead(name):
                 # its channel may have died without a word (SIGHUP): say so now, not at the ping TTL
                 await_exit([pane])
-                self.client.report_presence(self.wave.id, PresenceReport(participant=name, event="gone"))
                 how = settled_exit(self.tmux, pane)
+                # dead, with how: what a status read on another machine (no pane there) shows too
+                dead = agent_state(self.tmux, pane, None, rec)
+                report = PresenceReport(participant=name, event="gone", session_id=rec.session_id, agent=dead)
+                self.client.report_presence(self.wave.id, report)
                 events.append(
                     self._event(
                         rec, "died", pane.pane_id,

@@ -14,7 +14,7 @@ from httphelp import Http, Resp, q, snapshot
 
 from fleet.client import Client
 from fleet.daemon import MAX_TOKEN, Daemon
-from fleet.models import MAX_HOST, MAX_NAME, MAX_PATH, MAX_REF, MAX_SESSION_ID
+from fleet.models import MAX_HOST, MAX_NAME, MAX_NOTE, MAX_PATH, MAX_REF, MAX_SESSION_ID
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,6 +45,8 @@ def test_a_300_kb_presence_session_id_is_refused_and_not_broadcast(daemon: Daemo
     refused(r, 400, "session_id", str(MAX_SESSION_ID))
     r = http.post("/v1/waves/w/presence", {**ping, "host": "h" * 1000})
     refused(r, 400, "host", str(MAX_HOST))
+    r = http.post("/v1/waves/w/presence", {**ping, "agent": {"kind": "permission", "input": "x" * 300_000}})
+    refused(r, 400, "agent.input", str(MAX_NOTE))
     rows = http.get("/v1/waves/w/presence").ok()["presence"]
     assert [(p["participant"], p["state"], p["session_id"], p["host"]) for p in rows] == [
         ("alice", "gone", None, None)

@@ -6,8 +6,12 @@ assertion is about what Claude Code would receive.
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +27,10 @@ from mcphelp import RawMcp, env_with
 from pydantic import BaseModel
 from worlds import World
 
+from fleet.agentstate import hook_file
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.models import AgentState
 from fleet.paths import Paths
 
 try:  # mcp >= 2
@@ -287,20 +293,88 @@ def test_session_id_and_host_are_recorded_with_presence(world: World) -> None:
         return rows and rows[0].session_id == "0193-sess-alice" and rows[0]
 
     found = retry_until(row, what="alice's presence with her session id")
-    assert found.state in ("idle", "working") and found.host
+    assert found.state == "live" and found.host
+    assert found.agent is not None and found.agent.kind == "unknown" and "not Claude Code" in found.agent.why
 
 
-def test_delivery_marks_working_and_a_post_marks_idle(world: World) -> None:
-    alice = world.channel("alice")
+def test_the_reported_state_follows_the_sessions_transcript_and_hooks(world: World, tmp_path: Path) -> None:
+    """The channel folds its session's transcript (and the state hook's file) and reports each
+    change at once: a delivery is not "working", a turn is; its end is idle within a second; an API
+    error ends it failed; a permission prompt's Notification is "waiting for permission" with the
+    running tool; an unreadable transcript is unknown, never idle."""
+    sid = str(uuid.uuid4())
+    transcript = tmp_path / "home" / ".claude" / "projects" / "-x" / f"{sid}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    env = env_with(CLAUDE_CODE_SESSION_ID=sid, HOME=str(tmp_path / "home"))
+    alice = world.channel("alice", "--receipts", "transcript", env=env)
+
+    def agent() -> AgentState:
+        got = next(r.agent for r in world.op.presence(WAVE) if r.participant == "alice")
+        assert got is not None
+        return got
+
+    def reached(kind: str, what: str) -> AgentState:
+        got = retry_until(lambda: (a := agent()).kind == kind and a, what=what)
+        assert isinstance(got, AgentState)
+        return got
+
+    def write(*lines: dict[str, Any]) -> None:
+        with transcript.open("a") as f:
+            f.writelines(json.dumps(x) + "\n" for x in lines)
+
+    retry_until(lambda: agent().kind == "idle", what="idle at its prompt: handshaken, no transcript yet")
     world.post("work for alice")
     wait_text(alice, "work for alice")
+    assert agent().kind == "idle", "a delivery says nothing of what the session does"
+    block = '<channel source="fleet" blip_id="b-1">hi</channel>'
+    blip = {"type": "user", "origin": {"kind": "channel"}, "timestamp": "2026-12-03T10:00:00Z",
+            "message": {"role": "user", "content": block}}  # fmt: skip
+    tool = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                          "input": {"command": "ls -la /tmp"}}]}}  # fmt: skip
+    write(blip, tool)
+    got = reached("turning", "turning")
+    assert got.woken_by == ["b-1"] and got.tool == "Bash"
+    hooks = hook_file(world.paths.channels, sid)
+    retry_until(hooks.exists, what="the hook file made by the channel")
+    assert stat.S_IMODE(hooks.stat().st_mode) == 0o600
+    with hooks.open("a") as f:
+        event = {"hook_event_name": "Notification", "notification_type": "permission_prompt",
+                 "message": "Claude needs your permission", "session_id": sid}  # fmt: skip
+        f.write(json.dumps(event) + "\n")
+    got = reached("permission", "waiting for permission")
+    assert (got.tool, got.input) == ("Bash", "ls -la /tmp")
+    result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1"}]}}
+    write(result)
+    retry_until(lambda: agent().kind == "turning", what="the tool ran: turning again")
+    t0 = time.monotonic()
+    write({"type": "system", "subtype": "turn_duration", "timestamp": "2026-12-03T10:00:05Z"})
+    retry_until(lambda: agent().kind == "idle", what="idle")
+    assert time.monotonic() - t0 < 1.5, "a turn's end reaches the daemon within about a second"
+    error = {"type": "assistant", "isApiErrorMessage": True,
+             "message": {"content": [{"type": "text", "text": "API Error: 500 overloaded"}]}}  # fmt: skip
+    write(blip, error)
+    got = reached("failed", "failed")
+    assert got.error == "API Error: 500 overloaded"
 
-    def state() -> str:
-        return next(r.state for r in world.op.presence(WAVE) if r.participant == "alice")
 
-    retry_until(lambda: state() == "working", what="alice working")
-    alice.call("wavelet_post", {"wavelet": "main", "text": "DONE: worked"})
-    retry_until(lambda: state() == "idle", what="alice idle after posting")
+def test_an_unreadable_transcript_is_unknown_never_idle(world: World, tmp_path: Path) -> None:
+    sid = str(uuid.uuid4())
+    where = tmp_path / "home" / ".claude" / "projects" / "-x" / f"{sid}.jsonl"
+    where.mkdir(parents=True)  # (a directory: unreadable as a file even to root)
+    env = env_with(CLAUDE_CODE_SESSION_ID=sid, HOME=str(tmp_path / "home"))
+    world.channel("alice", "--receipts", "transcript", env=env)
+
+    def agent() -> AgentState | None:
+        return next(
+            (r.agent for r in world.op.presence(WAVE) if r.participant == "alice" and r.state == "live"), None
+        )
+
+    got = retry_until(lambda: (a := agent()) is not None and a.kind != "starting" and a, what="a state")
+    assert (
+        isinstance(got, AgentState)
+        and got.kind == "unknown"
+        and got.why.startswith("no transcript access: cannot read")
+    ), got
 
 
 def test_exit_reports_gone(world: World) -> None:

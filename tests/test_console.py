@@ -30,7 +30,7 @@ from fleet import errors
 from fleet.client import Client
 from fleet.console import Console, parse_ui_address
 from fleet.daemon import Daemon
-from fleet.models import PresenceReport
+from fleet.models import AgentState, PresenceReport
 from fleet.paths import Paths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -506,11 +506,13 @@ def test_the_event_stream_carries_replaces_roster_and_presence_changes(
     roster = next(w for w in events[-1].json()["wavelets"] if w["id"] == wave.root_id)["roster"]
     assert "carol" in [m["name"] for m in roster]
     op.report_presence("demo", PresenceReport(participant="alice", event="ping"))
-    op.report_presence("demo", PresenceReport(participant="alice", event="delivered", count=1))
+    op.report_presence(
+        "demo", PresenceReport(participant="alice", event="ping", agent=AgentState(kind="turning", since=1.0))
+    )
     states = s.until(
         lambda e: (
             e.event == "presence"
-            and {r["participant"]: r["state"] for r in e.json()["presence"]}.get("alice") == "working"
+            and {r["participant"]: r["agent"]["kind"] for r in e.json()["presence"]}.get("alice") == "turning"
         )
     )
     assert states[-1].event == "presence"
@@ -621,12 +623,13 @@ def typed_post_reaches(page: Page, d: Daemon, wave: Any, op: Client, channel: Ra
     assert note["meta"]["author"] == "operator" and note["meta"]["blip_id"] == posted[0].id
     retry_until(lambda: text in texts(page), what="the post in the page")
     assert page.eval("document.getElementById('compose').value") == ""
-    # The delivery made alice `working`; the page shows it without a reload.
+    # A delivery is not work: alice's agent keeps no transcript fleet reads, and the page says so.
     retry_until(
         lambda: (
-            page.eval("document.querySelector('#presence li[data-name=alice]')?.dataset.state") == "working"
+            "not Claude Code"
+            in (page.eval("document.querySelector('#presence li[data-name=alice]')?.title") or "")
         ),
-        what="alice working in the page",
+        what="alice unknown, and why, in the page",
     )
     no_js_errors(page)
 
@@ -744,7 +747,9 @@ def test_a_replaced_blip_shows_its_latest_text_and_keeps_its_history(
     no_js_errors(page)
 
 
-def test_presence_shows_working_idle_and_gone(page: Page, d: Daemon, wave: Any, op: Client) -> None:
+def test_presence_shows_each_agents_state_and_lists_who_waits_first(
+    page: Page, d: Daemon, wave: Any, op: Client
+) -> None:
     op.invite(wave.root_id, "carol")
     open_console(page, d)
 
@@ -755,20 +760,33 @@ def test_presence_shows_working_idle_and_gone(page: Page, d: Daemon, wave: Any, 
         )
         return dict(rows)
 
-    retry_until(lambda: states() == {"alice": "gone", "bob": "gone", "carol": "gone"}, what="everyone gone")
-    op.report_presence("demo", PresenceReport(participant="alice", event="delivered", count=2))
-    op.report_presence("demo", PresenceReport(participant="bob", event="ping"))
     retry_until(
-        lambda: states() == {"alice": "working", "bob": "idle", "carol": "gone"}, what="the new states"
+        lambda: states() == {"alice": "unknown", "bob": "unknown", "carol": "unknown"}, what="nobody reported"
     )
+
+    def report(name: str, **agent: Any) -> None:
+        op.report_presence("demo", PresenceReport(participant=name, event="ping", agent=AgentState(**agent)))
+
+    report("alice", kind="turning", tool="Bash")
+    report("bob", kind="idle")
+    report("carol", kind="permission", tool="Bash", input="rm -rf build")
+    retry_until(
+        lambda: states() == {"alice": "turning", "bob": "idle", "carol": "permission"}, what="the new states"
+    )
+    order = page.eval("[...document.querySelectorAll('#presence li[data-name]')].map(l => l.dataset.name)")
+    assert order == ["carol", "alice", "bob"], "who waits on the operator comes first"
+    text = page.eval("document.querySelector('#presence li[data-name=carol] .state').textContent")
+    assert text.startswith("waiting for permission: Bash (rm -rf build)")
     retry_until(
         lambda: page.eval(
-            "document.querySelector('#roster .chip[data-name=alice] .dot').classList.contains('working')"
+            "document.querySelector('#roster .chip[data-name=alice] .dot').classList.contains('turning')"
         ),
         what="alice's roster dot",
     )
     op.post(wave.root_id, "done", as_="alice")
-    retry_until(lambda: states()["alice"] == "idle", what="alice idle after posting")
+    assert states()["alice"] == "turning", "a post says nothing of what the session does"
+    report("alice", kind="idle")
+    retry_until(lambda: states()["alice"] == "idle", what="alice idle once her session says so")
     no_js_errors(page)
 
 
@@ -818,12 +836,15 @@ def test_console_screenshot(page: Page, d: Daemon, op: Client) -> None:
     op.invite(fix.id, "dave")
     op.post(w.root_id, "Thanks both. Ship the fix behind the usual canary.")
     op.post(w.root_id, "Will do once carol approves.", as_="bob")
-    for name, event in (("alice", "ping"), ("bob", "ping"), ("carol", "delivered")):
-        op.report_presence("checkout-bug", PresenceReport(participant=name, event=event, count=1))  # type: ignore[arg-type]
+    for name, kind in (("alice", "idle"), ("bob", "idle"), ("carol", "turning")):
+        op.report_presence(
+            "checkout-bug",
+            PresenceReport(participant=name, event="ping", agent=AgentState(kind=kind)),  # type: ignore[arg-type]
+        )
     open_console(page, d, "#/checkout-bug/main")
     retry_until(
         lambda: (
-            page.eval("document.querySelector('#presence li[data-name=carol]')?.dataset.state") == "working"
+            page.eval("document.querySelector('#presence li[data-name=carol]')?.dataset.state") == "turning"
         ),
         what="presence",
     )

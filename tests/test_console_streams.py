@@ -87,7 +87,7 @@ def test_a_post_recomputes_the_blips_a_fork_the_tree_a_presence_change_presence(
         op.report_presence("demo", PresenceReport(participant="alice", event="ping"))
         events = s.until(lambda e: e.event == "presence")
         states = {r["participant"]: r["state"] for r in events[-1].json()["presence"]}
-        assert states["alice"] == "idle"
+        assert states["alice"] == "live"
         assert counts() == (1, 2, before)
         s.close()
 

@@ -1064,52 +1064,68 @@ def _states(h: Http) -> dict[str, str]:
     return {p["participant"]: p["state"] for p in h.get("/v1/waves/w1/presence").ok(200)["presence"]}
 
 
-def test_presence_working_idle_gone(fleet_env: Paths) -> None:
-    d = Daemon(fleet_env, "127.0.0.1:0", working_ttl=60, ping_ttl=30)
+def _agents(h: Http) -> dict[str, dict[str, Any]]:
+    return {p["participant"]: p["agent"] for p in h.get("/v1/waves/w1/presence").ok(200)["presence"]}
+
+
+def test_presence_shows_the_reported_agent_state_and_unknown_once_the_channel_is_gone(
+    fleet_env: Paths,
+) -> None:
+    """The daemon shows what the channel reported (folded from the session's own record), never a
+    guess from deliveries or posts: a delivery with no state change leaves ``idle`` idle; a channel
+    not heard within the ping TTL, or gone, makes the agent ``unknown`` with since when."""
+    d = Daemon(fleet_env, "127.0.0.1:0", ping_ttl=30)
     d.start()
     clock = FakeClock()
     d.presence.clock = clock
     try:
         w = build_world(d)
         alice = w.as_("member")
-        # nobody pinged yet: everyone is gone; the operator is not listed
-        states = _states(w.op)
-        assert states == {"alice": "gone", "bob": "gone"}
+        # nobody pinged yet: everyone is gone, and what they do is unknown; the operator is not listed
+        assert _states(w.op) == {"alice": "gone", "bob": "gone"}
+        assert _agents(w.op)["alice"] == {
+            **_agents(w.op)["alice"],
+            "kind": "unknown",
+            "why": "no channel has reported",
+        }
 
-        def report(event: str, count: int = 0) -> None:
-            alice.post(
-                "/v1/waves/w1/presence",
-                {"participant": "alice", "event": event, "count": count, "session_id": "s-1", "host": "box"},
-            ).ok(200)
+        def report(event: str, count: int = 0, **agent: Any) -> None:
+            body: dict[str, Any] = {"participant": "alice", "event": event, "count": count,
+                                    "session_id": "s-1", "host": "box"}  # fmt: skip
+            if agent:
+                body["agent"] = agent
+            alice.post("/v1/waves/w1/presence", body).ok(200)
 
         report("ping")
-        assert _states(w.op)["alice"] == "idle"
+        assert _states(w.op)["alice"] == "live"
+        assert _agents(w.op)["alice"]["why"] == "its channel reports no state (an older fleet)"
+        report("ping", kind="idle", since=1000.0)
         clock.t += 1
-        report("delivered", 3)
+        report("delivered", 3)  # a delivery is not work: the state is what the session says
         row = next(
             p for p in w.op.get("/v1/waves/w1/presence").ok()["presence"] if p["participant"] == "alice"
         )
-        assert (row["state"], row["delivered"], row["session_id"], row["host"]) == (
-            "working",
-            3,
-            "s-1",
-            "box",
-        )
-        clock.t += 1
+        assert (row["state"], row["agent"]["kind"], row["delivered"], row["session_id"], row["host"]) == (
+            "live", "idle", 3, "s-1", "box",
+        )  # fmt: skip
+        report("ping", kind="turning", since=1001.0, woken_by=["b1"], tool="Bash")
         alice.post_blip(w.pub.id, "done").ok(201)
-        assert _states(w.op)["alice"] == "idle", "a post ends working"
-        clock.t += 1
-        report("delivered", 1)
-        assert _states(w.op)["alice"] == "working"
-        clock.t += 61
-        report("ping")
-        assert _states(w.op)["alice"] == "idle", "working lapses after the working TTL"
+        got = _agents(w.op)["alice"]
+        assert (got["kind"], got["woken_by"], got["tool"]) == ("turning", ["b1"], "Bash"), (
+            "a post ends nothing"
+        )
         clock.t += 31
+        got = _agents(w.op)["alice"]
         assert _states(w.op)["alice"] == "gone", "no ping within the ping TTL"
-        report("ping")
-        assert _states(w.op)["alice"] == "idle"
+        assert got["kind"] == "unknown" and "channel gone" in got["why"] and "last turning" in got["why"]
+        report("ping", kind="idle", since=1002.0)
+        assert _agents(w.op)["alice"]["kind"] == "idle"
         report("gone")
-        assert _states(w.op)["alice"] == "gone"
+        assert _states(w.op)["alice"] == "gone" and "said gone" in _agents(w.op)["alice"]["why"]
+        bad = alice.post(
+            "/v1/waves/w1/presence", {"participant": "alice", "event": "ping", "agent": {"kind": "busy"}}
+        )
+        assert bad.status == 400 and "agent.kind" in bad.error["message"]
         # presence is memory only: nothing was written to the log
         events = sqlite3.connect(f"file:{d.paths.db}?mode=ro", uri=True)
         try:
@@ -1119,7 +1135,7 @@ def test_presence_working_idle_gone(fleet_env: Paths) -> None:
         assert not any("presence" in t for t in types)
         # the operator may report for anyone; bob may not report for alice
         w.op.post("/v1/waves/w1/presence", {"participant": "bob", "event": "ping"}).ok(200)
-        assert _states(w.op)["bob"] == "idle"
+        assert _states(w.op)["bob"] == "live"
         r = w.as_("nonmember").post("/v1/waves/w1/presence", {"participant": "alice", "event": "ping"})
         assert r.status == 403
     finally:

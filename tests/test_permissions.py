@@ -30,10 +30,11 @@ from fleet.permissions import (
     PermissionRequest,
     PermissionSettled,
     bounded,
+    hook_entry,
     pending_note,
     preview,
-    with_permission_hook,
 )
+from fleet.spawn import settings_json
 from fleet.store import connect, dump_tables, replay
 
 SID = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
@@ -229,13 +230,14 @@ def test_the_hook_joins_the_settings_beside_other_hooks(tmp_path: Path) -> None:
     other = json.dumps(
         {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]}, "env": {"A": "1"}}
     )
-    merged = json.loads(with_permission_hook(other, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    entry_of = hook_entry("alice", "w", "http://127.0.0.1:1", tmp_path / "t")
+    merged = json.loads(settings_json(other, entry_of))
     assert set(merged["hooks"]) == {"Stop", "PermissionRequest"} and merged["env"] == {"A": "1"}
     (entry,) = merged["hooks"]["PermissionRequest"]
     (handler,) = entry["hooks"]
     assert "fleet.permissions" in handler["command"] and "--token-file" in handler["command"]
     assert "matcher" not in entry  # every tool
-    alone = json.loads(with_permission_hook(None, "alice", "w", "http://127.0.0.1:1", tmp_path / "t"))
+    alone = json.loads(settings_json(None, entry_of))
     assert set(alone["hooks"]) == {"PermissionRequest"}
 
 
@@ -254,7 +256,8 @@ def test_status_lists_a_waiting_agent_first_with_what_it_waits_for(operator: Cli
     rid = ask(zoe, "zoe", text="git push")
     st = supervise.status(operator, Tmux(srv), get_paths(), "w")
     assert [r.participant for r in st.rows] == ["zoe", "alice", "bob"]
-    assert st.rows[0].note.startswith("waiting for permission: Bash (git push)")
+    assert st.rows[0].state_text.startswith("waiting for permission: Bash (git push)")
+    assert st.rows[0].state.kind == "permission" and st.rows[0].state.tool == "Bash"
     assert [p.request_id for p in st.permissions] == [rid]
     assert json.loads(st.model_dump_json())["permissions"][0]["tool"] == "Bash"
 

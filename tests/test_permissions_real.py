@@ -45,7 +45,7 @@ def script() -> Script:
 def waiting_note(real: RealFleet) -> str:
     done = real.fleet("status", "w", "--json")
     rows = json.loads(done.stdout)["rows"] if done.returncode == 0 else []
-    return rows[0]["note"] if rows else ""
+    return rows[0]["state_text"] if rows else ""
 
 
 def result_of(real: RealFleet, word: str) -> tuple[str, bool] | None:

@@ -8,6 +8,7 @@ import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -420,3 +421,40 @@ def test_the_keeper_rereads_goal_live_and_keeps_the_last_good_schedule(
     assert [e.kind for e in events] == ["goal"] and "GOAL.md:4: invalid cron schedule" in events[0].text
     said = [b.text for b in operator.read(wave.root_id).blips if b.kind == "system"]
     assert sum("keeping the last good schedule" in t for t in said) == 1
+
+
+def test_resident_status_says_what_fleet_status_says_and_never_idle_turns_0_without_a_transcript(
+    operator: Client, tmp_path: Path
+) -> None:
+    """Its state is the session's one state (the daemon's, as `fleet status` shows it), so the two
+    agree; where the transcript is not on this machine, the turns are unknown, not 0."""
+    from fleet.models import AgentState, PresenceReport
+
+    operator.create_wave("w", ["resident", "bob"])
+    elsewhere = NewSeat(
+        participant="resident", session_id=str(uuid.uuid4()), host="laptop-b", pid=1, cwd="/x"
+    )
+    operator.claim_seat("w", elsewhere)  # (the mind runs on another machine: its transcript is there)
+
+    def both() -> tuple[dict[str, Any], dict[str, Any]]:
+        mind = run_fleet(operator, tmp_path / "x", "resident", "status", "w", "--json")
+        wave = run_fleet(operator, tmp_path / "x", "status", "w", "--json")
+        assert mind.returncode == 0 and wave.returncode == 0, (mind.stderr, wave.stderr)
+        row = next(r for r in json.loads(wave.stdout)["rows"] if r["participant"] == "resident")
+        return json.loads(mind.stdout), row
+
+    mind, row = both()
+    assert mind["state"] == "unknown" and mind["agent"] == row["state"], (mind, row)
+    assert mind["turns"] is None and "turns unknown" in mind["note"], mind
+    seat = operator.seat("w")
+    assert seat is not None
+    for agent in (
+        AgentState(kind="turning", since=1.0, woken_by=["b-1"]),
+        AgentState(kind="failed", error="API"),
+    ):
+        report = PresenceReport(participant="resident", event="ping", session_id=seat.session_id, agent=agent)
+        operator.report_presence("w", report)
+        mind, row = both()
+        assert mind["state"] == agent.kind and mind["agent"] == row["state"], (mind, row)
+    text = run_fleet(operator, tmp_path / "x", "resident", "status", "w")
+    assert "failed: API" in text.stdout and "unknown (no transcript here)" in text.stdout, text.stdout

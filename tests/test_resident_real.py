@@ -112,6 +112,14 @@ def test_start_seats_one_mind_refuses_a_second_and_force_takes_over(
     assert "Ship the parser." in system and "src/parse.py" in system, "GOAL.md and MEMORY.md seed the mind"
     real.wait(lambda: status(real, repo)["turns"] >= 1, "a completed turn in status")
 
+    def agree() -> bool:  # `fleet status` and `fleet resident status` say the same of the mind
+        wave = json.loads(fleet_in(real, repo, "status", "w", "--json").stdout)["rows"]
+        row = next(r for r in wave if r["participant"] == "resident")
+        mind = status(real, repo)
+        return bool(mind["agent"] == row["state"] and row["state"]["kind"] == "idle")
+
+    real.wait(agree, "fleet status and fleet resident status agree: idle")
+
     again = fleet_in(real, repo, "resident", "start", "w", "--agent", layout)
     assert again.returncode == 1, again  # Conflict
     assert report["session_id"] in again.stderr and str(report["pid"]) in again.stderr, again.stderr
@@ -156,7 +164,7 @@ def test_a_dead_seat_is_closed_at_the_next_start_which_resumes_the_same_session(
     os.kill(report["pid"], signal.SIGKILL)
     real.wait(lambda: real.pane_dead("resident"), "the resident's pane dead")
     st = status(real, repo)
-    assert st["state"] == "failed" and "supervise" in st["note"], st
+    assert st["state"] == "dead" and "supervise" in st["note"], st
     again = start(real, repo, layout)
     assert again["closed"].startswith("closed the dead seat") and str(report["pid"]) in again["closed"]
     assert again["session_id"] == report["session_id"] and again["resumed"], again
@@ -368,7 +376,15 @@ def test_failed_turns_and_a_killed_mind_are_revived_resuming_the_same_session(
             operator.post(main, f"resident: fail, please ({n})")
             real.wait(lambda n=n: status(real, repo)["failed_turns"] >= n, f"failed turn {n}")  # type: ignore[misc]
         real.wait(lambda: system_blips(real, "resident: failed:"), "the keeper's failure blip")
-        real.wait(lambda: status(real, repo)["state"] == "failed", "status: failed")
+        # the keeper ended its process: the session's state is dead (or, its channel gone, unknown),
+        # and the note says why
+        real.wait(
+            lambda: (
+                (s := status(real, repo))["state"] in ("dead", "unknown", "failed")
+                and "3 turns failed" in s["note"]
+            ),
+            "status: its turns failed",
+        )
         real.wait(lambda: system_blips(real, "supervise: respawned resident"), "revived on the ladder")
         revived = real.wait(
             lambda: (s := status(real, repo))["state"] == "idle" and s, "the revived mind idle"

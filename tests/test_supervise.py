@@ -27,6 +27,7 @@ from fleet import errors, layouts
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.delivery.rules import mentions
+from fleet.models import AgentState, PresenceReport
 from fleet.paths import Paths
 from fleet.spawn import Spawner
 from fleet.store import OPERATOR_PRINCIPAL, Store, replay
@@ -34,11 +35,13 @@ from fleet.supervise import (
     LADDER,
     KillReport,
     Ladder,
+    StatusRow,
     Supervisor,
     WaveStatus,
     delivery_state,
     exit_of,
     kill,
+    overview,
     respawn,
     status,
 )
@@ -282,8 +285,13 @@ def test_status_shows_dead_panes_with_their_exit_and_a_member_who_left(
         assert state is not None and row.cap_used == state.delivered[main.id] and row.cap == 40
 
 
-def test_presence_goes_working_idle_working_idle_gone(fleet_env: Paths, tmux_server: libtmux.Server) -> None:
-    d = Daemon(fleet_env, "127.0.0.1:0", working_ttl=60, ping_ttl=120)
+def test_status_shows_one_state_per_session_never_a_delivery_guess(
+    fleet_env: Paths, tmux_server: libtmux.Server
+) -> None:
+    """What status says an agent does is its session's state: a stand-in agent keeps no transcript,
+    so it is ``unknown`` and says why, even right after a delivery; a dead pane seen here is
+    ``dead`` with its exit status; a channel not heard within the ping TTL is ``unknown``."""
+    d = Daemon(fleet_env, "127.0.0.1:0", ping_ttl=120)
     d.start()
     offset = [0.0]
     d.presence.clock = lambda: time.time() + offset[0]
@@ -294,24 +302,49 @@ def test_presence_goes_working_idle_working_idle_gone(fleet_env: Paths, tmux_ser
         spawn(op, tmux_server, fleet_env, "demo/main")
         tmux = Tmux(tmux_server)
 
-        def presence() -> str:
-            return status(op, tmux, fleet_env, "demo").rows[0].presence
+        def row() -> StatusRow:
+            return status(op, tmux, fleet_env, "demo").rows[0]
 
-        # a blip for alice (the wave's opening system blip rides with it): working until alice posts
-        retry_until(lambda: presence() == "idle", what="alice's channel up")
+        retry_until(lambda: row().presence == "live", what="alice's channel up")
         op.post(main.id, "alice: a first job")
-        retry_until(lambda: presence() == "working", what="working after a delivery")
-        op.post(main.id, "my part is done", as_="alice")
-        assert presence() == "idle"
-        op.post(main.id, "one more thing, alice")
-        retry_until(lambda: presence() == "working", what="working after a delivery")
-        offset[0] += 61
-        assert presence() == "idle", "working lapses after the working TTL"
+        retry_until(lambda: row().delivered > 0, what="delivered")
+        got = row()
+        assert got.state.kind == "unknown" and "not Claude Code" in got.state.why, got.state
+        assert got.state_text.startswith("unknown (its agent keeps no transcript")
         kill_agent(tmux_server, op.get_wave("demo").id, "alice")
+        got = row()
+        assert (got.state.kind, got.state.exit) == ("dead", "signal 9"), got.state
+        assert got.state_text == "dead (signal 9)"
         offset[0] += 121
-        assert presence() == "gone", "no ping within the ping TTL"
+        assert row().presence == "gone"
     finally:
         d.stop()
+
+
+def test_status_lists_who_waits_first_and_a_turn_for_another_wavelet_says_so(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths
+) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    operator.fork(operator.resolve("w/main").id, "side", ["alice"])
+
+    def report(name: str, **agent: Any) -> None:
+        operator.report_presence(
+            "w", PresenceReport(participant=name, event="ping", agent=AgentState(**agent))
+        )
+
+    report("alice", kind="turning", since=time.time(), wavelets=["w/side"], woken_by=["b-9"])
+    report("bob", kind="permission", tool="Bash", input="make deploy", since=time.time())
+    st = status(operator, Tmux(tmux_server), fleet_env, "w")
+    order = [(r.wavelet, r.participant) for r in st.rows]
+    assert order[0] == ("w/main", "bob"), "who waits on the operator comes first"
+    texts = {(r.wavelet, r.participant): r.state_text for r in st.rows}
+    assert texts[("w/main", "alice")] == "turning for w/side", (
+        "a wavelet it got nothing in does not read turning"
+    )
+    assert texts[("w/side", "alice")].startswith("turning 0s (woken by b-9)")
+    assert texts[("w/main", "bob")].startswith("waiting for permission: Bash (make deploy)")
+    (w,) = overview(operator, Tmux(tmux_server))
+    assert [x.split(" 0s")[0] for x in w.waiting] == ["bob: waiting for permission: Bash (make deploy)"]
 
 
 # ---------------------------------------------------------------- respawn
@@ -533,8 +566,8 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     ]
     assert set(data["rows"][0]) == {
         "wavelet", "wavelet_id", "participant", "member", "pane_id", "pane", "exit", "pane_wavelet",
-        "presence", "last_blip_at", "blips", "delivered", "last_delivery", "cap_used", "cap", "capped",
-        "route", "route_why", "unconfirmed", "oldest_unconfirmed", "receipts_problem",
+        "presence", "state", "state_text", "last_blip_at", "blips", "delivered", "last_delivery", "cap_used",
+        "cap", "capped", "route", "route_why", "unconfirmed", "oldest_unconfirmed", "receipts_problem",
         "session_id", "host", "worktree", "branch", "ahead", "dirty", "usage", "budget", "note",
     }  # fmt: skip
     every = json.loads(fleet(env, "status", "--json").stdout)
@@ -544,12 +577,13 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     lines = table.stdout.splitlines()
     assert lines[0].startswith("wave demo  (tmux session $")
     assert lines[1].split() == [
-        "WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
+        "WAVELET", "NAME", "PANE", "STATE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
         "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"
     ]  # fmt: skip
     alice = lines[2].split()
     assert alice[:4] == ["main", "alice", data["rows"][0]["pane_id"], "alive"]
     assert data["rows"][0]["session_id"][:8] in alice
+    assert data["rows"][0]["state"]["kind"] == "unknown" and "unknown (its agent keeps" in lines[2]
 
 
 def test_cli_status_watch_redraws_until_ctrl_c_and_exits_0(

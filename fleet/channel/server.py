@@ -8,6 +8,11 @@ each batch, off the delivery thread) and, with receipts on, the receipts reader 
 transcript, :mod:`fleet.delivery.receipts`, against the :class:`~fleet.delivery.ledger.Ledger`).
 Each thread is kept in :attr:`Channel.threads` by role.
 
+State (docs/design.md §2): the state thread looks at the session's transcript and its state hook's
+file (:mod:`fleet.agentstate`) every :data:`STATE_POLL` seconds, folds what was appended, and
+reports at once when the state changed (every presence report carries it). The transcript is read
+once for both: the receipts reader takes the receipts the state thread's reads found.
+
 Receipts (docs/design.md §3): with them on, a frame counts as delivered only when the transcript
 shows it in the model's context, and presence says ``delivered`` then, not at the push. With
 ``--hook-fallback`` (spawn's ``--transport auto``), a push Claude Code does not take within the
@@ -25,10 +30,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import fleet
 from fleet import errors
+from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
 from fleet.budgets import BudgetWatch
 from fleet.channel.tools import (
     TOOL_PATIENCE,
@@ -45,10 +52,11 @@ from fleet.delivery.frames import Frame, error_frame, notification
 from fleet.delivery.gate import Gate
 from fleet.delivery.ledger import Ledger
 from fleet.delivery.presence import Presence, PresenceLoop
-from fleet.delivery.receipts import Transcript
+from fleet.delivery.receipts import Receipt, Transcript
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
+from fleet.models import AgentState
 from fleet.paths import get_paths
 from fleet.procs import identity
 from fleet.wire import copy, dump
@@ -67,6 +75,21 @@ address, docs/design.md §2) is reached again within about a second of answering
 BACKOFF_PERMANENT_MAX = 30.0
 """A rejected token, a wave that vanished: keep trying (the operator may fix it), but slowly."""
 
+
+STATE_POLL = 0.25
+"""Seconds between the state thread's looks at the transcript and the hook file while a turn runs
+or the session waits (a look at files that did not grow is two ``stat`` calls): a turn's end, or a
+prompt it waits at, reaches the daemon within about this."""
+STATE_IDLE_POLL = 1.0
+"""The same while the session is idle (or failed, dead, unknown): a turn it starts on its own (a
+prompt typed in the pane) shows within about this; one a push starts, at once (a push wakes the
+state thread)."""
+BUSY = ("starting", "turning", "permission", "dialog")
+PUSH_QUICK = 5.0
+"""Seconds after a push during which the state thread looks as often as during a turn (Claude Code
+writes the push's lines within milliseconds, its answer later)."""
+UNAPPLIED_MAX = 10_000
+"""Receipts read before the ledger exists that are kept for it (older ones are dropped)."""
 
 RECEIPT_POLL = 0.05
 """Seconds between looks at the transcript while a frame is pending."""
@@ -148,8 +171,8 @@ class Channel:
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: Outage | None = None
         self.threads: dict[str, threading.Thread] = {}
-        """The channel's threads by role: ``delivery``, ``presence``, ``state`` (and
-        ``early-presence`` while the handshake ping is in flight)."""
+        """The channel's threads by role: ``delivery``, ``presence``, ``state`` (the saver),
+        ``agent`` (the state fold), and ``early-presence`` while the handshake ping is in flight."""
         self._tools_only = False
         """Set once a ``--no-deliver`` channel is past its start delay: it reports presence from then."""
         self._pinged_early = False
@@ -165,11 +188,32 @@ class Channel:
                 timeout = config.attendant_timeout or ATTENDANT_TIMEOUT
                 self._attendant = Attendant(config.attendant, self.routing, timeout)
         self.reload_token()
+        self.fold = Fold()
+        """What the session's transcript and hooks said so far (:mod:`fleet.agentstate`)."""
+        self.permission: Callable[[], Pending | None] | None = None
+        """A permission request the session waits on that another source knows of (the
+        PermissionRequest hook's record): it wins over the Notification hook's."""
+        self._started = time.time()
+        self._ready = 0.0
+        """When Claude Code finished the MCP handshake (its session is at its prompt from then)."""
+        self._transcript_lock = threading.Lock()
+        self._look_now = threading.Event()
+        """Set after a push (a turn may begin) and at shutdown: the state thread looks now."""
+        self._quick_until = 0.0
+        """After a push, the state thread looks every :data:`STATE_POLL` until then (monotonic)."""
+        self._unapplied: list[Receipt] = []
+        """Receipts the state thread's reads found that the receipts reader has not applied yet."""
+        self._transcript: Transcript | None = (
+            Transcript(self.session_id, observer=self._observe) if self.session_id else None
+        )
+        self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
+        self._agent = AgentState(kind="starting", since=self._started)
         # Presence is telemetry, dropped when it fails: the feed's client (no resends), not the tools'
         # (which keeps a call resending through a daemon's restart, for TOOL_PATIENCE seconds).
         self.presence = Presence(
             lambda: self.client(feed=True), self.wave, self.participant,
             session_id=config.session_id, host=config.host, launch=os.environ.get("FLEET_LAUNCH") or None,
+            agent=lambda: self._agent,
         )  # fmt: skip
         self._presence_loop = PresenceLoop(
             self.presence, config.ping_interval, lambda: self._reports_presence, self._stop
@@ -189,7 +233,6 @@ class Channel:
         self.receipts = receipts_on(config) and config.deliver
         """Frames count as delivered when the transcript shows them in the model's context."""
         self.ledger: Ledger | None = None
-        self._transcript: Transcript | None = None
         self._receipts_wanted = threading.Event()
         lag = os.environ.get("FLEET_FAULT_RECEIPTS_LAG", "")
         self._receipts_lag = float(lag) if lag.replace(".", "", 1).isdigit() else 0.0
@@ -197,6 +240,7 @@ class Channel:
             Gate(self.state_file.path) if config.hook_fallback and self.receipts else None
         )
         self._sink = _Sink(self)
+        self._agent = self._fold_state()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -206,6 +250,7 @@ class Channel:
             ("delivery", self._deliver_forever),
             ("presence", self._presence_loop.run),
             ("state", self._save_forever),
+            ("agent", self._state_forever),
         ]
         if self.receipts:
             loops.append(("receipts", self._receipts_forever))
@@ -231,6 +276,7 @@ class Channel:
         self._presence_loop.wake()
         self._save_wanted.set()
         self._receipts_wanted.set()
+        self._look_now.set()
         if self.gate is not None:
             self.gate.close()
         for role in ("presence", "early-presence"):  # a report still in flight must not land after "gone"
@@ -335,10 +381,77 @@ class Channel:
         """The delivering channel (the lock holder) reports presence, and so does a tools-only one."""
         return self.state_file.held or self._tools_only
 
+    # ------------------------------------------------------------ the agent's state
+
+    def _observe(self, line: dict[str, Any]) -> None:
+        self.fold.take(line, time.time())
+
+    def _read_transcript(self) -> list[Receipt]:
+        """Fold what was appended to the transcript; the receipts in it (the caller holds
+        ``_transcript_lock``)."""
+        transcript = self._transcript
+        return transcript.read() if transcript is not None else []
+
+    def _fold_state(self) -> AgentState:
+        transcript = self._transcript
+        if not receipts_on(self.config):
+            why = "its agent keeps no transcript fleet reads: not Claude Code"
+            return AgentState(kind="unknown", why=why)
+        if transcript is None:
+            problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
+        else:
+            problem = transcript.problem
+        pending = self.permission() if self.permission is not None else None
+        ready = self._ready if self.server.initialized.is_set() else None
+        return state_of(self.fold, problem=problem, permission=pending, started=self._started, ready=ready)
+
+    def look(self) -> AgentState:
+        """Read the transcript, then the hook file (a prompt's Notification comes after its tool's
+        line), and fold them; the state now."""
+        with self._transcript_lock:
+            got = self._read_transcript()
+            if got and self.receipts:
+                self._unapplied = (self._unapplied + got)[-UNAPPLIED_MAX:]
+            if self._hooks is not None:
+                now = time.time()
+                for event in self._hooks.read():
+                    self.fold.hook(event, now)
+            self._agent = self._fold_state()
+        if got and self.ledger is not None:
+            self._receipts_wanted.set()
+        return self._agent
+
+    def _state_forever(self) -> None:
+        """Look every :data:`STATE_POLL` seconds (:data:`STATE_IDLE_POLL` while idle, and at once
+        after a push); a changed state is reported at once."""
+        if self._hooks is not None:
+            self._hooks.prepare()
+        last = self._agent
+        while not self._stop.is_set():
+            quick = last.kind in BUSY or time.monotonic() < self._quick_until
+            self._look_now.wait(STATE_POLL if quick else STATE_IDLE_POLL)
+            self._look_now.clear()
+            if self._stop.is_set():
+                return
+            try:
+                now = self.look()
+            except Exception:  # a fold bug must not stop the channel: say so, keep delivering
+                log.exception("the state fold failed; the state stays %s", last.kind)
+                continue
+            if now != last:
+                last = now
+                self._presence_loop.wake(ping=True)
+
     # ------------------------------------------------------------ delivery
 
     def _deliver_forever(self) -> None:
         self.server.initialized.wait()
+        self._ready = time.time()
+        self.look()  # idle (at its prompt), not starting: the state thread reports the change
+        with self._transcript_lock:  # what the transcript holds now is an earlier process's history
+            if self.fold.lines:
+                self.fold.restarted()
+                self._agent = self._fold_state()
         if self.config.deliver and not self.server.closed.is_set() and self._lock_free():
             # The handshake is done and no other channel delivers for this participant: say so at
             # once (spawn's readiness check waits for this ping), before delivery is claimed after
@@ -390,6 +503,9 @@ class Channel:
             self._outage = None
             backoff.reset()
             self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            if step.pushed:
+                self._quick_until = time.monotonic() + PUSH_QUICK
+                self._look_now.set()  # a turn begins: look at the transcript now, then every 0.25 s
             if step.pushed and self.ledger is not None:
                 # woken once the step's frames are out (the sink's flush wrote them in one write):
                 # before that the transcript has nothing of them to show
@@ -475,7 +591,9 @@ class Channel:
         self.ledger = Ledger(
             state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound
         )
-        self._transcript = Transcript(session, offset=state.transcript_offset) if session else None
+        # The one transcript reader starts at 0 (the state fold needs the whole session): the
+        # receipts before the saved offset are applied again, which changes nothing (they confirm
+        # only frames still pending, and those were pending when they were read).
         self._receipts_wanted.set()
 
     def _receipts_forever(self) -> None:
@@ -507,7 +625,9 @@ class Channel:
         if lag and any(now < p.handed_at + lag for p in ledger.state.pending):
             pass  # fault injection: the transcript shows nothing of the newest push yet
         elif transcript is not None:
-            confirmed = ledger.apply(transcript.read(), transcript.last_at)
+            with self._transcript_lock:
+                got, self._unapplied = self._unapplied + self._read_transcript(), []
+            confirmed = ledger.apply(got, transcript.last_at)
             if transcript.problem != ledger.state.receipts_problem:
                 ledger.state.receipts_problem = transcript.problem
                 ledger.dirty = True

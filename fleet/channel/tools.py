@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from fleet import errors
+from fleet.agentstate import describe
 from fleet.client import Client
 from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention
@@ -316,6 +317,7 @@ class DeliveryOut:
 class PresenceOut:
     participant: str
     state: str
+    """What its session does, in words (:func:`fleet.agentstate.describe`)."""
 
 
 @record(extra="forbid")
@@ -867,7 +869,10 @@ class Tools:
                 who = c.whoami()
                 latency = round((time.perf_counter() - t0) * 1000, 2)
                 version = who.daemon_version
-                presence = [PresenceOut(participant=r.participant, state=r.state) for r in c.presence(h.wave)]
+                presence = [
+                    PresenceOut(participant=r.participant, state=describe(r.agent))
+                    for r in c.presence(h.wave)
+                ]
         except errors.FleetError as exc:
             error = self.explain("wavelet_ping", exc)
         out = PingOut(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from fleet import wire
+from fleet.agentstate import describe, needs_operator
 from fleet.models import Blip, Context, Member, Summary, TokenInfo, Wave, Wavelet
 
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
@@ -248,12 +249,15 @@ def overview(waves: Sequence[WaveOverview]) -> None:
     for w in waves:
         panes = f"{len(w.live)} live" + (f", {len(w.dead)} dead ({', '.join(w.dead)})" if w.dead else "")
         where = w.attach or "not spawned"
-        rows.append([w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where])
-    table(["WAVE", "WAVELETS", "AGENTS", "PANES", "ATTACH"], rows)
+        rows.append(
+            [w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where, "; ".join(w.waiting) or "-"]
+        )
+    table(["WAVE", "WAVELETS", "AGENTS", "PANES", "ATTACH", "NEEDS YOU"], rows)
 
 
 def status_table(st: WaveStatus) -> None:
-    """One wave's ``fleet status``: a header line, then one row per (wavelet, participant)."""
+    """One wave's ``fleet status``: a header line, then one row per (wavelet, participant), who waits
+    on the operator first (``!`` marks them)."""
     where = f"tmux session {st.tmux_session}" if st.tmux_session else "no tmux session"
     out(f"wave {st.wave}  ({where})")
     if not st.rows:
@@ -279,7 +283,7 @@ def status_table(st: WaveStatus) -> None:
                 r.wavelet.split("/", 1)[-1],
                 r.participant,
                 pane,
-                r.presence,
+                ("! " if needs_operator(r.state) else "") + (r.state_text or describe(r.state)),
                 route,
                 ago(r.last_blip_at),
                 str(r.delivered),
@@ -292,7 +296,7 @@ def status_table(st: WaveStatus) -> None:
                 note,
             ]
         )
-    head = ["WAVELET", "NAME", "PANE", "PRESENCE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
+    head = ["WAVELET", "NAME", "PANE", "STATE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
             "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
 

@@ -71,7 +71,8 @@ def stop(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> N
 
 @resident_app.command("status")
 def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> None:
-    """idle / turning / failed / none, turns, workers in flight, uptime."""
+    """The mind's state (the one `fleet status` shows: idle, turning, waiting, failed, dead, unknown
+    and why; none), turns, workers in flight, uptime."""
     from fleet.resident import seat
 
     spawner = make_spawner(socket, None, "auto", False, 0)
@@ -79,13 +80,18 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     if as_json:
         render.dump(st)
         return
-    rows = [("wave", st.wave), ("state", st.state)]
+    rows = [("wave", st.wave), ("state", st.state_text or st.state)]
     if st.state != "none":
         rows += [
             ("session", st.session_id or ""),
             ("pid", f"{st.pid} on {st.host}"),
             ("uptime", render.span(st.uptime_seconds) if st.uptime_seconds is not None else "-"),
-            ("turns", str(st.turns) + (f" ({st.failed_turns} failed in a row)" if st.failed_turns else "")),
+            (
+                "turns",
+                "unknown (no transcript here)"
+                if st.turns is None
+                else str(st.turns) + (f" ({st.failed_turns} failed in a row)" if st.failed_turns else ""),
+            ),
             ("in flight", str(st.in_flight)),
         ]
         rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]

@@ -367,7 +367,7 @@
     for (const m of w.roster) {
       const chip = el("span", "chip");
       chip.dataset.name = m.name;
-      const state = m.name === "operator" ? "human" : (S.presence.get(m.name) || {}).state || "gone";
+      const state = m.name === "operator" ? "human" : kindOf(S.presence.get(m.name));
       const dot = el("span", `dot ${state}`);
       dot.title = state;
       chip.append(dot, el("span", "chip-name", m.name));
@@ -568,15 +568,48 @@
 
   // ------------------------------------------------------------------ presence
 
+  // What the agent does, as its channel reported it (fleet/agentstate.py); `unknown` says why.
+  const WAITS = ["permission", "dialog", "failed"];
+
+  function kindOf(r) {
+    return (r && r.agent && r.agent.kind) || "unknown";
+  }
+
+  function agentText(a) {
+    if (!a) return "unknown (no state reported)";
+    const age = a.since ? ` ${ago(a.since)}` : "";
+    switch (a.kind) {
+      case "turning": {
+        const extra = [a.tool, a.woken_by && a.woken_by.length ? `woken by ${a.woken_by.join(", ")}` : ""].filter(Boolean);
+        return `turning${age}` + (extra.length ? ` (${extra.join("; ")})` : "");
+      }
+      case "permission": return `waiting for permission: ${a.tool}` + (a.input ? ` (${a.input})` : "") + age;
+      case "dialog": return `waiting at a dialog: ${a.dialog}${age}`;
+      case "failed": return `failed: ${a.error}`;
+      case "dead": return a.exit ? `dead (${a.exit})` : "dead";
+      case "unknown": return a.why ? `unknown (${a.why})` : "unknown";
+      default: return `${a.kind}${age}`;
+    }
+  }
+
+  function ago(t) {
+    const s = Math.max(0, Math.round(Date.now() / 1000 - t));
+    return s < 120 ? `${s}s` : s < 7200 ? `${Math.floor(s / 60)}m` : `${Math.floor(s / 3600)}h`;
+  }
+
   function renderPresence() {
     const ul = $("presence");
     ul.replaceChildren();
-    const rows = [...S.presence.values()].sort((a, b) =>
-      (S.waiting.has(b.participant) - S.waiting.has(a.participant)) || a.participant.localeCompare(b.participant));
+    // an agent that waits on the operator (a permission, a dialog) or failed comes first
+    const waits = (r) => (S.waiting.has(r.participant) || WAITS.includes(kindOf(r)) ? 0 : 1);
+    const rows = [...S.presence.values()].sort(
+      (a, b) => waits(a) - waits(b) || a.participant.localeCompare(b.participant));
     for (const r of rows) {
-      const li = el("li", `presence-row ${r.state}`);
+      const kind = kindOf(r);
+      const li = el("li", `presence-row ${kind}` + (WAITS.includes(kind) ? " needs" : ""));
       li.dataset.name = r.participant;
-      li.dataset.state = r.state;
+      li.dataset.state = kind;
+      li.title = agentText(r.agent);
       const spent = S.usage.get(r.participant);
       const usage = el("span", "usage", spent ? spentText(spent) : "");
       if (spent) usage.title = `${spent.turns} turns, ${spent.input_tokens} in, ${spent.output_tokens} out, ` +
@@ -584,8 +617,8 @@
       const held = S.held.get(r.participant);
       const budget = el("span", "budget", held ? "held: budget spent" : "");
       if (held) budget.title = `budget ${held} reached: deliveries wait until the operator raises it (fleet budget set)`;
-      li.append(el("span", `dot ${r.state}`), el("span", "name", r.participant), usage, budget,
-        el("span", "state", r.state));
+      li.append(el("span", `dot ${kind}`), el("span", "name", r.participant), usage, budget,
+        el("span", "state", agentText(r.agent)));
       const wait = S.waiting.get(r.participant);
       if (wait) {
         li.classList.add("waiting");
@@ -714,8 +747,8 @@
       const li = el("li", i === S.mention.index ? "active" : "");
       li.setAttribute("role", "option");
       li.dataset.name = name;
-      const st = (S.presence.get(name) || {}).state;
-      li.append(el("span", `dot ${st || "human"}`), el("span", "name", name));
+      const r = S.presence.get(name);
+      li.append(el("span", `dot ${r ? kindOf(r) : "human"}`), el("span", "name", name));
       li.addEventListener("mousedown", (e) => {
         e.preventDefault();
         S.mention.index = i;

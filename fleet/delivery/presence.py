@@ -1,4 +1,6 @@
-"""Presence reporting: telling the daemon a participant is alive, was handed blips, or is gone.
+"""Presence reporting: telling the daemon a participant is alive, was handed blips, or is gone,
+and what its session is doing (:class:`~fleet.models.AgentState`, folded by the channel from the
+session's own record: :mod:`fleet.agentstate`). Every report carries the state of the moment.
 
 Presence is telemetry (docs/design.md §2): a report that fails is logged at debug level and
 dropped, never retried and never allowed to hold delivery up. :class:`Presence` sends one report;
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from typing import Literal, Protocol
 
 from fleet import errors
-from fleet.models import PresenceReport
+from fleet.models import AgentState, PresenceReport
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,11 @@ class Presence:
         session_id: str | None = None,
         host: str | None = None,
         launch: str | None = None,
+        agent: Callable[[], AgentState | None] | None = None,
     ) -> None:
         self.client = client
+        self.agent = agent
+        """The session's state now (sent in every report), None: the channel knows none."""
         self.wave = wave
         self.participant = participant
         self.session_id = session_id
@@ -58,6 +63,7 @@ class Presence:
             session_id=self.session_id,
             host=self.host,
             launch=self.launch,
+            agent=self.agent() if self.agent is not None else None,
         )
 
         def send() -> None:

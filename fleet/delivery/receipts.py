@@ -41,6 +41,9 @@ Via = Literal["channel", "hook"]
 
 _BLOCK = re.compile(r'<channel source="fleet"((?: [a-z_]+="[^"]*")*)>')
 _ATTR = re.compile(r' (blip_id|blip_ids)="([^"]*)"')
+READ_CHUNK = 8 << 20
+"""Bytes read at most per call: a long transcript read from its start (the state fold reads the whole
+session) is taken a chunk a call, not into memory at once."""
 MAX_LINE = 16 << 20
 """A line longer than this is skipped (never a receipt): a transcript line is one message."""
 
@@ -140,7 +143,8 @@ class Transcript:
         self.session_id = session_id
         self.observer = observer
         """Called with every complete line of Claude Code's format as it is read, once (the usage
-        counter of :mod:`fleet.usage` reads the same pass)."""
+        counter of :mod:`fleet.usage` and the channel's state fold, :mod:`fleet.agentstate`, read
+        the same pass)."""
         self.path = path
         self.offset = offset
         self.problem = ""
@@ -170,12 +174,14 @@ class Transcript:
         if path is None:
             return self._trouble("no transcript yet (Claude Code writes it with the first message)")
         try:
+            if os.stat(path).st_size == self.offset and not self.problem:
+                return []  # nothing appended: no open (the state reader looks a few times a second)
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < self.offset:  # rewritten or truncated: start over (receipts are idempotent)
                     self.offset, self._partial = 0, b""
                 f.seek(self.offset)
-                data = f.read(size - self.offset)
+                data = f.read(min(size - self.offset, READ_CHUNK))
         except OSError as exc:
             return self._trouble(f"cannot read {path}: {exc.strerror or exc}")
         self.offset += len(data)

@@ -43,9 +43,14 @@ from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
 from fleet.resident.mind import MindReader
 from fleet.spawn import PaneReport, Spawner
+from fleet.supervise import AgentField, agent_state, row_text
 from fleet.tmux import PaneInfo, Tmux
 
-MindState = Literal["idle", "turning", "failed", "none"]
+MindState = Literal[
+    "starting", "idle", "turning", "permission", "dialog", "failed", "dead", "unknown", "none"
+]
+"""The mind's :class:`~fleet.models.AgentState` kind (what ``fleet status`` says of its session), or
+``none``: the wave has no resident."""
 FAILED_TURNS = 3
 """Consecutive failed turns after which the mind is failed (and its process is ended)."""
 
@@ -76,6 +81,9 @@ class ResidentStatus(BaseModel):
 
     wave: str
     state: MindState
+    agent: AgentField | None = None
+    """The mind's session state, the same that ``fleet status`` shows (None: no resident)."""
+    state_text: str = ""
     participant: str = RESIDENT
     session_id: str | None = None
     host: str | None = None
@@ -84,9 +92,10 @@ class ResidentStatus(BaseModel):
     cwd: str | None = None
     since: str | None = None
     uptime_seconds: float | None = None
-    turns: int = 0
-    """Turns completed by the session (its whole transcript)."""
-    failed_turns: int = 0
+    turns: int | None = 0
+    """Turns completed by the session (its whole transcript); None when its transcript is not
+    readable here (another machine: ``note`` says so)."""
+    failed_turns: int | None = 0
     """Consecutive failed turns at the end of the transcript."""
     last_error: str = ""
     workers: list[Worker] = Field(default_factory=list)
@@ -379,25 +388,35 @@ def status(
             closed_why=seat.closed_why if seat else "",
             note=f"no resident: `fleet resident start {wave.name}`",
         )
-    fold = MindReader(seat.session_id, _session_env(paths, wave.id, env)).read()
+    reader = MindReader(seat.session_id, _session_env(paths, wave.id, env))
+    fold = reader.read()
+    # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
+    # message); on another machine, nothing here says anything of its turns
+    readable = not reader.problem or (reader.path is None and seat.host == socket.gethostname())
     alive = seat_alive(client, tmux, seat)
-    failed = fold.failed_since(_ts(seat.claimed_at))
-    if not alive or failed >= FAILED_TURNS:
-        state: MindState = "failed"
-    else:
-        state = "turning" if fold.turning else "idle"
+    # the state is the one `fleet status` shows (the channel's report, a dead pane seen here): the
+    # two never disagree; the transcript here adds the counts
+    pane = next((p for p in tmux.panes() if p.pane_id == seat.pane_id), None) if seat.pane_id else None
+    seen = next((p for p in client.presence(wave.id) if p.participant == RESIDENT), None)
+    record = next((r for r in client.sessions(wave.id) if r.participant == RESIDENT), None)
+    agent = agent_state(tmux, pane, seen, record)
+    failed = fold.failed_since(_ts(seat.claimed_at)) if readable else None
     ws = workers(client, wave)
-    note = ""
+    notes = []
     if not alive:
-        note = "its process is gone: `fleet supervise` revives it (an operator blip does at once)"
-    elif failed >= FAILED_TURNS:
-        note = f"its last {failed} turns failed: {fold.last_error}"
+        notes.append("its process is gone: `fleet supervise` revives it (an operator blip does at once)")
+    if failed is not None and failed >= FAILED_TURNS:
+        notes.append(f"its last {failed} turns failed: {fold.last_error}")
+    if not readable:
+        notes.append(f"turns unknown: {reader.problem}")
     return ResidentStatus(
-        wave=wave.name, state=state, session_id=seat.session_id, host=seat.host, pid=seat.pid,
+        wave=wave.name, state=agent.kind, agent=agent, state_text=row_text(agent, "", time.time()),
+        session_id=seat.session_id, host=seat.host, pid=seat.pid,
         pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
-        turns=fold.turns, failed_turns=failed, last_error=fold.last_error, workers=ws,
-        in_flight=sum(w.status == "running" for w in ws), note=note,
+        turns=fold.turns if readable else None, failed_turns=failed,
+        last_error=fold.last_error, workers=ws,
+        in_flight=sum(w.status == "running" for w in ws), note="; ".join(notes),
     )  # fmt: skip
 
 
