@@ -454,7 +454,8 @@ class Connections:
     (migrated on open).
 
     The pool's ``idle_readers`` readers (:data:`IDLE_READERS`) are opened with it and closed only by
-    :meth:`close`. A thread takes one on first use (:meth:`reader`) and holds it until it calls
+    :meth:`close`, or renewed while idle (:meth:`renew_readers`: closed and opened again at once).
+    A thread takes one on first use (:meth:`reader`) and holds it until it calls
     :meth:`release_reader` (the daemon does so at the end of each request and before a long-poll
     parks) or ends. So the descriptors and page caches of readers are those of the pool, whatever
     the number of connections, parked long-polls or threads, and they are the same before, during
