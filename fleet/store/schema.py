@@ -15,7 +15,6 @@ What a caller may rely on:
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import sqlite3
 import threading
@@ -576,20 +575,30 @@ class Connections:
         long-polls. All are closed before any is opened, so the new ones are not placed among the
         old ones' remains. Descriptors do not move: SQLite keeps a closed reader's descriptor on the
         database (the writer holds a lock) and the reader opened next takes it up again."""
+        # Taken out of the pool under the lock, closed and opened outside it: opening allocates,
+        # an allocation may run the garbage collector, and a collected _Held gives its reader back
+        # under this same (not re-entrant) lock. Meanwhile a request waits for a reader (ms).
         with self._free:
             if self._closed:
                 return
-            n = len(self._idle)
-            while self._idle:
-                conn = self._idle.pop()
-                self._readers.discard(conn)
-                conn.close()
-                del conn  # nothing of the old readers outlives this
-            gc.collect()  # (a closed connection's cursors may sit in reference cycles)
-            for _ in range(n):
-                fresh = _open_reader(self.path)
-                self._readers.add(fresh)
-                self._idle.append(fresh)
+            old, self._idle = self._idle, []
+            self._readers.difference_update(old)
+        n = len(old)
+        while old:
+            old.pop().close()  # nothing of the old readers outlives this
+        fresh: list[sqlite3.Connection] = []
+        try:
+            for _ in range(n):  # (a storage fault here raises: the pool is short of the rest)
+                fresh.append(_open_reader(self.path))
+        finally:
+            with self._free:
+                if self._closed:
+                    for conn in fresh:
+                        conn.close()
+                else:
+                    self._readers.update(fresh)
+                    self._idle.extend(fresh)
+                    self._free.notify_all()
 
     def _give_back(self, conn: sqlite3.Connection) -> None:
         with self._free:
