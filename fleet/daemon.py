@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hmac
 import json
 import logging
@@ -1528,6 +1529,7 @@ class _ApiServer(Server):
     daemon: Daemon
 
     def after_burst(self) -> None:
+        gc.collect()  # the burst's garbage first: the readers renewed next are not placed among it
         store = self.daemon.store
         if store is not None:
             store.shrink_readers()

@@ -76,17 +76,19 @@ class _Watcher:
     def _run(self) -> None:
         while True:
             try:
-                ready = self._epoll.poll()
+                self._fire(self._epoll.poll())
             except InterruptedError:  # pragma: no cover - PEP 475 retries this already
                 continue
-            for fd, _mask in ready:
-                with self._lock:
-                    callback = self._callbacks.pop(fd, None)
-                if callback is not None:
-                    try:
-                        callback()
-                    except Exception:  # pragma: no cover - a callback only sets an event
-                        log.exception("hang-up callback failed")
+
+    def _fire(self, ready: list[tuple[int, int]]) -> None:
+        for fd, _mask in ready:
+            with self._lock:
+                callback = self._callbacks.pop(fd, None)
+            if callback is not None:
+                try:
+                    callback()
+                except Exception:  # pragma: no cover - a callback only sets an event
+                    log.exception("hang-up callback failed")
 
 
 _watcher: tuple[int, _Watcher] | None = None

@@ -25,8 +25,10 @@ request handler both subclass. What a caller (and a client) may rely on, for bot
   cannot reach it through DNS rebinding.
 - **Nothing held between requests**: :meth:`Handler.request_done` runs after every admitted request,
   however it ended (the daemon gives its read connection back there). When a burst of connections
-  is over, :meth:`Server.after_burst` runs once (the daemon frees its idle readers' caches; then
-  garbage is collected and the C heap trimmed: :func:`give_back_memory`).
+  is over, :meth:`Server.after_burst` runs once (the daemon renews its idle readers; then the URL
+  cache is emptied, garbage collected and the C heap trimmed: :func:`give_back_memory`). Nothing a
+  connection makes is kept by name per request (:meth:`Handler.handle_one_request`), and all
+  threads allocate from one C heap (:func:`one_malloc_arena`), so that trimming reaches it all.
 - **Graceful stop** (:meth:`Server.stop`): stop accepting, wait (bounded) for the requests in flight;
   a request that arrives while the server is closing is answered 503.
 """
@@ -44,10 +46,11 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fleet import errors, hangup
 from fleet.models import ErrorBody, ErrorEnvelope
@@ -69,6 +72,9 @@ MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """A request head's limits (the stdlib's): a longer line or more headers is refused (431)."""
 Header = tuple[str, str]
+_METHODS = {m: f"do_{m}" for m in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")}
+"""Request method → handler method name, made once (see :meth:`Handler.handle_one_request`); a
+method not here is answered 501, as the stdlib answers one its handler has no ``do_`` for."""
 
 
 BURST = 64
@@ -78,18 +84,24 @@ QUIET = 1.0
 
 
 def give_back_memory() -> bool:
-    """Return the heap memory the C allocator keeps after it was freed (glibc's ``malloc_trim``);
-    False where there is no such call (not glibc).
+    """Give back to the system what a burst of connections left behind; False where the C heap
+    cannot be trimmed (not glibc).
 
-    Why: each connection's thread allocates in one of glibc's per-thread arenas, and glibc keeps
-    what is freed there for reuse; what the burst's connections left in reference cycles waits for
-    a collection that, with no more allocations, does not come. Measured after 1,000 idle
-    connections and 500 long-polls had come and gone (``bench/store.py``), from a start of 41 MiB:
-    70 MiB without this, 57–60 MiB with it; the rest is CPython's own allocator, which gives an
-    arena back only once nothing in it is alive. It walks the heap (tens of milliseconds at most),
-    so it runs once per burst, not per connection.
+    In order: the stdlib's URL-parsing cache is emptied (``urllib.parse.urlsplit`` keeps the last
+    128 URLs it split: those first seen in the burst would keep one of CPython's 1 MiB arenas
+    alive each, an arena going back only once nothing in it is alive); garbage is collected (what
+    the burst's connections left in reference cycles waits for a collection that, with no more
+    allocations, does not come); and the C heap is trimmed (glibc's ``malloc_trim``: glibc keeps
+    what was freed for reuse). It walks the heap (tens of milliseconds at most), so it runs once
+    per burst, not per connection. Measured after 1,000 idle connections and 500 long-polls
+    (``bench/store.py``), from a start of 41 MiB: 70 MiB without the collection and the trim,
+    57–60 MiB with them; the rest was objects made during the burst that outlive it (see
+    ``docs/design.md`` §2 for what was done about each).
     """
-    gc.collect()  # what the burst's connections left in reference cycles: no allocation will collect it now
+    clear = getattr(urllib.parse.urlsplit, "cache_clear", None)  # (an lru_cache since Python 3.11)
+    if clear is not None:
+        clear()
+    gc.collect()
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -98,14 +110,46 @@ def give_back_memory() -> bool:
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc() -> Any:
+    """glibc, or None (another C library: nothing here applies)."""
     try:
         import ctypes
 
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim  # noqa: B018 - only glibc has it
+        libc.mallopt  # noqa: B018
+    except (OSError, AttributeError):
         return None
-    return trim
+    return libc
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    libc = _libc()
+    return None if libc is None else cast("Callable[[int], int]", libc.malloc_trim)
+
+
+M_ARENA_MAX = -8
+"""glibc's ``mallopt`` parameter: how many malloc arenas threads may spread over."""
+
+
+@functools.cache
+def one_malloc_arena() -> bool:
+    """Make every thread of the process allocate from glibc's one main heap (``M_ARENA_MAX`` 1);
+    False where that is not glibc. Takes effect for arenas not made yet: call it before the
+    threads start (a :class:`Server` does, as it is made).
+
+    Why: each of a burst's connection threads allocated in one of up to 8 per core per-thread
+    arenas; what they free returns to the top of their arena, which ``malloc_trim`` does not give
+    back (it trims the top of the main heap only): after 1,000 idle connections and 500
+    long-polls, 6 MiB stayed in 9 such arenas. With one heap, trimming reaches all of it. Python
+    serialises most allocation under the GIL anyway: posts/s through the daemon (8 keep-alive
+    clients, best of 3, two alternated runs) 2,345 and 2,395 with it, 2,446 and 2,457 without, within
+    the spread of single runs (1,830-2,460).
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    return bool(libc.mallopt(M_ARENA_MAX, 1))
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -313,6 +357,7 @@ class Server(ThreadingHTTPServer):
         self._peak = 0
         """The most connections open at once since the last :meth:`after_burst`."""
         self._quiet: threading.Timer | None = None
+        one_malloc_arena()
         super().__init__(addr, handler)
 
     @property
@@ -459,9 +504,32 @@ class Handler(BaseHTTPRequestHandler):
         return tls
 
     def handle_one_request(self) -> None:
+        """The stdlib's ``handle_one_request`` (request line, head, the ``do_`` method), but the
+        method's name is looked up, not built: the stdlib's ``"do_" + command`` is a new string per
+        request, and each one stays referenced from CPython's method cache (up to 4,096 of them),
+        scattered over memory the connection allocated, which keeps a burst's arenas from being
+        given back (132 such strings alive after a burst of 1,500 connections)."""
         self._reader.arm()  # from now until the head is parsed: the idle timeout's deadline
         try:
-            super().handle_one_request()
+            self.raw_requestline = self.rfile.readline(MAX_HEADER_LINE + 1)
+            if len(self.raw_requestline) > MAX_HEADER_LINE:
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():
+                return  # answered already
+            method = getattr(self, _METHODS.get(self.command, ""), None)
+            if method is None:
+                self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+                return
+            method()
+            self.wfile.flush()
+        except TimeoutError as exc:  # a read or a write timed out: drop the connection
+            self.log_error("Request timed out: %r", exc)
+            self.close_connection = True
         finally:
             self._reader.disarm()
 
@@ -477,7 +545,7 @@ class Handler(BaseHTTPRequestHandler):
         self.command = None  # type: ignore[assignment]  # set in case of error on the first line
         self.request_version = version = self.default_request_version
         self.close_connection = True
-        raw: bytes = self.raw_requestline  # type: ignore[attr-defined]  # set by handle_one_request
+        raw: bytes = self.raw_requestline  # set by handle_one_request
         requestline = str(raw, "iso-8859-1").rstrip("\r\n")
         self.requestline = requestline
         words = requestline.split()

@@ -222,11 +222,14 @@ def settled(r: Running) -> tuple[int, int]:
     return r.db_fds(), r.rss()
 
 
-RSS_BACK = 1.6
+RSS_BACK = 1.25
 """RSS after a burst, at most, as a multiple of the start. The descriptors come back exactly; the
-RSS does not come back within 10 %: after 1,000 idle connections and 500 long-polls (a thread
-each) it is ~1.4 x the start, CPython's own allocator keeping arenas that hold an object or two
-allocated during the burst (the code before this had ~7 x)."""
+RSS does not come back within the issue's 10 % yet: after 1,000 idle connections and 500
+long-polls (a thread each) it is ~1.2 x the start here (1.14 x in ``bench/store.py``, whose start
+follows a warm-up that has run a long-poll), some of CPython's 1 MiB arenas staying, each kept by
+an object or two made during the burst (what a first long-poll sets up, a stdlib cache entry).
+The code before the renewed readers, the looked-up method names and the one malloc heap had
+~1.4 x (before the reader pool, ~7 x)."""
 
 
 def back_to_start(r: Running, start: tuple[int, int], what: str) -> None:
@@ -336,7 +339,7 @@ class Worker:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
-        st.tuples(st.integers(0, 4), st.sampled_from(["read", "snapshot", "release", "end"])),
+        st.tuples(st.integers(0, 4), st.sampled_from(["read", "snapshot", "release", "end", "renew"])),
         max_size=40,
     )
 )
@@ -346,7 +349,9 @@ def test_the_pool_never_opens_more_than_its_readers_nor_shares_one(
     """Five threads, a pool of three: each op is a thread reading (it takes a reader), reading in a
     snapshot (given back after), giving its reader back, or ending without giving it back. No two
     threads ever hold the same reader; beyond the pool a reader is opened only after the wait, and
-    closed when given back; once every thread has given back or ended, the pool is whole again."""
+    closed when given back; once every thread has given back or ended, the pool is whole again.
+    Renewing the pool (after a burst) replaces the idle readers only: a held one stays its
+    holder's and keeps working, and the counts do not move."""
     monkeypatch.setattr(schema, "READER_WAIT", 0.01)
     db = Connections(tmp_path / f"pool-{uuid.uuid4().hex}.sqlite3", idle_readers=3)
     workers = [Worker() for _ in range(5)]
@@ -373,6 +378,10 @@ def test_the_pool_never_opens_more_than_its_readers_nor_shares_one(
             elif op == "release":
                 w.call(db.release_reader)
                 held.pop(i, None)
+            elif op == "renew":
+                db.renew_readers()
+                for j, conn in held.items():  # still its holder's, still open
+                    assert workers[j].call(read) is conn
             else:
                 w.end()
                 workers[i] = Worker()
@@ -388,4 +397,24 @@ def test_the_pool_never_opens_more_than_its_readers_nor_shares_one(
     finally:
         for w in workers:
             w.end()
+        db.close()
+
+
+def test_renewing_the_readers_moves_no_descriptor(tmp_path: Path) -> None:
+    """What :meth:`Connections.renew_readers` counts on: SQLite hands the descriptor of a reader
+    closed while the writer holds its lock to the reader opened next, so renewing the pool (after
+    every burst) opens none."""
+    path = tmp_path / "renew.sqlite3"
+    db = Connections(path)
+    try:
+        db.reader().execute("SELECT count(*) FROM migrations").fetchone()
+        db.release_reader()
+        before = db_fds(os.getpid(), path)
+        for _ in range(5):
+            db.renew_readers()
+        assert db_fds(os.getpid(), path) == before
+        assert db.open_readers == READERS
+        assert db.reader().execute("SELECT count(*) FROM migrations").fetchone()[0] > 0
+        db.release_reader()
+    finally:
         db.close()

@@ -208,8 +208,9 @@ class Store:
         self._db.release_reader()
 
     def shrink_readers(self) -> None:
-        """Free the page caches of the read connections no request holds (after a burst)."""
-        self._db.shrink_readers()
+        """Free what the read connections no request holds have grown (page and statement caches),
+        by opening them afresh (after a burst: :meth:`schema.Connections.renew_readers`)."""
+        self._db.renew_readers()
 
     # ---------------------------------------------------------------- internals
 

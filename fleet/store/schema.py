@@ -494,12 +494,19 @@ def _watch_files(ref: weakref.ref[Connections]) -> None:
         del conns
 
 
+def _open_reader(path: Path) -> sqlite3.Connection:
+    conn = connect(path, readonly=True)
+    conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
+    return conn
+
+
 class Connections:
     """One writer behind a lock, and a fixed pool of read connections, for one database file
     (migrated on open).
 
     The pool's ``idle_readers`` readers (:data:`IDLE_READERS`) are opened with it and closed only by
-    :meth:`close`. A thread takes one on first use (:meth:`reader`) and holds it until it calls
+    :meth:`close`, or renewed while idle (:meth:`renew_readers`: closed and opened again at once).
+    A thread takes one on first use (:meth:`reader`) and holds it until it calls
     :meth:`release_reader` (the daemon does so at the end of each request and before a long-poll
     parks) or ends. So the descriptors and page caches of readers are those of the pool, whatever
     the number of connections, parked long-polls or threads, and they are the same before, during
@@ -542,8 +549,7 @@ class Connections:
         self._extra: set[sqlite3.Connection] = set()
         """Readers opened beyond the pool (:data:`READER_WAIT`), closed when given back."""
         for _ in range(idle_readers):
-            conn = connect(path, readonly=True)
-            conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
+            conn = _open_reader(path)
             self._readers.add(conn)
             self._idle.append(conn)
         # Between writes too (an idle daemon), at most a second after a file goes: what the writer
@@ -621,12 +627,42 @@ class Connections:
             token.given_back = True
         self._give_back(conn)
 
-    def shrink_readers(self) -> None:
-        """Free what the idle readers cache (their pages: up to SQLite's ``cache_size`` each, about
-        2 MiB), for when a burst that used every one is over; they refill as they are used again."""
+    def renew_readers(self) -> None:
+        """Close the idle readers and open them afresh, for when a burst that used every one is over.
+
+        What a reader grows while it serves stays with it until it is closed: SQLite's page cache
+        (up to ``cache_size``, about 2 MiB), and the sqlite3 module's statement cache and list of
+        the cursors it made (the dead ones are dropped only every 200th cursor). Made during the
+        burst, those small objects are scattered over the memory the burst's connections used and
+        keep CPython's allocator from giving it back (a 1 MiB arena goes back only once nothing in
+        it is alive): they held 5 of the 12 arenas left after 1,000 idle connections and 500
+        long-polls. All are closed before any is opened, so the new ones are not placed among the
+        old ones' remains. Descriptors do not move: SQLite keeps a closed reader's descriptor on the
+        database (the writer holds a lock) and the reader opened next takes it up again."""
+        # Taken out of the pool under the lock, closed and opened outside it: opening allocates,
+        # an allocation may run the garbage collector, and a collected _Held gives its reader back
+        # under this same (not re-entrant) lock. Meanwhile a request waits for a reader (ms).
         with self._free:
-            for conn in self._idle:
-                conn.execute("PRAGMA shrink_memory")
+            if self._closed:
+                return
+            old, self._idle = self._idle, []
+            self._readers.difference_update(old)
+        n = len(old)
+        while old:
+            old.pop().close()  # nothing of the old readers outlives this
+        fresh: list[sqlite3.Connection] = []
+        try:
+            for _ in range(n):  # (a storage fault here raises: the pool is short of the rest)
+                fresh.append(_open_reader(self.path))
+        finally:
+            with self._free:
+                if self._closed:
+                    for conn in fresh:
+                        conn.close()
+                else:
+                    self._readers.update(fresh)
+                    self._idle.extend(fresh)
+                    self._free.notify_all()
 
     def _give_back(self, conn: sqlite3.Connection) -> None:
         with self._free:
