@@ -59,6 +59,7 @@ from typing import Any
 
 from fleet.delivery.receipts import receipt_of, stamp
 from fleet.models import MAX_LINES, AgentState
+from fleet.wire import json_lines
 
 log = logging.getLogger(__name__)
 
@@ -536,14 +537,5 @@ class HookLog:
             return []
         self._size = self.offset + len(data) if len(data) < size - self.offset else size
         self.offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        out: list[dict[str, Any]] = []
-        for raw in lines:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
+        out, self._partial = json_lines(self._partial + data)
         return out

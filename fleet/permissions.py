@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from fleet.wire import field, record
+from fleet.wire import field, json_lines, record
 
 if TYPE_CHECKING:
     from fleet.client import Client
@@ -252,15 +252,7 @@ class TranscriptWatch:
         except OSError:
             return []
         self.offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        out = []
-        for raw in lines:
-            try:
-                obj = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
+        out, self._partial = json_lines(self._partial + data)
         return out
 
     @staticmethod

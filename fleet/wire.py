@@ -236,6 +236,22 @@ def load(cls: type[T], data: Any) -> T:
     return typing.cast(T, out)
 
 
+def json_lines(buffered: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """The JSON objects on the complete lines of ``buffered`` (a line that is not one is skipped),
+    and what follows the last newline: the line still being written, for the next read to finish.
+    What every tail of an appended JSONL file (a transcript, a hook's log) reads with."""
+    *lines, rest = buffered.split(b"\n")
+    out: list[dict[str, Any]] = []
+    for raw in lines:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out, rest
+
+
 def loads(cls: type[T], raw: str | bytes) -> T:
     """:func:`load` of JSON text; text that is not JSON is a :class:`RecordError` too."""
     try:
