@@ -266,7 +266,7 @@
     if (b.wavelet_id !== S.wavelet) {
       if (b.kind !== "system" && !b.superseded_by) {
         S.unread.set(b.wavelet_id, (S.unread.get(b.wavelet_id) || 0) + 1);
-        renderTree();
+        renderUnread(b.wavelet_id);
       }
       return;
     }
@@ -278,6 +278,21 @@
   }
 
   // ------------------------------------------------------------------ the tree
+
+  function renderUnread(id) {
+    // In place: the row a pointer may be pressing stays the element it is (rebuilt between a press
+    // and its release, the click would be lost).
+    const row = [...document.querySelectorAll("#tree .tree-row")].find((r) => r.dataset.id === id);
+    if (!row) return renderTree();
+    const n = S.unread.get(id);
+    let badge = row.querySelector(".unread");
+    if (!n) return badge && badge.remove();
+    if (!badge) {
+      badge = el("span", "unread");
+      row.querySelector(".tree-roster").before(badge);
+    }
+    badge.textContent = String(n);
+  }
 
   function renderTree() {
     const nav = $("tree");
