@@ -659,6 +659,9 @@ def test_cli_supervise_brings_back_a_mentioned_agent_and_stops_on_ctrl_c(
     main = operator.resolve("demo/main")
     p = popen("supervise", "demo")
     assert p.stderr is not None and "supervising wave demo" in p.stderr.readline()
+    said: list[str] = []  # its stdout, line by line as it prints (it posts each act, then prints it)
+    reader = threading.Thread(target=lambda: said.extend(p.stdout or ()), daemon=True)
+    reader.start()
     kill_agent(tmux_server, operator.get_wave("demo").id, "carol")
     retry_until(
         lambda: any("carol's pane" in t for t in system_texts(operator, main.id)), timeout=30, what="died"
@@ -669,9 +672,12 @@ def test_cli_supervise_brings_back_a_mentioned_agent_and_stops_on_ctrl_c(
         timeout=30,
         what="carol respawned",
     )
+    # Ctrl-C once it said so on its terminal too (the blip is posted a moment before the line).
+    retry_until(lambda: any("respawned carol" in line for line in said), timeout=10, what="the line")
     p.send_signal(signal.SIGINT)
     assert p.wait(20) == 0
-    out = p.stdout.read() if p.stdout else ""
+    reader.join(10)
+    out = "".join(said)
     assert "died (signal 9)" in out and "respawned carol" in out
 
 
