@@ -11,6 +11,9 @@ def _main() -> None:
         from fleet.channel import main as channel
 
         sys.exit(channel(sys.argv[2:]))
+    from fleet.allocator import restart_for_the_daemon
+
+    restart_for_the_daemon()  # before the CLI is imported: the restart costs an interpreter start only
     from fleet.cli import main
 
     main()

@@ -43,6 +43,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import fleet
 from fleet import errors
+from fleet.allocator import daemon_env
 from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
 from fleet.ids import request_key
 from fleet.models import (
@@ -982,8 +983,9 @@ def _autostart_lock(paths: Paths, deadline: float) -> Iterator[None]:
 
 
 def _daemon_env(paths: Paths) -> dict[str, str]:
-    """The environment for a background daemon: the same fleet package, the same FLEET_HOME."""
-    env = dict(os.environ)
+    """The environment for a background daemon: the same fleet package, the same FLEET_HOME, the
+    system allocator (:mod:`fleet.allocator`: set here, the daemon need not start itself again)."""
+    env = daemon_env(os.environ)
     package_root = str(Path(fleet.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     root = paths.data.parent
