@@ -134,7 +134,10 @@ def startup(env: dict[str, str], runs: int) -> None:
     print(f"baseline `python -c pass`: median {ms(base)} (min {ms(base_min)})")
     version, version_min = wall([script, "--version"], env, runs)
     post, post_min = wall([script, "post", "bench/main", "hello"], env, runs)
-    print(f"fleet --version: median {ms(version)} (min {ms(version_min)}) = {version / base:.2f}x python -c pass")
+    print(
+        f"fleet --version: median {ms(version)} (min {ms(version_min)})"
+        f" = {version / base:.2f}x python -c pass"
+    )
     print(f"fleet post: median {ms(post)} (min {ms(post_min)}) = {post / base:.2f}x python -c pass")
     print(f"fleet --version / fleet post: {version / post:.2f}")
 

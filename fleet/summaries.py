@@ -25,6 +25,7 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -192,6 +193,7 @@ def roll(
         proposal, outcome, detail = extractive(inp), "accepted", ""
     missing: list[str] = []
     upto = inp.blips[-1].id
+    covered = saved = 0
     if proposal is not None:
         try:
             verdict = client.summarize(wavelet_id, proposal)
@@ -202,6 +204,9 @@ def roll(
         else:
             outcome = "accepted" if verdict.accepted else "rejected"
             missing, detail = verdict.missing, verdict.reason
+            if verdict.summary is not None:
+                covered = verdict.summary.covered_blips
+                saved = verdict.summary.covered_bytes - len(verdict.summary.text.encode("utf-8"))
     if outcome != "accepted":
         log.warning("no summary of %s: %s (%s)", label, outcome, detail)
     entry = SummaryEntry(
@@ -215,6 +220,8 @@ def roll(
         missing=missing,
         detail=detail,
         elapsed_ms=round((time.monotonic() - t0) * 1000, 1),
+        covered_blips=covered,
+        saved_bytes=saved,
     )
     if routing is not None:
         routing.append([entry])
@@ -249,15 +256,20 @@ class Runner:
                     done.append(entry)
         return done
 
-    def forever(self) -> None:
-        """Pass once, then after every batch of new blips (long-polls the wave's stream)."""
+    def forever(self, on_entry: Callable[[SummaryEntry], None] | None = None) -> None:
+        """Pass once, then after every batch of new blips (long-polls the wave's stream); each
+        outcome goes to ``on_entry`` as it happens. Returns only by an exception (Ctrl-C)."""
         cursor = self.client.activity(self.wave).head
-        self.once()
+        for entry in self.once():
+            if on_entry is not None:
+                on_entry(entry)
         while True:
             page = self.client.read_wave(self.wave, after=cursor, wait=self.wait)
             if page.blips:
                 cursor = page.cursor
-                self.once()
+                for entry in self.once():
+                    if on_entry is not None:
+                        on_entry(entry)
 
 
 # ---------------------------------------------------------------- under ``fleet supervise``

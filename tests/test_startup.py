@@ -76,6 +76,8 @@ def test_fleet_version_answers_before_the_cli_is_built(fleet_env: Paths, how: st
     script = str(Path(sys.executable).parent / "fleet")
     argv = [script, "--version"] if how == "script" else ["-m", "fleet", "--version"]
     modules = imported(argv, dict(os.environ))
-    assert not {m for m in modules if m in ("typer", "fleet.cli", "fleet.client") or m.startswith("fleet.cli.")}
+    assert not {
+        m for m in modules if m in ("typer", "fleet.cli", "fleet.client") or m.startswith("fleet.cli.")
+    }
     got = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
     assert (got.returncode, got.stdout, got.stderr) == (0, f"fleet {fleet.__version__}\n", "")

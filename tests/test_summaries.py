@@ -477,8 +477,10 @@ def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon
 
 def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Daemon) -> None:
     import os
+    import signal
     import stat
     import subprocess
+    import threading
 
     from conftest import retry_until
     from test_cli import REPO, base_env, ok
@@ -490,24 +492,41 @@ def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Da
     env = base_env(FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
     main = op.resolve("w/main").id
     op.post(main, "x" * 100, as_="alice")
-    # below both thresholds: nothing; over the byte threshold: rolled
+    # below both thresholds: nothing; over the byte threshold: rolled, and the line says what it saved
     assert ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "10000", env=env) == ""
-    assert "accepted" in ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "50", env=env)
-    # running: rolls once every 3 new blips arrived since the last summary
+    once = ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "50", env=env)
+    (first,) = op.summaries(main)
+    saved = first.covered_bytes - nbytes(first.text)
+    assert once == f"w/main: summarized 2 blip(s) up to {first.upto[:13]}, {saved} bytes saved (extractive)\n"
+    # running: it says what it does and how to stop it, then prints each summary it writes
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleet", "summary", "run", "w", "--every", "3"],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout or ()), daemon=True)
+    reader.start()
     try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
+        assert "rolling the summaries of wave w" in started and "3 new blips" in started
+        assert "Ctrl-C" in started, started
         op.post(main, "one", as_="alice")
         op.post(main, "two", as_="bob")
         assert len(op.summaries(main)) == 1
         last = op.post(main, "three", as_="alice")
-        retry_until(lambda: len(op.summaries(main)) == 2, timeout=20, what="the runner's second summary")
+        retry_until(lambda: said, timeout=20, what="the runner's line for its second summary")
         assert op.summaries(main)[-1].upto == last.id
+        second = op.summaries(main)[-1]
+        assert said == [
+            f"w/main: summarized 5 blip(s) up to {last.id[:13]},"
+            f" {second.covered_bytes - nbytes(second.text)} bytes saved (extractive)\n"
+        ]
     finally:
-        proc.terminate()
-        proc.communicate(timeout=10)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        reader.join(10)
+    assert proc.returncode == 0 and "stopped" in err and "Traceback" not in err
     log = routing_log_path(StateFile(get_paths().channels, daemon.url, "w", "summarizer"))
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     entries = [parse_entry(line) for line in log.read_bytes().splitlines()]
