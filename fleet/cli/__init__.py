@@ -63,6 +63,7 @@ def _root(
     """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
     if remote:
         os.environ["FLEET_DAEMON"] = remote  # read by fleet.client.connect, and inherited by what it starts
+        render.GLOBALS[:] = ["--remote", remote]  # every printed hint repeats it, to run as printed
 
 
 COMMANDS: dict[str, str] = {

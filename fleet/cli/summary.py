@@ -8,7 +8,16 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, wavelet
+from fleet.cli.common import (
+    WAVELET_HELP,
+    AsOpt,
+    JsonOpt,
+    WaveOpt,
+    client,
+    complete_wave,
+    complete_wavelet,
+    wavelet,
+)
 from fleet.delivery.attention import RoutingLog, SummaryEntry, routing_log_path
 from fleet.delivery.state import StateFile
 from fleet.paths import get_paths
@@ -17,7 +26,9 @@ from fleet.summaries import BYTES, EVERY, SUMMARIZER_TIMEOUT, Runner, Summarizer
 app = typer.Typer(
     help="Rolling summaries: deep forks stay cheap, and every summary is checked.", no_args_is_help=True
 )
-WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
+WaveletArg = Annotated[
+    str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+]
 CommandOpt = Annotated[
     str | None,
     typer.Option(
@@ -126,7 +137,12 @@ def write(
 
 @app.command()
 def run(
-    wave: Annotated[str, typer.Argument(metavar="WAVE", help="The wave whose wavelets to summarize.")],
+    wave: Annotated[
+        str,
+        typer.Argument(
+            metavar="WAVE", help="The wave whose wavelets to summarize.", autocompletion=complete_wave
+        ),
+    ],
     command: CommandOpt = None,
     every: Annotated[int, typer.Option("--every", metavar="N", help="Roll after N new blips.")] = EVERY,
     bytes_: Annotated[
