@@ -389,7 +389,7 @@ def pane_report(p: PaneReport) -> None:
 
 
 def supervisor_event(e: SupervisorEvent) -> None:
-    out(f"[{clock(e.at)}] {e.text}")
+    out(f"[{clock(e.at)}] {hint(e.text)}")
 
 
 def kill_report(r: KillReport) -> None:
