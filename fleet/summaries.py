@@ -20,6 +20,7 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
@@ -240,10 +241,15 @@ class Runner:
     every: int = EVERY
     bytes: int = BYTES
     wait: float = 30.0
+    refused: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Per wavelet, the pending (blips, bytes) when its last offer was rejected: it is due again
+    only ``every`` blips or ``bytes`` bytes past that (a summary that saved nothing, or missed a
+    load-bearing blip, would mostly be refused again at the next blip)."""
 
     def due(self, wavelet_id: str) -> bool:
         check = self.client.summary_check(wavelet_id)
-        return check.pending_blips >= self.every or check.pending_bytes >= self.bytes
+        blips, size = self.refused.get(wavelet_id, (0, 0))
+        return check.pending_blips - blips >= self.every or check.pending_bytes - size >= self.bytes
 
     def once(self) -> list[SummaryEntry]:
         """One pass over every wavelet of the wave: roll those that are due."""
@@ -254,7 +260,15 @@ class Runner:
                 entry = roll(self.client, wave.name, wl.id, wl.path, self.routing, self.summarizer)
                 if entry is not None:
                     done.append(entry)
+                    self._note(wl.id, entry)
         return done
+
+    def _note(self, wavelet_id: str, entry: SummaryEntry) -> None:
+        if entry.outcome == "rejected":
+            check = self.client.summary_check(wavelet_id)
+            self.refused[wavelet_id] = (check.pending_blips, check.pending_bytes)
+        else:
+            self.refused.pop(wavelet_id, None)
 
     def forever(self, on_entry: Callable[[SummaryEntry], None] | None = None) -> None:
         """Pass once, then after every batch of new blips (long-polls the wave's stream); each
@@ -305,6 +319,8 @@ class Background:
         self.client, self.paths, self.wave, self.routing = client, paths, wave, routing
         self.passes = 0
         """Passes done (with or without a summarizer configured)."""
+        self.refused: dict[str, tuple[int, int]] = {}
+        """:attr:`Runner.refused`, kept across passes."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -326,7 +342,9 @@ class Background:
         if spec is None:
             return []
         summarizer = Summarizer(spec.command, float(spec.timeout)) if spec.command else None
-        return Runner(self.client, self.wave, self.routing, summarizer, spec.every, spec.bytes).once()
+        runner = Runner(self.client, self.wave, self.routing, summarizer, spec.every, spec.bytes)
+        runner.refused = self.refused
+        return runner.once()
 
     def _loop(self) -> None:
         while True:

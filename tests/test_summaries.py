@@ -746,3 +746,28 @@ def test_a_contexts_records_carry_every_field_as_their_constructors_would(store:
         names = [f.name for f in type(r).__record_fields__]
         assert sorted(vars(r)) == sorted(names), type(r)
         assert r == type(r)(**vars(r))
+
+
+def test_the_runner_waits_for_more_blips_after_a_summary_that_saved_nothing(
+    op: Client, tmp_path: Path
+) -> None:
+    """Short chatter naming participants is all load-bearing: its extractive summary is longer than
+    it. The runner offers it once, then waits for ``every`` more blips instead of offering (and
+    printing, and logging) the same refusal at every new blip."""
+    from fleet.summaries import Runner
+
+    main = op.resolve("w/main").id
+    log = routing(tmp_path)
+    runner = Runner(op, "w", log, None, every=3, bytes=1 << 20)
+    op.post(main, "bob: ok", as_="carol")
+    assert runner.once() == []  # 2 blips with the wave's system blip: not due
+    op.post(main, "alice: ok", as_="carol")
+    (refused,) = runner.once()
+    assert refused.outcome == "rejected" and "saves nothing" in refused.detail
+    for text in ("alice: fine", "bob: yes"):
+        op.post(main, text, as_="carol")
+        assert runner.once() == []
+    op.post(main, "carol: and now a long account of what was decided\n" + "details " * 60, as_="bob")
+    (rolled,) = runner.once()
+    assert rolled.outcome == "accepted" and rolled.saved_bytes > 0
+    assert [e.outcome for e in logged(log)] == ["rejected", "accepted"]
