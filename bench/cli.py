@@ -5,6 +5,8 @@ Prints figures beside baselines measured in the same run; asserts nothing.
 - CLI commands: wall time of ``python -m fleet post|read|tree`` against a real local daemon (the
   embedded one, started first), median of N runs, beside the baseline ``python -c "import typer,
   pydantic"`` measured the same way. Target: each ≤ 1.2× the baseline.
+- ``fleet --version`` (no daemon, no command tree: it answers before the CLI is imported) and
+  ``fleet post``, as the installed ``fleet`` script runs them, beside ``python -c pass``.
 - A channel: ``python -m fleet channel`` started as Claude Code starts it, the MCP handshake done
   (initialize, initialized, tools/list); "ready" is the daemon seeing its first presence ping (what
   spawn waits for). Its RSS (``VmRSS``) and CPU seconds (utime + stime) at ready, and its RSS after
@@ -124,9 +126,26 @@ def channel_figures(env: dict[str, str], wave: str, token_file: Path) -> dict[st
     }
 
 
+def startup(env: dict[str, str], runs: int) -> None:
+    """``fleet --version`` and ``fleet post`` through the installed ``fleet`` script (what a user
+    types), beside ``python -c pass``: medians of ``runs``."""
+    script = str(Path(PY).parent / "fleet")
+    base, base_min = wall([PY, "-c", "pass"], env, runs)
+    print(f"baseline `python -c pass`: median {ms(base)} (min {ms(base_min)})")
+    version, version_min = wall([script, "--version"], env, runs)
+    post, post_min = wall([script, "post", "bench/main", "hello"], env, runs)
+    print(
+        f"fleet --version: median {ms(version)} (min {ms(version_min)})"
+        f" = {version / base:.2f}x python -c pass"
+    )
+    print(f"fleet post: median {ms(post)} (min {ms(post_min)}) = {post / base:.2f}x python -c pass")
+    print(f"fleet --version / fleet post: {version / post:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--startup", action="store_true", help="Only `fleet --version` and `fleet post`.")
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     # measured as installed: byte-compiled (PYTHONDONTWRITEBYTECODE would make every run compile)
@@ -142,6 +161,9 @@ def main() -> None:
         try:
             subprocess.run([*fleet, "wave", "new", "bench", "--with", "alice,bob"], env=env, check=True,
                            capture_output=True)  # fmt: skip
+            startup(env, args.runs)
+            if args.startup:
+                return
             base, base_min = wall([PY, "-c", "import typer, pydantic"], env, args.runs)
             print(f"baseline `python -c 'import typer, pydantic'`: median {ms(base)} (min {ms(base_min)})")
             for name, cmd in (

@@ -127,8 +127,13 @@ class SpawnReport(BaseModel):
     wavelet: str
     session_id: str
     window_id: str
+    """'' when no window was made or used (every member already runs in another window)."""
     panes: list[PaneReport]
     attach: str
+    session: str = ""
+    """The tmux session's name (what ``tmux ls`` and a person see), '' for none."""
+    window: str = ""
+    """The wavelet's window's name, '' for none."""
 
     @property
     def all_ready(self) -> bool:
@@ -450,9 +455,10 @@ class Spawner:
         trees, failed = self._worktrees(wave, layout, [n for n in order if n not in live_names], records)
         order = [n for n in order if n not in failed]
         if not order:  # nothing to start: no window either
+            found = self.tmux.find_session(wave.id) or ""
             return SpawnReport(
-                wave=wave.name, wavelet=wl.path, session_id=self.tmux.find_session(wave.id) or "",
-                window_id="", panes=list(failed.values()), attach=attach_hint(wave.name),
+                wave=wave.name, wavelet=wl.path, session_id=found, window_id="",
+                panes=list(failed.values()), attach=attach_hint(wave.name), session=self.tmux.names(found)[0],
             )  # fmt: skip
         session_id, window_id, spare = self._window(wave, wl)
         created_window = bool(spare)
@@ -478,6 +484,7 @@ class Spawner:
             self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
         self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
         self._check_running(wave, wl, [r for r in reports if r.action == "running"])
+        session, window = self.tmux.names(window_id or session_id)
         return SpawnReport(
             wave=wave.name,
             wavelet=wl.path,
@@ -485,6 +492,8 @@ class Spawner:
             window_id=window_id,
             panes=reports + list(failed.values()),
             attach=attach_hint(wave.name),
+            session=session,
+            window=window if window_id else "",
         )
 
     def _launch_all(

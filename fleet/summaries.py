@@ -20,11 +20,13 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -192,6 +194,7 @@ def roll(
         proposal, outcome, detail = extractive(inp), "accepted", ""
     missing: list[str] = []
     upto = inp.blips[-1].id
+    covered = saved = 0
     if proposal is not None:
         try:
             verdict = client.summarize(wavelet_id, proposal)
@@ -202,6 +205,9 @@ def roll(
         else:
             outcome = "accepted" if verdict.accepted else "rejected"
             missing, detail = verdict.missing, verdict.reason
+            if verdict.summary is not None:
+                covered = verdict.summary.covered_blips
+                saved = verdict.summary.covered_bytes - len(verdict.summary.text.encode("utf-8"))
     if outcome != "accepted":
         log.warning("no summary of %s: %s (%s)", label, outcome, detail)
     entry = SummaryEntry(
@@ -215,6 +221,8 @@ def roll(
         missing=missing,
         detail=detail,
         elapsed_ms=round((time.monotonic() - t0) * 1000, 1),
+        covered_blips=covered,
+        saved_bytes=saved,
     )
     if routing is not None:
         routing.append([entry])
@@ -233,10 +241,15 @@ class Runner:
     every: int = EVERY
     bytes: int = BYTES
     wait: float = 30.0
+    refused: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Per wavelet, the pending (blips, bytes) when its last offer was rejected: it is due again
+    only ``every`` blips or ``bytes`` bytes past that (a summary that saved nothing, or missed a
+    load-bearing blip, would mostly be refused again at the next blip)."""
 
     def due(self, wavelet_id: str) -> bool:
         check = self.client.summary_check(wavelet_id)
-        return check.pending_blips >= self.every or check.pending_bytes >= self.bytes
+        blips, size = self.refused.get(wavelet_id, (0, 0))
+        return check.pending_blips - blips >= self.every or check.pending_bytes - size >= self.bytes
 
     def once(self) -> list[SummaryEntry]:
         """One pass over every wavelet of the wave: roll those that are due."""
@@ -247,17 +260,30 @@ class Runner:
                 entry = roll(self.client, wave.name, wl.id, wl.path, self.routing, self.summarizer)
                 if entry is not None:
                     done.append(entry)
+                    self._note(wl.id, entry)
         return done
 
-    def forever(self) -> None:
-        """Pass once, then after every batch of new blips (long-polls the wave's stream)."""
+    def _note(self, wavelet_id: str, entry: SummaryEntry) -> None:
+        if entry.outcome == "rejected":
+            check = self.client.summary_check(wavelet_id)
+            self.refused[wavelet_id] = (check.pending_blips, check.pending_bytes)
+        else:
+            self.refused.pop(wavelet_id, None)
+
+    def forever(self, on_entry: Callable[[SummaryEntry], None] | None = None) -> None:
+        """Pass once, then after every batch of new blips (long-polls the wave's stream); each
+        outcome goes to ``on_entry`` as it happens. Returns only by an exception (Ctrl-C)."""
         cursor = self.client.activity(self.wave).head
-        self.once()
+        for entry in self.once():
+            if on_entry is not None:
+                on_entry(entry)
         while True:
             page = self.client.read_wave(self.wave, after=cursor, wait=self.wait)
             if page.blips:
                 cursor = page.cursor
-                self.once()
+                for entry in self.once():
+                    if on_entry is not None:
+                        on_entry(entry)
 
 
 # ---------------------------------------------------------------- under ``fleet supervise``
@@ -293,6 +319,8 @@ class Background:
         self.client, self.paths, self.wave, self.routing = client, paths, wave, routing
         self.passes = 0
         """Passes done (with or without a summarizer configured)."""
+        self.refused: dict[str, tuple[int, int]] = {}
+        """:attr:`Runner.refused`, kept across passes."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -314,7 +342,9 @@ class Background:
         if spec is None:
             return []
         summarizer = Summarizer(spec.command, float(spec.timeout)) if spec.command else None
-        return Runner(self.client, self.wave, self.routing, summarizer, spec.every, spec.bytes).once()
+        runner = Runner(self.client, self.wave, self.routing, summarizer, spec.every, spec.bytes)
+        runner.refused = self.refused
+        return runner.once()
 
     def _loop(self) -> None:
         while True:

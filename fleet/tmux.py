@@ -190,6 +190,18 @@ class Tmux:
                 return wid
         return None
 
+    def names(self, target: str) -> tuple[str, str]:
+        """(session name, window name) of ``target`` (a session or window id), for people: tmux's
+        ids (``$0``, ``@0``) mean nothing to them. ('', '') when tmux does not know it."""
+        if not target or not self.alive():
+            return "", ""
+        try:
+            got = self._cmd("display-message", "-p", "-t", target, "#{session_name}\t#{window_name}")
+        except errors.FleetError:
+            return "", ""
+        session, _, window = (got[0] if got else "").partition("\t")
+        return session, window
+
     def window_panes(self, window_id: str) -> list[str]:
         return self._cmd("list-panes", "-t", window_id, "-F", "#{pane_id}")
 

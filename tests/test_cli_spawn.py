@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -193,3 +194,86 @@ def test_shell_completion_is_offered(env: dict[str, str]) -> None:
     shown = run(env, "--show-completion", "bash")
     assert shown.returncode == 0, shown.stderr
     assert "_FLEET_COMPLETE" in shown.stdout
+
+
+def test_spawn_and_fork_reports_name_the_tmux_session_and_window(
+    env: dict[str, str], operator: Client, tmux_server: libtmux.Server
+) -> None:
+    operator.create_wave("w", ["alice", "bob"])
+    first = run(env, "spawn", "w/main", "--agent", STANDIN)
+    assert first.returncode == 0, first.stderr
+    head = first.stdout.splitlines()[0]
+    assert head == "w/main in tmux session w, window main:", first.stdout
+    # a fork whose members all run already gets no window: said in words, not "window -"
+    forked = run(env, "fork", "w/main", "--name", "side", "--with", "alice", "--spawn", "--agent", STANDIN)
+    assert forked.returncode == 0, forked.stderr
+    assert "w/side: no window of its own: every member already runs in tmux session w" in forked.stdout
+    fork2 = run(env, "fork", "w/main", "--name", "desk", "--with", "carol", "--spawn", "--agent", STANDIN)
+    assert "w/desk in tmux session w, window desk:" in fork2.stdout, fork2.stdout + fork2.stderr
+    for said in (first.stdout, forked.stdout, fork2.stdout):
+        assert not re.search(r"session \$\d|window @\d|window -", said), said
+
+
+def test_attach_without_a_terminal_says_what_to_do(
+    env: dict[str, str], operator: Client, tmux_server: libtmux.Server
+) -> None:
+    operator.create_wave("w", ["alice"])
+    assert run(env, "spawn", "w/main", "--agent", STANDIN).returncode == 0
+    got = subprocess.run(
+        [sys.executable, "-m", "fleet", "attach", "w"], env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    assert "needs a terminal" in got.stderr and "fleet status w" in got.stderr, got.stderr
+    assert "open terminal failed" not in got.stderr and "Traceback" not in got.stderr
+    assert not tmux_server.cmd("list-clients").stdout
+
+
+def test_list_layouts_json_is_json(env: dict[str, str], fleet_env: Paths) -> None:
+    fleet_env.layouts.mkdir(parents=True)
+    (fleet_env.layouts / "mine.toml").write_text('description = "my own"\n')
+    (fleet_env.layouts / "broken.toml").write_text("arrangement = 'spiral'\n")
+    listed = run(env, "spawn", "--list-layouts", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert {"demo", "lead", "pair", "review", "trio", "mine", "broken"} <= set(rows)
+    assert rows["mine"] == {
+        "name": "mine", "source": "yours", "path": str(fleet_env.layouts / "mine.toml"),
+        "description": "my own", "error": "",
+    }  # fmt: skip
+    assert rows["trio"]["source"] == "shipped" and rows["trio"]["error"] == ""
+    assert "arrangement" in rows["broken"]["error"]
+    missing = run(env, "spawn")
+    assert missing.returncode == 2 and "WAVELET" in missing.stderr and "--list-layouts" in missing.stderr
+
+
+def complete(env: dict[str, str], line: str) -> subprocess.CompletedProcess[str]:
+    """What bash completion offers for ``line`` (the words typed so far, the last one incomplete)."""
+    asked = {"_FLEET_COMPLETE": "complete_bash", "COMP_WORDS": line, "COMP_CWORD": str(line.count(" "))}
+    return subprocess.run(
+        [sys.executable, "-m", "fleet"], capture_output=True, text=True, timeout=30, env={**env, **asked}
+    )
+
+
+def test_completion_offers_waves_wavelets_and_layouts(
+    env: dict[str, str], operator: Client, tmp_path: Path
+) -> None:
+    operator.create_wave("shop", ["alice"])
+    operator.fork(operator.resolve("shop/main").id, "design", ["alice"])
+    operator.create_wave("shed", ["bob"])
+    assert complete(env, "fleet post shop/").stdout.split() == ["shop/design", "shop/main"]
+    assert complete(env, "fleet read sh").stdout.split() == ["shed/main", "shop/design", "shop/main"]
+    assert complete(env, "fleet attach sh").stdout.split() == ["shed", "shop"]
+    assert complete(env, "fleet summary run s").stdout.split() == ["shed", "shop"]
+    assert complete(env, "fleet spawn shop/main --layout tr").stdout.split() == ["trio"]
+    assert "shop/design" in complete(env, "fleet fork shop/").stdout.split()
+    # another home with no daemon: nothing offered, nothing said, and none started
+    home = tmp_path / "elsewhere"
+    alone = {k: v for k, v in env.items() if k not in ("FLEET_DAEMON", "FLEET_TOKEN")} | {
+        "FLEET_HOME": str(home)
+    }
+    t0 = time.monotonic()
+    quiet = complete(alone, "fleet post sh")
+    assert (quiet.returncode, quiet.stdout.split(), quiet.stderr) == (0, [], "")
+    assert time.monotonic() - t0 < 10 and not list(home.rglob("daemon.json"))
+    assert complete(alone, "fleet spawn w/main --layout pa").stdout.split() == ["pair"]

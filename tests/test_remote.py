@@ -180,3 +180,42 @@ def test_bad_join_strings_are_refused_and_store_nothing(hq: Daemon, laptop: dict
     assert not (Path(laptop["FLEET_HOME"]) / "data" / "remotes" / "x.json").exists()
     unknown = run({**laptop, "FLEET_DAEMON": "nosuch"}, "whoami")
     assert unknown.returncode == 2 and "fleet remote join" in unknown.stderr
+
+
+def test_hints_printed_under_remote_carry_it_and_run_as_printed(
+    hq: Daemon, fleet_env: Paths, laptop: dict[str, str]
+) -> None:
+    """``fleet --remote hq spawn`` prints an attach hint; run as printed on the laptop it attaches to
+    the laptop's tmux through hq (it used to lack ``--remote hq``: it failed, and started a stray local
+    daemon). Error hints say ``fleet --remote hq …`` too."""
+    import pexpect
+
+    op = Client(f"{hq.url}#sha256={hq.fingerprint}", hq.operator_token)
+    wave = op.create_wave("w", ["bob"])
+    op.fork(wave.root_id, "empty", [])
+    minted = run({**os.environ}, "remote", "mint", "laptop", "--wave", "w")
+    assert run(laptop, "remote", "join", minted.stdout.strip(), "--name", "hq").returncode == 0
+    laptop = {**laptop, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    spawned = run(laptop, "--remote", "hq", "spawn", "w/main", "--agent", BOB)
+    assert spawned.returncode == 0, spawned.stderr
+    (hint,) = [ln.removeprefix("attach: ") for ln in spawned.stdout.splitlines() if ln.startswith("attach: ")]
+    assert hint == f"FLEET_TMUX_SOCKET={laptop['FLEET_TMUX_SOCKET']} fleet --remote hq attach w", hint
+    endpoint = Path(laptop["FLEET_HOME"]) / "state" / "daemon.json"
+    child = pexpect.spawn("/bin/sh", ["-c", hint], env=laptop, encoding="utf-8", dimensions=(40, 160))
+    try:
+        child.expect("fleet stand-in bob ready", timeout=30)
+        sock = laptop["FLEET_TMUX_SOCKET"]
+        retry_until(
+            lambda: (
+                subprocess.run(["tmux", "-L", sock, "list-clients"], capture_output=True, text=True).stdout
+            ),
+            what="the hint's tmux client",
+        )
+    finally:
+        child.terminate(force=True)
+    assert not list(Path(laptop["FLEET_HOME"]).rglob("daemon.json")), "a stray local daemon was started"
+    assert not endpoint.exists()
+    refused = run(laptop, "--remote", "hq", "spawn", "w/empty", "--agent", BOB)
+    assert refused.returncode == 2 and "`fleet --remote hq invite w/empty NAME`" in refused.stderr, (
+        refused.stderr
+    )

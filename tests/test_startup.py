@@ -65,3 +65,19 @@ def test_a_channel_loads_no_cli_pydantic_http_client_or_tmux(
     modules = imported(argv, dict(os.environ))
     assert {"fleet.channel.server", "fleet.delivery.engine", "fleet.client"} <= modules
     assert heavy(modules) == []
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_fleet_version_answers_before_the_cli_is_built(fleet_env: Paths, how: str) -> None:
+    """``fleet --version`` prints the version without importing the CLI (typer, the command tree) or
+    the client: it costs about a bare interpreter (bench/cli.py measures it beside ``fleet post``)."""
+    import fleet
+
+    script = str(Path(sys.executable).parent / "fleet")
+    argv = [script, "--version"] if how == "script" else ["-m", "fleet", "--version"]
+    modules = imported(argv, dict(os.environ))
+    assert not {
+        m for m in modules if m in ("typer", "fleet.cli", "fleet.client") or m.startswith("fleet.cli.")
+    }
+    got = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert (got.returncode, got.stdout, got.stderr) == (0, f"fleet {fleet.__version__}\n", "")

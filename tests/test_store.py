@@ -443,7 +443,7 @@ def _every_event_type(store: Store) -> None:
     store.record_session(OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id))
     store.claim_seat(OP, "demo", NewSeat(participant="resident", session_id=sid, host="h", pid=42))
     store.close_seat(OP, "demo", CloseSeat(why="stopped"))
-    last = store.post(OP, "demo/main", "DONE: the demo", as_="alice")
+    last = store.post(OP, "demo/main", "DONE: the demo\n" + "what it showed, at length. " * 8, as_="alice")
     store.summaries.pin(OP, last.id)
     proposal = extractive(store.summaries.pending(OP, "demo/main"))
     assert proposal is not None and store.summaries.summarize(OP, "demo/main", proposal).accepted

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fleet import errors
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.delivery.attention import RoutingLog, SummaryEntry, parse_entry
-from fleet.models import Blip, Context, NewSummary
+from fleet.models import Blip, Context, NewSummary, Summary
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, connect, dump_tables, replay
 from fleet.summaries import Summarizer, extractive, roll
 
@@ -66,11 +66,12 @@ def nbytes(text: str) -> int:
 
 
 def summarize_extractive(store: Store, ref: str) -> None:
+    """Roll ``ref``'s summary as ``fleet summary write`` does: accepted, or refused for saving nothing."""
     proposal = extractive(store.summaries.pending(OP, ref))
     if proposal is None:  # nothing new since the last summary
         return
     verdict = store.summaries.summarize(OP, ref, proposal)
-    assert verdict.accepted, verdict
+    assert verdict.accepted or "saves nothing" in verdict.reason, verdict
 
 
 # ---------------------------------------------------------------- assembly against the full walk
@@ -161,6 +162,195 @@ def test_assembly_is_the_full_walk_until_summaries_then_keeps_every_load_bearing
         s.close()
 
 
+# ---------------------------------------------------------------- forks and what a summary saves
+
+END = "~"
+
+
+def walk_part(store: Store, node: str, bound: str) -> list[Blip]:
+    """The blips of ``node`` a full walk shows below a child forked at ``bound`` (END: its own)."""
+    return [
+        b
+        for b in store.read(OP, node, limit=5000, history=True)
+        if b.id <= bound and (b.superseded_by is None or b.superseded_by > bound)
+    ]
+
+
+def usable(store: Store, node: str, bound: str, pinned: set[str]) -> tuple[Summary | None, int]:
+    """The issue's rule for one part of a context, written independently of the store's: the latest
+    summary of ``node`` that covers nothing past ``bound`` but system blips (a fork's own announcement
+    lands in its parent just after the fork point), used only when it is smaller than the blips it
+    replaces (with the pinned blips it does not cite, shown beside it). (the summary, its saving)."""
+    every = store.read(OP, node, limit=5000, history=True)
+    fits = [
+        x
+        for x in store.summaries.of(OP, node)
+        if x.upto <= bound or all(b.kind == "system" for b in every if bound < b.id <= x.upto)
+    ]
+    if not fits:
+        return None, 0
+    best = max(fits, key=lambda x: x.upto)
+    replaced = [b for b in walk_part(store, node, bound) if b.id <= best.upto]
+    beside = [b for b in replaced if b.id in pinned and b.id not in best.cites]
+    saved = sum(nbytes(b.text) for b in replaced) - nbytes(best.text) - sum(nbytes(b.text) for b in beside)
+    return (best, saved) if saved > 0 else (None, 0)
+
+
+WRITES = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "post",
+                "post",
+                "post",
+                "fork",
+                "fork-then-summarize",
+                "summarize",
+                "write",
+                "pin",
+                "replace",
+                "invite",
+            ]
+        ),
+        st.integers(0, 50),
+        st.integers(0, 300),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=WRITES)
+def test_a_summary_is_used_only_where_it_saves_and_a_fork_keeps_its_parents_coverage(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
+) -> None:
+    """Random wavelets of random sizes, forks right before and after summaries, participants'
+    summaries of any length: no summary that saves nothing is recorded, and every part of every
+    context (each visible ancestor up to its child's fork point, then the wavelet) uses exactly the
+    summary the rule above names, or none and then the part's full walk."""
+    d = tmp_path_factory.mktemp("saves")
+    s = Store(d / "db")
+    try:
+        s.create_wave(OP, "w", PEOPLE)
+        pinned: set[str] = set()
+        for i, (op, n, size) in enumerate(ops):
+            wavelets = s.get_wave(OP, "w").wavelets
+            target = wavelets[n % len(wavelets)]
+            try:
+                if op == "post":
+                    s.post(OP, target.id, f"{TEXTS[n % len(TEXTS)]}\n" + "w" * size, as_=PEOPLE[n % 3])
+                elif op.startswith("fork"):
+                    s.fork(OP, target.id, f"f{i}", [PEOPLE[n % 3]], private=n % 5 == 1, as_=PEOPLE[size % 3])
+                    if op == "fork-then-summarize":  # the runner woken by the fork's announcement
+                        summarize_extractive(s, target.id)
+                elif op == "invite":
+                    s.invite(OP, target.id, PEOPLE[size % 3])
+                elif op == "summarize":
+                    summarize_extractive(s, target.id)
+                elif op == "write":  # a participant's summary of any length
+                    todo = s.summaries.pending(OP, target.id)
+                    if todo.blips:
+                        upto = todo.blips[-1].id
+                        v = s.summaries.summarize(
+                            OP,
+                            target.id,
+                            NewSummary(text="s" * (size + 1), upto=upto, cites=todo.load_bearing),
+                        )
+                        covered = [b for b in walk_part(s, target.id, upto)]
+                        replaces = sum(nbytes(b.text) for b in covered)
+                        assert v.accepted == (size + 1 < replaces), (v, replaces)
+                        if not v.accepted:
+                            assert "saves nothing" in v.reason and v.missing == []
+                elif op == "pin":
+                    msgs = [b for b in s.read(OP, target.id) if b.kind != "system"]
+                    if msgs:
+                        pinned.add(s.summaries.pin(OP, msgs[n % len(msgs)].id).id)
+                elif op == "replace":
+                    msgs = [b for b in s.read(OP, target.id) if b.kind == "message"]
+                    if msgs:
+                        s.replace(OP, msgs[n % len(msgs)].id, "r" * size)
+            except errors.FleetError:
+                pass
+        for wl in s.get_wave(OP, "w").wavelets:
+            for reader in (OP, who(s, "alice"), who(s, "carol")):
+                try:
+                    ctx = s.context(reader, wl.id, limit=5000)
+                except errors.NotFound:
+                    continue
+                visible = {w.id for w in ctx.path}
+                chain = [s.resolve(OP, wl.id)]
+                while chain[0].parent_id:
+                    chain.insert(0, s.resolve(OP, chain[0].parent_id))
+                for k, node in enumerate(chain):
+                    bound = chain[k + 1].fork_blip_id if k < len(chain) - 1 else END
+                    if node.id not in visible or not bound:
+                        continue
+                    want, saved = usable(s, node.id, bound, pinned)
+                    got = [x for x in ctx.summaries if x.wavelet_id == node.id]
+                    mine = [b for b in ctx.blips if b.wavelet_id == node.id]
+                    if want is None:
+                        walk_ids = [b.id for b in walk_part(s, node.id, bound)]
+                        assert got == [] and [b.id for b in mine] == walk_ids, (wl.path, node.name)
+                        continue
+                    assert [x.id for x in got] == [want.id], (wl.path, node.name)
+                    assert saved > 0
+                    if want.upto > bound:
+                        event("a fork uses a summary past its fork point")
+                    elif bound != END:
+                        event("a fork uses its parent's summary")
+                    # nothing is lost: every blip of the part is in full or covered by the summary
+                    walk = walk_part(s, node.id, bound)
+                    assert {b.id for b in walk if b.id > want.upto} <= {b.id for b in mine}
+                    assert all(b.id > want.upto or b.id in pinned for b in mine)
+                assert ctx.saved_bytes == ctx.full_bytes - ctx.bytes >= 0
+                assert ctx.full_bytes == sum(nbytes(b.text) for b in full_walk(s, reader, wl.id))
+    finally:
+        s.close()
+
+
+def test_a_fork_made_right_after_a_summary_gets_it_even_when_its_announcement_was_summarized_too(
+    store: Store,
+) -> None:
+    """The summary runner wakes on the fork's own announcement in the parent and rolls over it: the
+    summary then reaches past the fork point, but only by system blips, so the fork uses it."""
+    store.create_wave(OP, "w", PEOPLE)
+    for i in range(20):
+        store.post(OP, "w/main", f"DONE: step {i} of the importer\nits notes: " + "n" * 80, as_="alice")
+    full = store.context(OP, "w/main").full_bytes
+    kid = store.fork(OP, "w/main", "kid", ["bob"])
+    store.invite(OP, "w/main", "carol")  # more provenance after the announcement: system blips too
+    summarize_extractive(store, "w/main")
+    (summary,) = store.summaries.of(OP, "w/main")
+    assert summary.upto > (kid.fork_blip_id or "")
+    ctx = store.context(OP, kid.id)
+    assert [x.id for x in ctx.summaries] == [summary.id]
+    assert [b.wavelet_id for b in ctx.blips] == [kid.id]  # the kid's own system blip
+    assert ctx.full_bytes == full + nbytes(ctx.blips[0].text) and ctx.saved_bytes > 0
+    # a summary past a message after the fork point is not the fork's: it would tell what it never saw
+    store.post(OP, "w/main", "after the fork " + "m" * 200, as_="alice")
+    summarize_extractive(store, "w/main")
+    assert [x.id for x in store.context(OP, kid.id).summaries] == [summary.id]
+    late = store.fork(OP, "w/main", "late", ["bob"])
+    store.post(OP, "w/main", "a message right after the fork", as_="bob")
+    summarize_extractive(store, "w/main")
+    got = store.context(OP, late.id).summaries
+    assert [x.upto for x in got] == [store.summaries.of(OP, "w/main")[1].upto]
+
+
+def test_a_summary_that_saves_nothing_is_refused_and_the_full_text_stays(store: Store) -> None:
+    store.create_wave(OP, "w", PEOPLE)
+    done = store.post(OP, "w/main", "DONE: ok", as_="alice")
+    before = store.context(OP, "w/main")
+    proposal = extractive(store.summaries.pending(OP, "w/main"))
+    assert proposal is not None and nbytes(proposal.text) >= before.full_bytes  # [id] alice: DONE: ok
+    verdict = store.summaries.summarize(OP, "w/main", proposal)
+    assert not verdict.accepted and verdict.missing == []
+    assert "saves nothing" in verdict.reason and f"{nbytes(proposal.text)} bytes" in verdict.reason
+    assert store.summaries.of(OP, "w/main") == [] and store.context(OP, "w/main") == before
+    short = NewSummary(text="ok", upto=done.id, cites=[done.id])
+    assert store.summaries.summarize(OP, "w/main", short).accepted
+
+
 def test_a_summary_that_drops_a_surface_is_rejected_and_the_full_text_stays(store: Store) -> None:
     store.create_wave(OP, "w", PEOPLE)
     alice = who(store, "alice")
@@ -227,8 +417,8 @@ def test_a_blip_pinned_after_a_summary_is_shown_in_full_beside_it_and_must_be_ci
 
 def test_replay_rebuilds_summaries_and_pins(store: Store, tmp_path: Path) -> None:
     store.create_wave(OP, "w", PEOPLE)
-    store.post(OP, "w/main", "DONE: part one", as_="alice")
-    b = store.post(OP, "w/main", "a detail", as_="bob")
+    store.post(OP, "w/main", "DONE: part one\n" + "the details, at length. " * 8, as_="alice")
+    b = store.post(OP, "w/main", "a detail\n" + "more of it. " * 8, as_="bob")
     store.summaries.pin(OP, b.id)
     summarize_extractive(store, "w/main")
     store.fork(OP, "w/main", "child", ["bob"])
@@ -448,7 +638,11 @@ def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon
     env = base_env(FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
     main = op.resolve("w/main").id
     done = op.post(main, "DONE: parser merged", as_="alice")
-    quiet = op.post(main, "a quiet fact", as_="bob")
+    # a summary of so little would be longer than the text: refused, and the full text stays
+    tiny = fleet("summary", "write", "w/main", env=env)
+    assert tiny.returncode == 1 and "rejected (extractive)" in tiny.stdout and "saves nothing" in tiny.stderr
+    assert op.summaries(main) == []
+    quiet = op.post(main, "a quiet fact\n" + "with the long story of how it was found. " * 6, as_="bob")
     assert "no summary yet" in ok("summary", "show", "w/main", env=env)
     assert "accepted (extractive)" in ok("summary", "write", "w/main", env=env)
     (shown,) = json.loads(ok("summary", "show", "w/main", "--json", env=env))
@@ -461,8 +655,9 @@ def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon
     ok("pin", quiet.id, env=env)
     gap = fleet("summary", "check", "w/main", env=env)
     assert gap.returncode == 1 and f"not cited: {quiet.id}" in gap.stdout
-    op.post(main, "one more", as_="alice")
-    assert "w/main: accepted (extractive)" in ok("summary", "run", "w", "--once", "--every", "1", env=env)
+    op.post(main, "one more\n" + "and its long tail. " * 8, as_="alice")
+    rolled = ok("summary", "run", "w", "--once", "--every", "1", env=env)
+    assert rolled.startswith("w/main: summarized 4 blip(s) up to ") and "bytes saved (extractive)" in rolled
     assert "cites 2 of 2" in ok("summary", "check", "w/main", env=env)
     # bad input: a clear message, the documented exit code, nothing changed
     before = op.summaries(main)
@@ -477,8 +672,10 @@ def test_fleet_summary_and_read_context_from_the_command_line(op: Client, daemon
 
 def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Daemon) -> None:
     import os
+    import signal
     import stat
     import subprocess
+    import threading
 
     from conftest import retry_until
     from test_cli import REPO, base_env, ok
@@ -490,24 +687,41 @@ def test_fleet_summary_run_rolls_after_n_blips_or_m_bytes(op: Client, daemon: Da
     env = base_env(FLEET_DAEMON=daemon.url, FLEET_TOKEN=daemon.operator_token)
     main = op.resolve("w/main").id
     op.post(main, "x" * 100, as_="alice")
-    # below both thresholds: nothing; over the byte threshold: rolled
+    # below both thresholds: nothing; over the byte threshold: rolled, and the line says what it saved
     assert ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "10000", env=env) == ""
-    assert "accepted" in ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "50", env=env)
-    # running: rolls once every 3 new blips arrived since the last summary
+    once = ok("summary", "run", "w", "--once", "--every", "1000", "--bytes", "50", env=env)
+    (first,) = op.summaries(main)
+    saved = first.covered_bytes - nbytes(first.text)
+    assert once == f"w/main: summarized 2 blip(s) up to {first.upto[:13]}, {saved} bytes saved (extractive)\n"
+    # running: it says what it does and how to stop it, then prints each summary it writes
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleet", "summary", "run", "w", "--every", "3"],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(proc.stdout or ()), daemon=True)
+    reader.start()
     try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
+        assert "rolling the summaries of wave w" in started and "3 new blips" in started
+        assert "Ctrl-C" in started, started
         op.post(main, "one", as_="alice")
         op.post(main, "two", as_="bob")
         assert len(op.summaries(main)) == 1
         last = op.post(main, "three", as_="alice")
-        retry_until(lambda: len(op.summaries(main)) == 2, timeout=20, what="the runner's second summary")
+        retry_until(lambda: said, timeout=20, what="the runner's line for its second summary")
         assert op.summaries(main)[-1].upto == last.id
+        second = op.summaries(main)[-1]
+        assert said == [
+            f"w/main: summarized 5 blip(s) up to {last.id[:13]},"
+            f" {second.covered_bytes - nbytes(second.text)} bytes saved (extractive)\n"
+        ]
     finally:
-        proc.terminate()
-        proc.communicate(timeout=10)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        reader.join(10)
+    assert proc.returncode == 0 and "stopped" in err and "Traceback" not in err
     log = routing_log_path(StateFile(get_paths().channels, daemon.url, "w", "summarizer"))
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     entries = [parse_entry(line) for line in log.read_bytes().splitlines()]
@@ -521,7 +735,7 @@ def test_a_contexts_records_carry_every_field_as_their_constructors_would(store:
 
     store.create_wave(OP, "w", PEOPLE)
     main = store.resolve(OP, "w/main").id
-    store.post(OP, main, "DONE: one", as_="alice")
+    store.post(OP, main, "DONE: one\n" + "the details, at length. " * 8, as_="alice")
     summarize_extractive(store, main)
     store.post(OP, main, "after", as_="bob")
     leaf = store.fork(OP, main, "f", ["alice"]).id
@@ -532,3 +746,28 @@ def test_a_contexts_records_carry_every_field_as_their_constructors_would(store:
         names = [f.name for f in type(r).__record_fields__]
         assert sorted(vars(r)) == sorted(names), type(r)
         assert r == type(r)(**vars(r))
+
+
+def test_the_runner_waits_for_more_blips_after_a_summary_that_saved_nothing(
+    op: Client, tmp_path: Path
+) -> None:
+    """Short chatter naming participants is all load-bearing: its extractive summary is longer than
+    it. The runner offers it once, then waits for ``every`` more blips instead of offering (and
+    printing, and logging) the same refusal at every new blip."""
+    from fleet.summaries import Runner
+
+    main = op.resolve("w/main").id
+    log = routing(tmp_path)
+    runner = Runner(op, "w", log, None, every=3, bytes=1 << 20)
+    op.post(main, "bob: ok", as_="carol")
+    assert runner.once() == []  # 2 blips with the wave's system blip: not due
+    op.post(main, "alice: ok", as_="carol")
+    (refused,) = runner.once()
+    assert refused.outcome == "rejected" and "saves nothing" in refused.detail
+    for text in ("alice: fine", "bob: yes"):
+        op.post(main, text, as_="carol")
+        assert runner.once() == []
+    op.post(main, "carol: and now a long account of what was decided\n" + "details " * 60, as_="bob")
+    (rolled,) = runner.once()
+    assert rolled.outcome == "accepted" and rolled.saved_bytes > 0
+    assert [e.outcome for e in logged(log)] == ["rejected", "accepted"]

@@ -23,7 +23,6 @@ import typer
 
 import fleet
 from fleet import errors
-from fleet.allocator import restart_for_the_daemon
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, check_utf8_args
 from fleet.paths import get_paths
@@ -64,6 +63,7 @@ def _root(
     """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
     if remote:
         os.environ["FLEET_DAEMON"] = remote  # read by fleet.client.connect, and inherited by what it starts
+        render.GLOBALS[:] = ["--remote", remote]  # every printed hint repeats it, to run as printed
 
 
 COMMANDS: dict[str, str] = {
@@ -159,7 +159,6 @@ def doctor(as_json: JsonOpt = False) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and exit with the code docs/design.md §7 assigns to what happened. Never returns."""
-    restart_for_the_daemon()  # `fleet daemon run` from the console script (fleet.allocator)
     debug = bool(os.environ.get("FLEET_DEBUG"))
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"

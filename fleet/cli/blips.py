@@ -8,10 +8,21 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, text_arg, wavelet
+from fleet.cli.common import (
+    WAVELET_HELP,
+    AsOpt,
+    JsonOpt,
+    WaveOpt,
+    client,
+    complete_wavelet,
+    text_arg,
+    wavelet,
+)
 from fleet.models import Blip, BlipPage
 
-WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
+WaveletArg = Annotated[
+    str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+]
 TextArg = Annotated[str, typer.Argument(metavar="TEXT", help="The text, or `-` to read it from stdin.")]
 
 PAGE = 500

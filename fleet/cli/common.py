@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from typing import Annotated
 
@@ -10,20 +12,14 @@ import typer
 from fleet import errors
 from fleet.client import Client, connect
 from fleet.models import Wavelet
+from fleet.paths import get_paths
+
+log = logging.getLogger(__name__)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON: the wire model, full ids.")]
 AsOpt = Annotated[
     str | None,
     typer.Option("--as", metavar="NAME", help="Act as this participant (operator token only)."),
-]
-WaveOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--wave",
-        envvar="FLEET_WAVE",
-        metavar="WAVE",
-        help="The wave a bare wavelet name belongs to.",
-    ),
 ]
 WAVELET_HELP = "WAVE/WAVELET, a wavelet name in the current wave (--wave / FLEET_WAVE), or an id prefix."
 
@@ -36,6 +32,80 @@ def client() -> Client:
     if _client is None:
         _client = connect()
     return _client
+
+
+# ---------------------------------------------------------------- shell completion
+# Each completer runs while the shell waits on a key press: it asks the daemon this command line
+# means (its --remote too) with a short timeout, never starts one, and offers nothing on any error
+# (a traceback or a notice would land in the user's prompt).
+
+
+def _completing_client(ctx: typer.Context) -> Client:
+    remote = ctx.find_root().params.get("remote")
+    if remote:  # the root callback does not run while completing
+        os.environ["FLEET_DAEMON"] = str(remote)
+    found = connect(autostart=False)
+    return Client(found.base_url, found.token, timeout=2.0, retries=0, connect_timeout=1.0)
+
+
+def complete_wave(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Wave names starting with ``incomplete`` (for WAVE arguments and ``--wave``)."""
+    try:
+        with _completing_client(ctx) as c:
+            return sorted(w.name for w in c.list_waves() if w.name.startswith(incomplete))
+    except Exception as exc:  # completion is silent: see above
+        log.debug("no wave completion: %s", exc)
+        return []
+
+
+def complete_wavelet(ctx: typer.Context, incomplete: str) -> list[str]:
+    """``WAVE/WAVELET`` paths starting with ``incomplete``, and bare names in the current wave
+    (``--wave`` / ``FLEET_WAVE``), for WAVELET arguments."""
+    try:
+        with _completing_client(ctx) as c:
+            wave, slash, _ = incomplete.partition("/")
+            names = [w.name for w in c.list_waves()]
+            waves = [wave] if slash else [n for n in names if n.startswith(incomplete)]
+            current = ctx.params.get("wave") or os.environ.get("FLEET_WAVE")
+            found: set[str] = set()
+            for name in dict.fromkeys([*waves, *([str(current)] if current and not slash else [])]):
+                if name not in names:
+                    continue
+                for wl in c.get_wave(name).wavelets:
+                    found.update(x for x in (wl.path, wl.name if name == current else "") if x)
+            return sorted(x for x in found if x.startswith(incomplete))
+    except Exception as exc:  # completion is silent: see above
+        log.debug("no wavelet completion: %s", exc)
+        return []
+
+
+def complete_layout(incomplete: str) -> list[str]:
+    """Layout names (shipped and the user's) starting with ``incomplete``: no daemon needed."""
+    try:
+        from fleet.layouts import available
+
+        return sorted(n for n in available(get_paths()) if n.startswith(incomplete))
+    except Exception as exc:  # completion is silent: see above
+        log.debug("no layout completion: %s", exc)
+        return []
+
+
+WaveOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--wave",
+        envvar="FLEET_WAVE",
+        metavar="WAVE",
+        help="The wave a bare wavelet name belongs to.",
+        autocompletion=complete_wave,
+    ),
+]
+WaveletArg = Annotated[
+    str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+]
+"""A required WAVELET argument, completed from the daemon."""
+WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.", autocompletion=complete_wave)]
+"""A required WAVE argument, completed from the daemon."""
 
 
 def wavelet(ref: str, wave: str | None) -> Wavelet:

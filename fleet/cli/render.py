@@ -9,6 +9,8 @@ Data goes to stdout; notices and errors go to stderr.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -29,19 +31,47 @@ if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into e
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""
 
+GLOBALS: list[str] = []
+"""The global options of this command line a printed hint must repeat to run as printed
+(``--remote NAME``: without it, the hint would talk to the local daemon, starting one). Set by the
+root callback of :mod:`fleet.cli`."""
+
+_QUOTED = re.compile(r"(`(?:[A-Z][A-Z0-9_]*=\S+ )*fleet)(?= )(?! --remote)")
+_BARE = re.compile(r"^((?:[A-Z][A-Z0-9_]*=\S+ )*fleet)(?= )(?! --remote)")
+
+
+def hint(text: str) -> str:
+    """``text`` with :data:`GLOBALS` after ``fleet`` in every command it quotes in backticks
+    (`` `fleet attach w` ``, `` `FLEET_TMUX_SOCKET=s fleet attach w` ``): what notices, errors and
+    table cells print. Prose that names fleet, and a hint that names ``--remote`` already, are left
+    as they are."""
+    if not GLOBALS:
+        return text
+    extra = " " + " ".join(shlex.quote(g) for g in GLOBALS)
+    return _QUOTED.sub(lambda m: m.group(1) + extra, text)
+
+
+def command(line: str) -> str:
+    """A bare command line to print (``fleet attach w``, an ``attach:`` line) with :data:`GLOBALS`."""
+    if not GLOBALS:
+        return line
+    extra = " " + " ".join(shlex.quote(g) for g in GLOBALS)
+    return _BARE.sub(lambda m: m.group(1) + extra, line)
+
 
 def out(line: str = "") -> None:
-    """One line of data on stdout, flushed (so ``--follow`` output reaches a pipe at once)."""
+    """One line of data on stdout, flushed (so ``--follow`` output reaches a pipe at once). Printed
+    as given (a blip's text is data): hints in it go through :func:`hint` first."""
     typer.echo(line)
 
 
 def note(line: str) -> None:
-    """A notice for the person at the terminal, on stderr."""
-    typer.echo(f"fleet: {line}", err=True)
+    """A notice for the person at the terminal, on stderr (its quoted commands: :func:`hint`)."""
+    typer.echo(f"fleet: {hint(line)}", err=True)
 
 
 def error(message: str) -> None:
-    typer.echo(f"fleet: error: {message}", err=True)
+    typer.echo(f"fleet: error: {hint(message)}", err=True)
 
 
 def dump(item: object, *, compact: bool = False) -> None:
@@ -203,16 +233,23 @@ def pairs(rows: Sequence[tuple[str, str]]) -> None:
 
 
 def spawn_report(report: SpawnReport) -> None:
-    """One line per participant: pane, what spawn did, ready or why not; then how to attach."""
-    out(f"{report.wavelet} in tmux session {report.session_id} window {report.window_id or '-'}:")
+    """Where the wavelet's window is (tmux's session and window names); one line per participant:
+    pane, what spawn did, ready or why not; then how to attach."""
+    session = report.session or report.session_id
+    if report.window_id:
+        out(f"{report.wavelet} in tmux session {session}, window {report.window or report.window_id}:")
+    elif session:
+        out(f"{report.wavelet}: no window of its own: every member already runs in tmux session {session}")
+    else:
+        out(f"{report.wavelet}: nothing started in tmux:")
     width = max((len(p.participant) for p in report.panes), default=0)
     for p in report.panes:
         state = "ready" if p.ready else "NOT READY"
-        why = f" ({p.why})" if p.why else ""
+        why = f" ({hint(p.why)})" if p.why else ""
         route = f" — {p.route}" if p.route else ""
         tree = f" in {p.worktree} ({p.branch})" if p.worktree else ""
         out(f"  {p.participant:<{width}}  {p.pane_id or '-':<5} {p.action:<9} {state}{why}{route}{tree}")
-    out(f"attach: {report.attach}")
+    out(f"attach: {command(report.attach)}")
 
 
 # ---------------------------------------------------------------- supervision
@@ -235,6 +272,7 @@ def ago(ts: str | float | None, now: float | None = None) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Columns aligned to their widest cell; the last column is not padded."""
+    rows = [[hint(c) for c in r] for r in rows]  # a NOTE cell may advise a command
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         out(("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]).rstrip())
@@ -248,7 +286,7 @@ def overview(waves: Sequence[WaveOverview]) -> None:
     rows = []
     for w in waves:
         panes = f"{len(w.live)} live" + (f", {len(w.dead)} dead ({', '.join(w.dead)})" if w.dead else "")
-        where = w.attach or "not spawned"
+        where = command(w.attach) if w.attach else "not spawned"
         rows.append(
             [w.wave, str(w.wavelets), ", ".join(w.agents) or "-", panes, where, "; ".join(w.waiting) or "-"]
         )
@@ -346,12 +384,12 @@ def status_frame(items: Sequence[WaveStatus], interval: float, *, clear: bool) -
 def pane_report(p: PaneReport) -> None:
     """What ``fleet respawn`` did: the pane, the resumed session, ready or why not."""
     state = "ready" if p.ready else "NOT READY"
-    why = f" ({p.why})" if p.why else ""
+    why = f" ({hint(p.why)})" if p.why else ""
     out(f"{p.participant}  {p.pane_id}  {p.action} (session {p.session_id})  {state}{why}")
 
 
 def supervisor_event(e: SupervisorEvent) -> None:
-    out(f"[{clock(e.at)}] {e.text}")
+    out(f"[{clock(e.at)}] {hint(e.text)}")
 
 
 def kill_report(r: KillReport) -> None:
@@ -360,7 +398,7 @@ def kill_report(r: KillReport) -> None:
     else:
         what = "window" if r.scope == "wavelet" else "session"
         who = ", ".join(r.participants) or "no agents"
-        out(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them")
+        out(hint(f"killed {r.target}'s {what} {r.killed} ({who}); sessions kept: `fleet spawn` resumes them"))
     for path in r.pruned:
         out(f"pruned worktree {path} and its branch")
     for k in r.kept:
@@ -373,4 +411,4 @@ def checks(items: Sequence[Check]) -> None:
     for c in items:
         out(f"{c.level.upper():<4}  {c.name:<{width}}  {c.detail}")
         if c.fix and c.level != "ok":
-            out(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+            out(f"{'':<4}  {'':<{width}}  fix: {hint(c.fix)}")

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
+from fleet.cli.common import (
+    WAVELET_HELP,
+    JsonOpt,
+    WaveOpt,
+    client,
+    complete_layout,
+    complete_wave,
+    complete_wavelet,
+)
 from fleet.layouts import DEFAULT_LAYOUT
 from fleet.paths import get_paths
 
@@ -17,39 +26,44 @@ if TYPE_CHECKING:  # tmux and spawning are imported when a command needs them, n
     from fleet.spawn import Spawner, SpawnReport
 
 
-def _list_layouts(value: bool) -> None:
-    if not value:
-        return
+def list_layouts(as_json: bool) -> None:
+    """``fleet spawn --list-layouts``: each layout, shipped and the user's, with what it is for (a
+    JSON array of ``{name, source, path, description, error}`` with ``--json``)."""
     from fleet import layouts
 
     paths = get_paths()
-    rows = []
+    found = []
     for name, path in layouts.available(paths).items():
+        what, broken = "", ""
         try:
-            lay = layouts.load(name, paths)
-            what = lay.description or "-"
+            what = layouts.load(name, paths).description
         except errors.FleetError as exc:
-            what = f"BROKEN: {exc.message}"
+            broken = exc.message
         where = "yours" if path.parent == paths.layouts else "shipped"
-        rows.append([name, where, what])
+        found.append({"name": name, "source": where, "path": str(path), "description": what, "error": broken})
+    if as_json:
+        render.dump(found)
+        return
+    rows = [
+        [f["name"], f["source"], f"BROKEN: {f['error']}" if f["error"] else f["description"] or "-"]
+        for f in found
+    ]
     render.table(["LAYOUT", "FROM", "DESCRIPTION"], rows)
     render.note(f"your own layouts go in {paths.layouts} (a name there overrides a shipped one)")
-    raise typer.Exit()
 
 
 ListLayoutsOpt = Annotated[
     bool,
-    typer.Option(
-        "--list-layouts",
-        callback=_list_layouts,
-        is_eager=True,
-        expose_value=False,
-        help="List the layouts (shipped and yours) and exit.",
-    ),
+    typer.Option("--list-layouts", help="List the layouts (shipped and yours) and exit (no WAVELET)."),
 ]
 LayoutOpt = Annotated[
     str,
-    typer.Option("--layout", "-l", help="A layout name (`fleet spawn --list-layouts`) or a .toml path."),
+    typer.Option(
+        "--layout",
+        "-l",
+        help="A layout name (`fleet spawn --list-layouts`) or a .toml path.",
+        autocompletion=complete_layout,
+    ),
 ]
 AgentOpt = Annotated[
     str | None,
@@ -126,7 +140,9 @@ def report_and_exit(report: SpawnReport, as_json: bool) -> None:
 
 
 def spawn(
-    wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
+    wavelet_ref: Annotated[
+        str | None, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+    ] = None,
     layout: LayoutOpt = DEFAULT_LAYOUT,
     agent: AgentOpt = None,
     transport: TransportOpt = "auto",
@@ -135,12 +151,17 @@ def spawn(
     wait: WaitOpt = 30.0,
     wave: WaveOpt = None,
     as_json: JsonOpt = False,
-    _list: ListLayoutsOpt = False,
+    list_: ListLayoutsOpt = False,
 ) -> None:
     """Open WAVELET's roster in tmux: one window, one pane per participant, each an agent on the wave.
 
     Idempotent: live panes are left alone, dead ones resume their session, new members get panes.
     """
+    if list_:
+        list_layouts(as_json)
+        return
+    if wavelet_ref is None:
+        raise errors.UsageError("which wavelet? `fleet spawn WAVE/WAVELET` (or `fleet spawn --list-layouts`)")
     from fleet import layouts
 
     lay = layouts.load(layout, get_paths())
@@ -150,11 +171,15 @@ def spawn(
 
 def attach(
     wave: Annotated[
-        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].")
+        str | None,
+        typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].", autocompletion=complete_wave),
     ] = None,
     socket: SocketOpt = None,
 ) -> None:
-    """Attach to the wave's tmux session (or switch to it, inside tmux)."""
+    """Attach to the wave's tmux session (or switch to it, inside tmux).
+
+    Attaching needs a terminal: without one (a script, a pipe) it exits 2 saying what to do instead.
+    """
     name = wave or os.environ.get("FLEET_WAVE")
     if not name:
         raise errors.UsageError("which wave? `fleet attach WAVE` (or set FLEET_WAVE)")
@@ -174,6 +199,13 @@ def attach(
     elif srv.socket_name:
         argv += ["-L", str(srv.socket_name)]
     inside = bool(os.environ.get("TMUX")) and not (socket or os.environ.get("FLEET_TMUX_SOCKET"))
+    if not inside and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        # tmux would say only "open terminal failed: not a terminal"
+        raise errors.UsageError(
+            f"`fleet attach` needs a terminal, and this process's stdin or stdout is not one: run it"
+            f" in a terminal to watch wave {w.name!r}; without one, `fleet status {w.name}` says what"
+            f" each agent does and `fleet read {w.name}/main` what was said"
+        )
     argv += ["switch-client", "-t", session] if inside else ["attach-session", "-t", session]
     os.execvp(argv[0], argv)
 

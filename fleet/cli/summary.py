@@ -8,8 +8,17 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, wavelet
-from fleet.delivery.attention import RoutingLog, routing_log_path
+from fleet.cli.common import (
+    WAVELET_HELP,
+    AsOpt,
+    JsonOpt,
+    WaveOpt,
+    client,
+    complete_wave,
+    complete_wavelet,
+    wavelet,
+)
+from fleet.delivery.attention import RoutingLog, SummaryEntry, routing_log_path
 from fleet.delivery.state import StateFile
 from fleet.paths import get_paths
 from fleet.summaries import BYTES, EVERY, SUMMARIZER_TIMEOUT, Runner, Summarizer, roll
@@ -17,7 +26,9 @@ from fleet.summaries import BYTES, EVERY, SUMMARIZER_TIMEOUT, Runner, Summarizer
 app = typer.Typer(
     help="Rolling summaries: deep forks stay cheap, and every summary is checked.", no_args_is_help=True
 )
-WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
+WaveletArg = Annotated[
+    str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+]
 CommandOpt = Annotated[
     str | None,
     typer.Option(
@@ -126,7 +137,12 @@ def write(
 
 @app.command()
 def run(
-    wave: Annotated[str, typer.Argument(metavar="WAVE", help="The wave whose wavelets to summarize.")],
+    wave: Annotated[
+        str,
+        typer.Argument(
+            metavar="WAVE", help="The wave whose wavelets to summarize.", autocompletion=complete_wave
+        ),
+    ],
     command: CommandOpt = None,
     every: Annotated[int, typer.Option("--every", metavar="N", help="Roll after N new blips.")] = EVERY,
     bytes_: Annotated[
@@ -141,15 +157,36 @@ def run(
     if every < 1 or bytes_ < 1:
         raise errors.UsageError("--every and --bytes must be at least 1")
     name = client().get_wave(wave).name
-    runner = Runner(client(), name, _routing(name), _summarizer(command, timeout), every, bytes_)
+    summarizer = _summarizer(command, timeout)
+    runner = Runner(client(), name, _routing(name), summarizer, every, bytes_)
     if once:
         for entry in runner.once():
-            render.out(f"{entry.wavelet}: {entry.outcome} ({entry.author_kind})")
+            render.out(_rolled(entry))
         return
+    by = f"`{command}`" if command is not None else "fleet's extractive summary"
+    render.note(
+        f"rolling the summaries of wave {name}: a wavelet's, once {every} new blips or {bytes_} new"
+        f" bytes arrived since its last, written by {by}; each one is printed here. Ctrl-C stops."
+    )
     try:
-        runner.forever()
+        runner.forever(lambda entry: render.out(_rolled(entry)))
     except KeyboardInterrupt:
-        return
+        render.note(f"stopped rolling the summaries of wave {name}")
+
+
+def _rolled(entry: SummaryEntry) -> str:
+    """One line per summary offered: what an accepted one covers and saves, or why none was written."""
+    if entry.outcome == "accepted":
+        return (
+            f"{entry.wavelet}: summarized {entry.covered_blips} blip(s) up to {render.short(entry.upto)},"
+            f" {entry.saved_bytes} bytes saved ({entry.author_kind})"
+        )
+    why = (
+        f": missing {', '.join(entry.missing)}"
+        if entry.missing
+        else (f": {entry.detail}" if entry.detail else "")
+    )
+    return f"{entry.wavelet}: not summarized, {entry.outcome} ({entry.author_kind}){why}; its full text stays"
 
 
 def pin(

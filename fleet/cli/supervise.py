@@ -11,7 +11,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client
+from fleet.cli.common import WAVELET_HELP, JsonOpt, WaveOpt, client, complete_wave, complete_wavelet
 from fleet.cli.spawn import SocketOpt, TrustOpt, WaitOpt, make_spawner
 from fleet.paths import get_paths
 
@@ -19,7 +19,10 @@ if TYPE_CHECKING:  # tmux and the supervisor load when a command runs, not with 
     from fleet.tmux import Tmux
 
 WaveArg = Annotated[
-    str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].")
+    str | None,
+    typer.Argument(
+        metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].", autocompletion=complete_wave
+    ),
 ]
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The participant.")]
 
@@ -83,7 +86,9 @@ def status(
 
 
 def respawn(
-    wavelet_ref: Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)],
+    wavelet_ref: Annotated[
+        str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+    ],
     name: NameArg,
     force: Annotated[
         bool, typer.Option("--force", help="Restart a live agent too (its screen is saved first).")
@@ -109,7 +114,8 @@ def respawn(
 
 def supervise_(
     wave: Annotated[
-        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].")
+        str | None,
+        typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].", autocompletion=complete_wave),
     ] = None,
     socket: SocketOpt = None,
     wait: WaitOpt = 30.0,
@@ -177,7 +183,12 @@ def _waits(text: str) -> list[float]:
 
 def kill(
     target: Annotated[
-        str, typer.Argument(metavar="WAVELET|WAVE", help="WAVE/WAVELET (its window) or a wave (its session).")
+        str,
+        typer.Argument(
+            metavar="WAVELET|WAVE",
+            help="WAVE/WAVELET (its window) or a wave (its session).",
+            autocompletion=complete_wavelet,
+        ),
     ],
     socket: SocketOpt = None,
     wave: WaveOpt = None,

@@ -9,7 +9,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client, names
+from fleet.cli.common import JsonOpt, client, complete_wave, names
 
 app = typer.Typer(help="Create and list waves.", no_args_is_help=True)
 
@@ -48,7 +48,11 @@ def list_waves(as_json: JsonOpt = False) -> None:
 def tree(
     wave: Annotated[
         str | None,
-        typer.Argument(help="A wave name or id [default: FLEET_WAVE, else every wave].", show_default=False),
+        typer.Argument(
+            help="A wave name or id [default: FLEET_WAVE, else every wave].",
+            show_default=False,
+            autocompletion=complete_wave,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

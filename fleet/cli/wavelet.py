@@ -7,19 +7,23 @@ from typing import Annotated
 import typer
 
 from fleet.cli import render
-from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, names, wavelet
+from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, complete_wavelet, names, wavelet
 from fleet.cli.spawn import AgentOpt, LayoutOpt, SocketOpt, make_spawner, report_and_exit
 from fleet.cli.wave import WithOpt
 from fleet.layouts import DEFAULT_LAYOUT
 from fleet.layouts import load as load_layout
 from fleet.paths import get_paths
 
-WaveletArg = Annotated[str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP)]
+WaveletArg = Annotated[
+    str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
+]
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="A participant name.")]
 
 
 def fork(
-    parent: Annotated[str, typer.Argument(metavar="PARENT", help=WAVELET_HELP)],
+    parent: Annotated[
+        str, typer.Argument(metavar="PARENT", help=WAVELET_HELP, autocompletion=complete_wavelet)
+    ],
     name: Annotated[str, typer.Option("--name", help="The new wavelet's name (unique in its wave).")],
     with_: WithOpt = None,
     private: Annotated[

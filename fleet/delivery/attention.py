@@ -148,6 +148,11 @@ class SummaryEntry(Entry):
     missing: list[str] = field(default_factory=list)
     detail: str = ""
     elapsed_ms: float = 0.0
+    covered_blips: int = 0
+    """An accepted summary's: the blips it stands in for (from the wavelet's start up to ``upto``)."""
+    saved_bytes: int = 0
+    """An accepted summary's: the text bytes of those blips less its own (always > 0: one that would
+    save nothing is refused)."""
 
 
 RUN_FAILURES: dict[RanKind, Literal["error", "timeout", "exit", "invalid"]] = {

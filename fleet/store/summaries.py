@@ -158,6 +158,16 @@ class _Part:
     stale: int = 0
     """Bytes of covered versions replaced in the tail since the summary: in its ``covered_bytes``,
     not in the full walk (their replacement is, in the tail)."""
+    beyond: int = 0
+    """Bytes of the system blips past ``bound`` the summary covers (a fork's own announcement in its
+    parent, provenance after it): in its ``covered_bytes``, not in the fork's walk."""
+
+    def saving(self) -> int:
+        """Text bytes the summary saves this part: what it stands in for, less it and the pinned
+        blips shown beside it (assembly uses it only when > 0)."""
+        assert self.summary is not None
+        shown = text_bytes(self.summary["text"]) + sum(text_bytes(b["text"]) for b in self.pinned)
+        return int(self.summary["covered_bytes"]) - self.stale - self.beyond - shown
 
 
 class Summaries:
@@ -287,6 +297,13 @@ class Summaries:
                 " WHERE wavelet_id = ? AND id <= ? AND (superseded_by IS NULL OR superseded_by > ?)",
                 (wl["id"], upto["id"], upto["id"]),
             ).fetchone()
+            own = text_bytes(body.text)
+            if own >= size:  # a context would be as long with it as without it, or longer
+                return SummaryVerdict(
+                    accepted=False,
+                    reason=f"it saves nothing: it is {own} bytes, and the {count} blip(s) it would stand in"
+                    f" for are {size} bytes of text; summarize when there is more to cover, or shorter",
+                )
             event = SummaryRecorded(
                 summary_id=self.ids.mint(),
                 wavelet_id=wl["id"],
@@ -475,7 +492,7 @@ class Summaries:
         if p.summary is None:
             return size, size
         shown = size + text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
-        return shown, size + p.summary["covered_bytes"] - p.stale
+        return shown, size + p.summary["covered_bytes"] - p.stale - p.beyond
 
     def _parts(self, r: sqlite3.Connection, who: Principal, path: list[Row]) -> list[_Part]:
         """The visible parts of a context, root first, each with its latest summary under its bound."""
@@ -488,16 +505,31 @@ class Summaries:
             else:
                 bound = _END
             parts.append(_Part(node, bound, None, []))
-        if parts:  # each part's latest summary under its bound, in one query
+        if parts:
+            # Each part's latest summary that covers nothing past its bound but system blips, in one
+            # query. A fork announces itself in its parent just after its fork point, and a summary
+            # written then (the runner wakes on that very blip) covers the announcement: it tells the
+            # fork nothing it did not see, so it stands in for the parent up to the fork point.
+            # ``reach``: the first blip past the bound that is not a system blip (or the end).
             values = ",".join("(?,?,?)" for _ in parts)
             args = [x for i, p in enumerate(parts) for x in (i, p.node["id"], p.bound)]
             for s in r.execute(
-                f"WITH p(i, wid, bound) AS (VALUES {values}) SELECT p.i AS part, s.* FROM p JOIN summaries s"
-                " ON s.id = (SELECT id FROM summaries WHERE wavelet_id = p.wid AND upto <= p.bound"
+                f"WITH p(i, wid, bound) AS (VALUES {values}), q AS (SELECT i, wid, bound, CASE WHEN"
+                f" bound = '{_END}' THEN bound ELSE coalesce((SELECT min(id) FROM blips WHERE wavelet_id"
+                f" = p.wid AND id > p.bound AND kind != 'system'), '{_END}') END AS reach FROM p)"
+                " SELECT q.i AS part, q.bound AS bound, s.* FROM q JOIN summaries s ON s.id = (SELECT id"
+                " FROM summaries WHERE wavelet_id = q.wid AND (upto <= q.bound OR upto < q.reach)"
                 " ORDER BY upto DESC LIMIT 1)",
                 args,
             ):
-                parts[s["part"]].summary = s
+                part = parts[s["part"]]
+                part.summary = s
+                if s["upto"] > part.bound:
+                    part.beyond = r.execute(
+                        "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0) FROM blips"
+                        " WHERE wavelet_id = ? AND id > ? AND id <= ?",
+                        (part.node["id"], part.bound, s["upto"]),
+                    ).fetchone()[0]
         rolled = [(i, p.node["id"], p.summary["upto"], p.bound) for i, p in enumerate(parts) if p.summary]
         if rolled:  # covered versions replaced in the tail since: one query for every part
             values = ",".join("(?,?,?,?)" for _ in rolled)
@@ -522,13 +554,17 @@ class Summaries:
                 pins.setdefault(b["wavelet_id"], []).append(b)
             for p in summarized:
                 assert p.summary is not None
-                upto, cited = p.summary["upto"], None
+                upto, cited = min(p.summary["upto"], p.bound), None
                 for b in pins.get(p.node["id"], []):
                     if b["id"] > upto or (b["superseded_by"] is not None and b["superseded_by"] <= p.bound):
                         continue
                     cited = cited if cited is not None else set(json.loads(p.summary["cites"]))
                     if b["id"] not in cited:
                         p.pinned.append(b)
+                # Pins since, replacements in the tail, a fork's shorter walk: a summary recorded
+                # because it saved may no longer save here. Then the part is its full walk.
+                if p.saving() <= 0:
+                    p.summary, p.pinned, p.stale, p.beyond = None, [], 0, 0
         return parts
 
     @staticmethod
