@@ -82,8 +82,10 @@ class Sandbox:
         root = self.dir / name
         root.mkdir()
         self.git(root, "init", "-q", "-b", "main")
+        hooks = self.dir / "no-git-hooks"  # the user's own hooks (core.hooksPath) must not run here
+        hooks.mkdir(exist_ok=True)
         for key, value in (("user.name", "fleet demo"), ("user.email", "demo@fleet.invalid"),
-                           ("commit.gpgsign", "false")):  # fmt: skip
+                           ("commit.gpgsign", "false"), ("core.hooksPath", str(hooks))):  # fmt: skip
             self.git(root, "config", key, value)
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +164,7 @@ class Sandbox:
         return [
             "the demo's fleet keeps running. To explore it from another shell:",
             f"  export FLEET_HOME={self.home} FLEET_TMUX_SOCKET={self.socket}",
-            f"  tmux -L {self.socket} attach          (the agents' windows; session demo: the helpers)",
+            f"  tmux -L {self.socket} attach          (the agents; session fleet-demo-helpers: the helpers)",
             "To take it down:",
             f"  tmux -L {self.socket} kill-server; FLEET_HOME={self.home} fleet daemon stop;"
             f" rm -rf {self.dir}",
@@ -187,7 +189,13 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 @contextlib.contextmanager
 def sandboxed(name: str, *, keep: bool) -> Iterator[Sandbox]:
     """A :class:`Sandbox` closed on the way out — a normal end, an error, Ctrl-C or SIGTERM — unless
-    ``keep`` and the demo ended normally. The way out is said on stdout."""
+    ``keep`` and the demo ended normally. The way out is said on stdout. ToolMissing (nothing made)
+    without tmux or git."""
+    for tool, why in (("tmux", "the agents run in tmux"), ("git", "the demo works in a git repository")):
+        if shutil.which(tool) is None:
+            raise errors.ToolMissing(
+                f"{tool} is not installed or not on PATH ({why}): install it and try again"
+            )
     box = Sandbox(name)
     previous = signal.signal(signal.SIGTERM, _as_interrupt)
     ok = False

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from fleet import errors
 from fleet.campaign import disk
+from fleet.cli import render
 from fleet.demos import Guide, Sandbox, both
 
 PLAN = """\
@@ -141,7 +142,7 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
         "the end or on Ctrl-C (--keep leaves it running to explore).",
     )
     if smoke:
-        print(f"sandbox {box.dir} tmux {box.socket}", flush=True)
+        render.out(f"sandbox {box.dir} tmux {box.socket}")
     g.step("A plan in a repository", "Three `##` sections: three waves.")
     repo = box.repo("greeter", {"PLAN.md": PLAN})
     g.say(*[f"   │ {ln}" for ln in PLAN.splitlines()])
@@ -225,10 +226,11 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
     g.say(
         "",
         "That was a campaign: the plan as files, one fresh session per wave, a verifier first, a failed",
-        "attempt retried in a new session, and git holding every outcome. docs/campaigns.md has the rest.",
+        "attempt retried in a new session, and git holding every outcome. With --keep it stays up to",
+        f"explore (the repository is {repo}); more in docs/campaigns.md.",
     )
     if smoke:
-        print(f"demo campaign smoke: ok ({len(shown)} commits)", flush=True)
+        render.out(f"demo campaign smoke: ok ({len(shown)} commits)")
     return 0
 
 

@@ -21,6 +21,7 @@ import shlex
 import time
 
 from fleet import errors
+from fleet.cli import render
 from fleet.demos import Guide, Sandbox, both
 from fleet.models import Blip, Seat
 from fleet.resident.keeper import write_state
@@ -85,7 +86,7 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
         "the end or on Ctrl-C (--keep leaves it running to explore).",
     )
     if smoke:
-        print(f"sandbox {box.dir} tmux {box.socket}", flush=True)
+        render.out(f"sandbox {box.dir} tmux {box.socket}")
     g.step(
         "A project and its wave's goal",
         "The resident reads wave/<wave>/GOAL.md from the repository: its goal, and a frontmatter",
@@ -110,6 +111,7 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
     seat = g.milestone("the resident's seat is claimed in the store", seated, patience)
     g.say(f"   seat: session {seat.session_id}, pid {seat.pid}, cwd {seat.cwd}")
     g.run("resident", "status", WAVE, cwd=repo)
+    g.say("   (state unknown: a stand-in keeps no transcript; a Claude Code mind reads idle or turning here)")
     watch()
 
     g.step(
@@ -158,7 +160,8 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
     g.milestone(
         "the keeper sent a heartbeat with the job in flight",
         lambda: any(
-            b.kind == "system" and b.text.startswith("resident: heartbeat: 1 in flight") for b in seen
+            b.kind == "system" and b.text.startswith("resident: heartbeat") and "job-1: running" in b.text
+            for b in seen
         ),
         patience,
         tick=ticks,
@@ -184,8 +187,9 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
         "",
         "That was the resident: one seat per wave, work dispatched to workers in forked wavelets, their",
         "DONE: reaching the mind, and a supervisor typing crons and heartbeats into its pane.",
-        f"Read it all again with --keep: FLEET_HOME={box.home} fleet read {WAVE}/main; docs/resident.md.",
+        f"With --keep it stays up to explore (`fleet read {WAVE}/job-1`, `fleet attach {WAVE}`); more in"
+        " docs/resident.md.",
     )
     if smoke:
-        print(f"demo resident smoke: ok ({shlex.join(sorted(jobs))} done)", flush=True)
+        render.out(f"demo resident smoke: ok ({shlex.join(sorted(jobs))} done)")
     return 0
