@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -125,3 +126,18 @@ def test_ctrl_c_mid_demo_leaves_no_tmux_server_daemon_or_directory(
     assert "demo interrupted: everything it started is gone" in stderr and "Traceback" not in stderr, stderr
     assert not Path(f"/proc/{pid}").exists(), f"the demo's daemon (pid {pid}) still runs"
     assert_nothing_left(sandbox, socket, fleet_env)
+
+
+def test_without_tmux_the_demo_says_so_and_makes_nothing(tmp_path: Path, fleet_env: Paths) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
+    (bin_dir / "git").symlink_to(git)
+    before = set(Path(tempfile.gettempdir()).glob("fleet-demo-*"))
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet", "demo", "resident", "--smoke"],
+        env={**os.environ, "PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "tmux is not installed" in done.stderr and "Traceback" not in done.stderr
+    assert set(Path(tempfile.gettempdir()).glob("fleet-demo-*")) == before and not fleet_env.state.exists()
