@@ -19,16 +19,12 @@ notifications by a script instead of by judgement:
   1 if a command failed): a session that ends, which a campaign loop settles by its pane's exit
   (``fleet demo campaign``).
 - ``--mind LAYOUT``: play a wave's resident by a script (``fleet demo resident``). An ``operator``
-  message naming it in the wave's main wavelet is a job: it forks ``job-N`` with ``--workers`` (default
-  ``worker``) and ``spawn`` LAYOUT, and tells the operator. A worker's ``DONE: …`` is reported to the
-  operator in main. Lines typed into its terminal that start with ``[fleet]`` (the resident keeper's
-  heartbeat and cron lines) are read from stdin: a heartbeat asks the workers of every job not done
-  how it goes (naming them); a cron due is acknowledged to the operator.
-- With ``--settings`` carrying fleet's hook (``--transport hook``), it emulates Claude Code's
-  ``asyncRewake``: it arms the ``SessionStart`` hook command in the background at start; exit 2 is a
-  wake whose stderr carries the new blips (``<channel source="fleet" …>`` blocks, as
-  ``fleet watch --hook`` writes them), acted on as one turn, after which the ``Stop`` hook is armed
-  again. Any other exit leaves the session unarmed, as it would leave an idle Claude Code session.
+  message naming it in the wave's main wavelet is a job: it forks ``job-N`` with ``--workers``
+  (default ``worker``) and ``spawn`` LAYOUT, and tells the operator. A worker's ``DONE: …`` is
+  reported to the operator in main (once a job). Lines typed into its terminal that start with
+  ``[fleet]`` (the resident keeper's heartbeat and cron lines) are read from stdin: a heartbeat asks
+  the workers of every job not done how it goes (naming them); a cron due is acknowledged to the
+  operator.
 
 It never answers ``system``, ``surface`` or ``cap`` blips (the prompt contract). Everything it does
 goes to its terminal (the tmux pane) and, one JSON line per event, to
@@ -275,6 +271,8 @@ class Agent:
         if meta.get("kind") != "message" or meta.get("author") == self.name:
             return
         if content.startswith("DONE:") and wavelet in self.jobs:
+            if self.jobs[wavelet]:
+                return  # reported already: the operator hears of each job once
             self.jobs[wavelet] = True
             self.post(main, f"operator: {wavelet} is done. {meta.get('author')} reports: {content}")
             return
