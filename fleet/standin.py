@@ -13,11 +13,18 @@ notifications by a script instead of by judgement:
 - ``--write PATH=TEXT`` (repeatable): write TEXT to PATH (relative to the pane's cwd; ``{name}``
   expanded in both) once the handshake is done, as an agent editing its checkout would.
 - ``--turns N``: after N replies, post one ``DONE: …`` blip (``--done TEXT``) and go silent.
-- With ``--settings`` carrying fleet's hook (``--transport hook``), it emulates Claude Code's
-  ``asyncRewake``: it arms the ``SessionStart`` hook command in the background at start; exit 2 is a
-  wake whose stderr carries the new blips (``<channel source="fleet" …>`` blocks, as
-  ``fleet watch --hook`` writes them), acted on as one turn, after which the ``Stop`` hook is armed
-  again. Any other exit leaves the session unarmed, as it would leave an idle Claude Code session.
+- ``--run CMD`` (repeatable): run CMD with ``/bin/sh`` in the pane's cwd once the handshake (and
+  ``--write``) is done, as an agent's Bash tool would (``CLAUDE_CODE_SESSION_ID`` set to its
+  session); its output goes to the terminal. With ``--exit-after-run`` the stand-in then exits (with
+  1 if a command failed): a session that ends, which a campaign loop settles by its pane's exit
+  (``fleet demo campaign``).
+- ``--mind LAYOUT``: play a wave's resident by a script (``fleet demo resident``). An ``operator``
+  message naming it in the wave's main wavelet is a job: it forks ``job-N`` with ``--workers``
+  (default ``worker``) and ``spawn`` LAYOUT, and tells the operator. A worker's ``DONE: …`` is
+  reported to the operator in main (once a job). Lines typed into its terminal that start with
+  ``[fleet]`` (the resident keeper's heartbeat and cron lines) are read from stdin: a heartbeat asks
+  the workers of every job not done how it goes (naming them); a cron due is acknowledged to the
+  operator.
 
 It never answers ``system``, ``surface`` or ``cap`` blips (the prompt contract). Everything it does
 goes to its terminal (the tmux pane) and, one JSON line per event, to
@@ -74,6 +81,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--done", default="DONE: {name} is finished.")
     p.add_argument("--exit-after-done", action="store_true", help="exit 0 once DONE is posted")
     p.add_argument("--log-dir")
+    p.add_argument("--run", action="append", default=[], metavar="CMD",
+                   help="run CMD with /bin/sh at start (after --write)")  # fmt: skip
+    p.add_argument("--exit-after-run", action="store_true", help="exit once the --run commands are done")
+    p.add_argument("--mind", metavar="LAYOUT", help="play a wave's resident, dispatching with LAYOUT")
+    p.add_argument("--workers", default="worker", help="--mind: the participants of each job (comma list)")
     p.add_argument("--write", action="append", default=[], metavar="PATH=TEXT",
                    help="write TEXT ({name} expanded) to PATH (relative to the cwd) at start")  # fmt: skip
     args, unknown = p.parse_known_args(argv)
@@ -212,6 +224,8 @@ class Agent:
             rf"(?<![\w-]){re.escape(self.name)}(?![\w-])|\[\[{re.escape(self.name)}\]\]", re.I
         )
         self.client: McpClient | None = None
+        self.jobs: dict[str, bool] = {}
+        """``--mind``: the wavelets it forked for jobs (WAVE/job-N) and whether each reported DONE."""
 
     def on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method != "notifications/claude/channel":
@@ -240,7 +254,83 @@ class Agent:
             ok=ok,
         )
 
+    def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """A fleet tool's text answer; StandinError when it says isError."""
+        assert self.client is not None
+        res = self.client.request("tools/call", {"name": tool, "arguments": arguments}, timeout=120.0)
+        text = " ".join(str(c.get("text", "")) for c in res.get("content", []) if isinstance(c, dict))
+        if res.get("isError"):
+            raise StandinError(f"{tool}: {text}")
+        return text
+
+    def act_as_mind(self, content: str, meta: dict[str, str]) -> None:
+        """``--mind``: a job from the operator, a worker's DONE, both in the module docstring."""
+        wavelet = meta.get("wavelet", "")
+        wave, _, name = wavelet.partition("/")
+        main = f"{wave}/main"
+        if meta.get("kind") != "message" or meta.get("author") == self.name:
+            return
+        if content.startswith("DONE:") and wavelet in self.jobs:
+            if self.jobs[wavelet]:
+                return  # reported already: the operator hears of each job once
+            self.jobs[wavelet] = True
+            self.post(main, f"operator: {wavelet} is done. {meta.get('author')} reports: {content}")
+            return
+        if name == "main" and meta.get("author") == "operator" and self.mention.search(content):
+            job = f"job-{len(self.jobs) + 1}"
+            workers = [w.strip() for w in self.args.workers.split(",") if w.strip()]
+            said = self.call(
+                "wavelet_fork",
+                {"wavelet": main, "name": job, "with": workers, "spawn": self.args.mind},
+            )
+            self.record("dispatched", f"dispatched {wave}/{job}: {said.splitlines()[-1]}", job=job)
+            self.jobs[f"{wave}/{job}"] = False
+            self.post(
+                main, f"operator: on it. I forked {wave}/{job} and dispatched it to {', '.join(workers)}."
+            )
+
+    def typed(self, line: str) -> None:
+        """``--mind``: a line typed into its terminal by fleet's scheduler."""
+        text = line.removeprefix("[fleet]").strip()
+        self.record("typed", f"⌨ {line}", text=text)
+        if not self.jobs and text.startswith("heartbeat"):
+            return
+        wave = next(iter(self.jobs), "/").split("/")[0] or os.environ.get("FLEET_WAVE", "")
+        if text.startswith("heartbeat"):
+            workers = ", ".join(w.strip() for w in self.args.workers.split(",") if w.strip())
+            for job, done in self.jobs.items():
+                if not done:
+                    self.post(job, f"{workers}: heartbeat from the resident: how is it going?")
+        elif text.startswith("cron due:") and wave:
+            self.post(f"{wave}/main", f"operator: {text.split(';')[0]} (noted by the stand-in mind)")
+
+    def read_terminal(self) -> None:
+        """``--mind``: the ``[fleet]`` lines typed into the pane, each acted on like a blip."""
+        for line in sys.stdin:
+            if line.strip().startswith("[fleet]"):
+                self.inbox.put((line.strip(), {"kind": "typed"}))
+
+    def run_commands(self) -> bool:
+        """``--run``: each command in turn; whether they all exited 0."""
+        ok = True
+        for cmd in self.args.run:
+            print(f"$ {cmd}", flush=True)
+            env = {**os.environ, "CLAUDE_CODE_SESSION_ID": self.args.session_id or self.args.resume or ""}
+            proc = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, env=env)
+            out = (proc.stdout + proc.stderr).strip()
+            if out:
+                print(out, flush=True)
+            self.record("ran", f"exit {proc.returncode}", command=cmd, rc=proc.returncode, output=out[-2000:])
+            ok = ok and proc.returncode == 0
+        return ok
+
     def act(self, content: str, meta: dict[str, str]) -> None:
+        if meta.get("kind") == "typed":
+            self.typed(content)
+            return
+        if self.args.mind:
+            self.act_as_mind(content, meta)
+            return
         if self.done or meta.get("kind") != "message" or meta.get("author") == self.name:
             return
         if not self.args.reply or not self.mention.search(content):
@@ -313,6 +403,13 @@ class Agent:
         if args.opening and not args.resume:
             where = args.opening_wavelet or os.environ.get("FLEET_WAVELET") or "main"
             self.post(where, args.opening.format(name=self.name))
+        if args.run and not args.resume:
+            ok = self.run_commands()
+            if args.exit_after_run:
+                self.client.close()
+                return 0 if ok else 1
+        if args.mind:
+            threading.Thread(target=self.read_terminal, daemon=True).start()
         while True:
             content, meta = self.inbox.get()
             try:

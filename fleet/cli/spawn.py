@@ -234,11 +234,23 @@ def claude(
     raise typer.Exit(code)
 
 
+demo_app = typer.Typer(
+    name="demo",
+    help="Run a three-agent conversation with scripted stand-in agents (no Claude, no model needed);"
+    " `fleet demo resident` and `fleet demo campaign` show those systems the same way.",
+    invoke_without_command=True,
+)
+
+
+@demo_app.callback()
 def demo(
+    ctx: typer.Context,
     socket: SocketOpt = None,
     wait: WaitOpt = 60.0,
 ) -> None:
     """Run a three-agent conversation with scripted stand-in agents (no Claude, no model needed)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from fleet.cli.demo import run
     from fleet.tmux import Tmux
     from fleet.tmux import server as tmux_server
@@ -246,8 +258,51 @@ def demo(
     raise typer.Exit(run(client(), Tmux(tmux_server(socket)), get_paths(), timeout=wait))
 
 
+SmokeOpt = Annotated[
+    bool,
+    typer.Option("--smoke", help="No narration, no pauses: assert each milestone and exit (0: all reached)."),
+]
+KeepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep", help="Leave the demo's private fleet running at the end, to explore (how is printed)."
+    ),
+]
+
+
+def _guided(name: str, smoke: bool, keep: bool) -> None:
+    import sys
+
+    from fleet.demos import campaign, resident, sandboxed
+
+    script = {"resident": resident.run, "campaign": campaign.run}[name]
+    try:
+        with sandboxed(name, keep=keep) as box:
+            code = script(box, smoke=smoke, pause=sys.stdin.isatty() and sys.stdout.isatty())
+    except KeyboardInterrupt:
+        render.note("demo interrupted: everything it started is gone")
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+@demo_app.command("resident")
+def demo_resident(smoke: SmokeOpt = False, keep: KeepOpt = False) -> None:
+    """A wave's resident with stand-ins, step by step: its seat, a job forked to a worker, the worker's
+    DONE: reaching the mind, a cron and a heartbeat, `fleet resident status` (a private fleet, removed
+    at the end)."""
+    _guided("resident", smoke, keep)
+
+
+@demo_app.command("campaign")
+def demo_campaign(smoke: SmokeOpt = False, keep: KeepOpt = False) -> None:
+    """A three-wave campaign in a temporary repository with stand-in sessions, step by step: the
+    verifier, each wave's executor, a deliberate failure and its retry, the commits, `fleet campaign
+    status` (a private fleet, removed at the end)."""
+    _guided("campaign", smoke, keep)
+
+
 def register(root: typer.Typer) -> None:
     root.command()(spawn)
     root.command()(attach)
     root.command()(claude)
-    root.command()(demo)
+    root.add_typer(demo_app)
