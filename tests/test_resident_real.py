@@ -622,3 +622,67 @@ def test_a_worker_the_resident_dispatches_with_a_participant_worktree_works_in_i
     assert resident_cwds == {str(repo.parent / "project.w")}
     assert (git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD")) == main_before
     assert git(repo, "branch", "--show-current").strip() == "main"
+
+
+def test_an_operator_blip_during_a_turn_steers_it_at_the_next_tool_boundary(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Steer: an operator blip pushed while the mind runs a multi-step turn enters that same turn
+    at its next tool boundary (the next request of the turn carries it, beside the tool result,
+    before the turn's end in the transcript), and `fleet resident status` says it was steered. A
+    blip during a turn that has no tool boundary left opens the next turn instead, and status says
+    that."""
+    real = real_fleet(channels=True)
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="count the blips"),
+            steps(
+                call("wavelet_read", wavelet="w/main"),
+                Slow(5, call("wavelet_read", wavelet="w/main")),
+                Slow(2, call("wavelet_read", wavelet="w/main")),
+                say("counted"),
+            ),
+        ),
+        rule(on_message(author="operator", contains="ponder"), Slow(8, say("pondered"))),
+    )
+    repo = git_repo(real)
+    (repo / "wave" / "w").mkdir(parents=True)
+    (repo / "wave" / "w" / "GOAL.md").write_text("---\nheartbeat: off\n---\n")
+    start(real, repo, real.layout(["resident"]))
+    main = operator.resolve("w/main").id
+    t = real.transcript("resident")
+    operator.post(main, "resident: count the blips")
+    real.wait(lambda: len(t.tool_results()) >= 1, "the turn's first tool result")
+    steer = operator.post(main, "resident: count only yours")
+    (carrier,) = real.wait(
+        lambda: [r for r in real.requests("resident") if r.contains("count only yours")], "the steer sent on"
+    )
+    kinds = {e.kind for e in carrier.events}
+    assert "tool_result" in kinds, f"the steer did not ride the running turn: {carrier.events}"
+    assert carrier.contains("A message arrived from fleet while you were working")
+    assert steer.id in {e.blip_id for e in carrier.channel_events()}
+    real.wait(lambda: t.settled() and status(real, repo)["turns"] == 1, "the steered turn ended")
+    lines = t.lines()
+    absorbed = next(
+        i for i, ln in enumerate(lines)
+        if ln.get("type") == "attachment" and steer.id in json.dumps(ln.get("attachment"))
+    )  # fmt: skip
+    ends = [i for i, ln in enumerate(lines) if ln.get("subtype") == "turn_duration"]
+    assert ends == [ends[0]] and absorbed < ends[0], "the steer entered after its turn ended"
+    st = status(real, repo)
+    assert st["steer"]["last"]["blip_id"] == steer.id, st["steer"]
+    assert st["steer"]["last"]["outcome"] == "steered" and st["steer"]["last"]["reached_turn"] is True
+    plain = fleet_in(real, repo, "resident", "status", "w")
+    assert "last steer" in plain.stdout and "reached the running turn" in plain.stdout, plain.stdout
+
+    operator.post(main, "resident: ponder this")
+    real.wait(lambda: status(real, repo)["state"] == "turning", "the one-request turn running")
+    late = operator.post(main, "resident: and that")
+    (after,) = real.wait(
+        lambda: [r for r in real.requests("resident") if r.contains("and that")], "the late blip sent on"
+    )
+    assert "tool_result" not in {e.kind for e in after.events}, "a turn with no tool boundary took it"
+    real.wait(lambda: t.settled() and status(real, repo)["turns"] == 3, "the next turn ended")
+    last = status(real, repo)["steer"]["last"]
+    assert (last["blip_id"], last["outcome"], last["reached_turn"]) == (late.id, "next turn", False), last

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
+from fleet import wire
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
@@ -74,11 +76,18 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     """The mind's state (the one `fleet status` shows: idle, turning, waiting, failed, dead, unknown
     and why; none), turns, workers in flight, uptime."""
     from fleet.resident import seat
+    from fleet.resident.steer import steer_status
 
     spawner = make_spawner(socket, None, "auto", False, 0)
-    st = seat.status(client(), spawner.tmux, get_paths(), wave)
+    c, paths = client(), get_paths()
+    st = seat.status(c, spawner.tmux, paths, wave)
+    steer = None
+    if st.session_id and st.state != "none":
+        steer = steer_status(st.session_id, seat._session_env(paths, c.get_wave(wave).id, None))
     if as_json:
-        render.dump(st)
+        data = wire.dump(st)
+        data["steer"] = wire.dump(steer) if steer is not None else None
+        render.out(json.dumps(data, indent=2))
         return
     rows = [("wave", st.wave), ("state", st.state_text or st.state)]
     if st.state != "none":
@@ -95,6 +104,8 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
             ("in flight", str(st.in_flight)),
         ]
         rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]
+        if steer is not None and steer.last is not None:
+            rows.append(("last steer", steer.text))
     if st.note:
         rows.append(("note", st.note))
     render.pairs(rows)
