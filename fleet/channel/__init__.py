@@ -102,10 +102,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--attention",
-        choices=["full", "targeted"],
+        choices=["full", "targeted", "resident"],
         default="full",
         help="full: every blip is pushed. targeted: only blips naming you, the operator's and surfaces; "
-        "the rest as one digest per wavelet batch.",
+        "the rest as one digest per wavelet batch. resident (a wave's resident): full on the wave's root "
+        "wavelet, targeted elsewhere with DONE: reports in full and chatter held until one comes.",
     )
     p.add_argument(
         "--attendant",
