@@ -122,18 +122,20 @@ def interrupt_(
         typer.Option("--deadline", metavar="SECONDS", min=0, help="How long the turn has to end."),
     ] = 10.0,
     socket: SocketOpt = None,
+    wait: WaitOpt = 90.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel the mind's turn (Escape in its pane); if it has not ended by the deadline the mind is
-    reported failed (exit 1). TEXT, if given, becomes its next turn."""
+    """Cancel the mind's turn: Escape in its pane; if the turn has not ended by the deadline, its
+    process group is ended and the same session resumed in its pane (the conversation carries on).
+    Says which ended the turn. TEXT, if given, becomes its next turn."""
     from fleet.resident.interrupt import interrupt
 
-    spawner = make_spawner(socket, None, "auto", False, 0)
-    report = interrupt(client(), spawner.tmux, get_paths(), wave, text, deadline=deadline)
+    spawner = make_spawner(socket, None, "auto", True, wait)  # (a force-close resumes the session)
+    report = interrupt(client(), spawner, get_paths(), wave, text, deadline=deadline)
     if as_json:
         render.dump(report)
     else:
-        render.out(f"{report.wave}: " + ("turn interrupted" if report.interrupted else "it was idle"))
+        render.out(f"{report.wave}: {report.text}")
 
 
 memory_app = typer.Typer(
