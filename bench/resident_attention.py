@@ -11,9 +11,13 @@ and how many of them were about a job at all (the chatter, the question, the rep
 
 A notification to an idle Claude Code is one wake, one model turn; pushes that arrive while a turn
 runs are coalesced by Claude Code (docs/resident.md), so the count is the mind's turns when the jobs
-are spread out, and an upper bound when they overlap. It asserts nothing.
+are spread out, and an upper bound when they overlap. ``--real`` counts the turns themselves: the
+mind is then a real Claude Code session (the pinned binary, ``fleet spawn`` into a scratch tmux
+server, its model the scripted server of ``tests/scripted_model``, which ends every turn with a
+short text), the blips are posted ``--rate`` a second, and counted are the mind's model requests
+from the operator's first word on (every one a wake caused by the jobs). It asserts nothing.
 
-    python bench/resident_attention.py [--jobs 5] [--chatter 10] [--ask-every 2]
+    python bench/resident_attention.py [--jobs 5] [--chatter 10] [--ask-every 2] [--real [--rate 2]]
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 
 def run(attention: str, jobs: int, chatter: int, ask_every: int) -> tuple[int, dict[str, int]]:
@@ -57,12 +61,11 @@ def run(attention: str, jobs: int, chatter: int, ask_every: int) -> tuple[int, d
                 worker = f"worker-{n}"
                 job = op.fork(main, f"job-{n}", with_=[worker], as_="resident").id
                 op.post(job, f"{worker}: build part {n} and report DONE: when it is built", as_="resident")
-                for i in range(chatter):
-                    op.post(job, f"part {n}: step {i + 1} of {chatter} compiled", as_=worker)
-                if ask_every and n % ask_every == 0:
-                    op.post(job, f"resident: part {n} needs a config, which one?", as_=worker)
-                op.post(job, f"DONE: part {n} is built", as_=worker)
-                last = op.surface(job, f"part {n} built", as_=worker).id
+                for kind, text in job_blips(n, chatter, ask_every):
+                    if kind == "surface":
+                        last = op.surface(job, text, as_=worker).id
+                    else:
+                        op.post(job, text, as_=worker)
             want = last
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # until the last surface has reached the mind
@@ -82,13 +85,66 @@ def run(attention: str, jobs: int, chatter: int, ask_every: int) -> tuple[int, d
             daemon.stop()
 
 
+def job_blips(n: int, chatter: int, ask_every: int) -> list[tuple[str, str]]:
+    """Job ``n``'s blips after its task, in order: (kind, text); kind ``surface`` or ``message``."""
+    out = [("message", f"part {n}: step {i + 1} of {chatter} compiled") for i in range(chatter)]
+    if ask_every and n % ask_every == 0:
+        out.append(("message", f"resident: part {n} needs a config, which one?"))
+    return [*out, ("message", f"DONE: part {n} is built"), ("surface", f"part {n} built")]
+
+
+def run_real(attention: str, jobs: int, chatter: int, ask_every: int, rate: float, root: Path) -> int:
+    """The mind's model requests caused by the jobs, with a real Claude Code as the mind."""
+    from realworld import real_world
+
+    with real_world(root / attention, channels=True) as real:
+        op = real.op
+        op.create_wave("w", with_=["resident"])
+        main = op.resolve("w/main").id
+        real.spawn("w/main", real.layout(["resident"], defaults={"cap": 0, "attention": attention}))
+        t = real.transcript("resident")
+        hello = op.post(main, "resident: jobs start now").id
+        real.wait(lambda: hello in {i for c in t.enqueued() for i in c.blip_ids} and t.settled(), "hello")
+        before = len(real.model.requests("resident"))
+        t0, sent = time.monotonic(), 0
+        last = ""
+        for n in range(jobs):
+            worker = f"worker-{n}"
+            job = op.fork(main, f"job-{n}", with_=[worker], as_="resident").id
+            op.post(job, f"{worker}: build part {n} and report DONE: when it is built", as_="resident")
+            for kind, text in job_blips(n, chatter, ask_every):
+                sent += 1
+                if (pause := t0 + sent / rate - time.monotonic()) > 0:
+                    time.sleep(pause)
+                if kind == "surface":
+                    last = op.surface(job, text, as_=worker).id
+                else:
+                    op.post(job, text, as_=worker)
+        real.wait(
+            lambda: last in {i for c in t.enqueued() for i in c.blip_ids} and t.settled(),
+            "the last surface answered",
+            timeout=600,
+        )
+        return len(real.model.requests("resident")) - before
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=5)
     ap.add_argument("--chatter", type=int, default=10, help="progress blips per job")
     ap.add_argument("--ask-every", type=int, default=2, help="a question to the resident every Nth job")
+    ap.add_argument("--real", action="store_true", help="a real Claude Code as the mind: count its turns")
+    ap.add_argument("--rate", type=float, default=2.0, help="--real: worker blips posted a second")
     a = ap.parse_args()
     print(f"{a.jobs} jobs, {a.chatter} progress blips each, a question every {a.ask_every} jobs")
+    if a.real:
+        print(f"a real Claude Code as the mind, worker blips at {a.rate:g}/s")
+        print(f"{'attention':12}{'model turns':>15}{'per job':>10}")
+        with tempfile.TemporaryDirectory() as tmp_s:
+            for attention in ("full", "resident"):
+                turns = run_real(attention, a.jobs, a.chatter, a.ask_every, a.rate, Path(tmp_s))
+                print(f"{attention:12}{turns:>15}{turns / a.jobs:>10.1f}")
+        return
     print(f"{'attention':12}{'notifications':>15}{'per job':>10}  kinds")
     for attention in ("full", "resident"):
         total, kinds = run(attention, a.jobs, a.chatter, a.ask_every)
