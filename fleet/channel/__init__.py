@@ -3,7 +3,7 @@
 Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
 
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
-        [--cap 40] [--state-dir DIR] [--attention full|targeted [--digest-hold 30]
+        [--cap 40] [--state-dir DIR] [--attention full|targeted|resident [--digest-hold 30]
         [--attendant CMD [--attendant-timeout 2]]] [--no-deliver]
         [--receipts auto|transcript|none] [--hook-fallback [--bound 3]]
 
