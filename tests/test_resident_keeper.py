@@ -253,7 +253,7 @@ def test_the_janitor_waits_out_turn_stall_without_progress_spares_a_wait_on_a_pe
     waiting = PresenceRow(
         wave_id=wave.id,
         participant="resident",
-        state="active",
+        state="live",
         agent=AgentState(kind="permission", tool="Bash"),
     )
     real_presence = operator.presence
