@@ -618,7 +618,10 @@ def test_the_minds_own_memory_write_from_its_bash_is_the_residents_and_wakes_no_
     assert "Deploys go through CI." in said
     assert not [b for b in real.blips("w/main") if b.kind != "system" and "memory added" in b.text]
     time.sleep(2 * BEAT)  # a wake that should not come can only be waited out
-    assert [b.author for b in t.delivered() if b.author != "system"] == ["operator"]
+    # (the resident's attention brings the root's provenance as a digest, with the operator's blip)
+    digests = [b for b in t.delivered() if b.kind == "digest"]
+    assert all(ln.startswith("system (system): ") for d in digests for ln in d.text.splitlines()), digests
+    assert [b.author for b in t.delivered() if b.author != "system" and b.kind != "digest"] == ["operator"]
     assert not [b for b in t.delivered() if "memory added" in b.text]
     assert len(real.requests("resident")) == 2  # the operator's blip, then the Bash result: one turn
 
