@@ -170,16 +170,24 @@ def _force_close(tmux: Tmux, pane: PaneInfo) -> str:
         group = os.getpgid(pid)
     except OSError:
         group = pid
-    for sig in (signal.SIGTERM, signal.SIGCONT):
+    if group in (0, 1, os.getpgrp()):  # (a pane is a session of its own; never signal ours)
+        group = pid
+
+    def send(sig: signal.Signals) -> None:
         with contextlib.suppress(OSError):
-            os.killpg(group, sig)
+            if group == pid and os.getpgid(pid) != pid:
+                os.kill(pid, sig)
+            else:
+                os.killpg(group, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        send(sig)
     until = time.monotonic() + FORCE_GRACE
     while time.monotonic() < until:
         if _pane_dead(tmux, pane.pane_id):
             return f"SIGTERM to process group {group}"
         time.sleep(0.1)
-    with contextlib.suppress(OSError):
-        os.killpg(group, signal.SIGKILL)
+    send(signal.SIGKILL)
     until = time.monotonic() + FORCE_GRACE
     while time.monotonic() < until and not _pane_dead(tmux, pane.pane_id):
         time.sleep(0.1)
