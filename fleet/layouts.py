@@ -15,7 +15,7 @@ A layout is a TOML file (read with the stdlib, validated here):
     agent = "claude"                     # the command (shell words); claude flags are appended
     model = "sonnet"
     permission_mode = "acceptEdits"
-    attention = "targeted"               # full | targeted (docs/design.md §4)
+    attention = "targeted"               # full | targeted | resident (docs/design.md §4)
     cwd = "~/src/project"
     args = ["--verbose"]
     cap = 40                             # deliveries per wavelet before the cap notice (0: none)
@@ -77,7 +77,7 @@ from fleet.paths import Paths
 WorktreeMode = Literal["participant", "wave", "none"]
 
 Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
-Attention = Literal["full", "targeted"]
+Attention = Literal["full", "targeted", "resident"]
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 PermissionMode = Literal["acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"]
 

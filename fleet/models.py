@@ -230,6 +230,8 @@ class FeedWavelet:
     private: bool
     since: str
     """Where delivery starts for this member when the client has no cursor for it."""
+    root: bool = False
+    """The wave's root wavelet (it has no parent): the resident hears all of it."""
 
 
 @record

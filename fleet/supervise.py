@@ -651,7 +651,7 @@ class SupervisorEvent(BaseModel):
 
     at: str
     participant: str
-    event: Literal["died", "respawned", "failed", "heartbeat", "budget", "cron", "missed", "goal"]
+    event: Literal["died", "respawned", "failed", "heartbeat", "budget", "cron", "missed", "goal", "janitor"]
     text: str
     pane_id: str | None = None
     session_id: str | None = None

@@ -419,7 +419,7 @@ def run_hook(
     attendant: Attendant | None = None
     try:
         routing = None
-        if config.attention == "targeted":
+        if config.attention != "full":
             from fleet.delivery.attention import ATTENDANT_TIMEOUT, Attendant, RoutingLog, routing_log_path
 
             routing = RoutingLog(routing_log_path(state_file), config.participant, config.wave)

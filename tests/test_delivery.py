@@ -348,7 +348,15 @@ def test_route_rules_first_match_wins() -> None:
     assert route(s.blip("a", "carol", "side: settled", kind="surface"), "bob") is Rule.SURFACE
     assert route(s.blip("a", "carol", "bob: please review"), "bob") is Rule.MENTION
     assert route(s.blip("a", "carol", "bobby: please review"), "bob") is Rule.UNADDRESSED
-    assert {r for r in Rule if r.full} == {Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT}
+    assert route(s.blip("a", "carol", "DONE: built"), "bob") is Rule.UNADDRESSED  # (targeted)
+    # the resident's attention: the root in full, then a worker's DONE: report
+    assert route(s.blip("a", "carol", "chatter"), "bob", resident=True, root=True) is Rule.ROOT
+    assert route(s.blip("a", "carol", "DONE: built"), "bob", resident=True) is Rule.DONE
+    assert route(s.blip("a", "carol", "chatter"), "bob", resident=True) is Rule.UNADDRESSED
+    assert route(s.blip("a", "system", "x", kind="system"), "bob", resident=True, root=True) is Rule.SYSTEM
+    assert {r for r in Rule if r.full} == {
+        Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT, Rule.ROOT, Rule.DONE,
+    }  # fmt: skip
 
 
 def test_excerpt_and_digest_lines() -> None:

@@ -48,6 +48,9 @@ def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None
         300.0,
         (),
     )
+    assert plain.turn_stall == 900.0  # the janitor's default bound: 15 minutes
+    assert goal.parse("---\nturn_stall: 2m\n---\n").turn_stall == 120.0
+    assert goal.parse("---\nturn_stall: off\n---\n").turn_stall is None
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,8 @@ def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None
         ("---\ncrons:\n  - flow: x\n    schedule: '* * *'\n---\n", "4", "5 fields"),
         ("---\ncrons:\n  - flow: x\n---\n", "3", "needs exactly flow: and schedule:"),
         ("---\nheartbeat_budget: -1\n---\n", "2", "whole number"),
+        ("---\nturn_stall: 0\n---\n", "2", "turn_stall must be more than 0 (or off)"),
+        ("---\nturn_stall: never\n---\n", "2", "not a duration"),
     ],
 )
 def test_a_bad_goal_is_an_error_naming_the_line(text: str, line: str, words: str) -> None:

@@ -197,3 +197,128 @@ def test_a_cron_due_during_a_turn_opens_at_its_end(
         return screen.count("[fleet] cron due: nightly")
 
     retry_until(lambda: typed() == 1, what="the cron's line typed into the pane once")
+
+
+def test_the_janitor_waits_out_turn_stall_without_progress_spares_a_wait_on_a_person_and_tries_once(
+    operator: Client,
+    tmux_server: libtmux.Server,
+    fleet_env: Paths,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The janitor's decisions with the clock injected (the interrupt itself, Escape then the
+    force-close, runs with the real Claude Code in test_resident_real.py): a turning transcript
+    that grows is left alone; one that stops growing for turn_stall is interrupted once per bound;
+    a mind whose channel reports it waiting at a permission prompt is not."""
+    import json
+
+    import fleet.resident.interrupt as interrupt_mod
+    from fleet.models import AgentState, PresenceRow
+    from fleet.resident.interrupt import InterruptReport
+
+    wave, tmux = seated(operator, tmux_server, fleet_env, tmp_path, "heartbeat: off\nturn_stall: 60s\n")
+    seat_ = operator.seat(wave.id)
+    assert seat_ is not None
+    home = tmp_path / "home"
+    transcript = home / ".claude" / "projects" / "-x" / f"{seat_.session_id}.jsonl"
+    transcript.parent.mkdir(parents=True)
+
+    def write(*lines: dict[str, object]) -> None:
+        with transcript.open("a") as f:
+            f.writelines(json.dumps(x) + "\n" for x in lines)
+
+    calls: list[str] = []
+
+    def fake_interrupt(*args: object, who: str = "", **kw: object) -> InterruptReport:
+        calls.append(who)
+        return InterruptReport(
+            wave="w", was_turning=True, interrupted=True, ended_by="cooperative", text="ok"
+        )
+
+    monkeypatch.setattr(interrupt_mod, "interrupt", fake_interrupt)
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock, env={"HOME": str(home)}, spawner=object())  # type: ignore[arg-type]
+    write(
+        {"type": "queue-operation", "operation": "enqueue"},
+        {"type": "queue-operation", "operation": "dequeue"},
+    )
+    assert keeper.step([]) == []
+    for _ in range(3):  # a minute at a time, each with a new line: progress
+        clock.t += 59
+        write({"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t", "name": "x"}]}})
+        assert keeper.step([]) == []
+    assert calls == [], "the janitor cut a turn that progresses"
+    clock.t += 59
+    assert keeper.step([]) == [] and calls == [], "before turn_stall"
+    waiting = PresenceRow(
+        wave_id=wave.id,
+        participant="resident",
+        state="live",
+        agent=AgentState(kind="permission", tool="Bash"),
+    )
+    real_presence = operator.presence
+    monkeypatch.setattr(operator, "presence", lambda w: [waiting])
+    clock.t += 2
+    assert keeper.step([]) == [] and calls == [], "a mind waiting at a permission prompt is not stalled"
+    monkeypatch.setattr(operator, "presence", real_presence)
+    clock.t += 1
+    (event,) = keeper.step([])
+    assert event.kind == "janitor" and len(calls) == 1
+    assert "no transcript progress for 62s" in calls[0] and "turn_stall 60s" in calls[0], calls
+    clock.t += 30
+    assert keeper.step([]) == [] and len(calls) == 1, "one try per stall bound"
+    clock.t += 31
+    assert [e.kind for e in keeper.step([])] == ["janitor"] and len(calls) == 2
+
+
+def test_a_force_close_that_cannot_resume_says_what_was_done_and_one_that_can_says_force(
+    operator: Client,
+    tmux_server: libtmux.Server,
+    fleet_env: Paths,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The force stage with fleet's stand-in as the mind and a transcript that stays turning (the
+    Escape changes nothing in it): past the deadline the process is ended and the session resumed
+    (ended_by force, a new pid, the seat on it); when the resume fails, InterruptFailed says what
+    was done and why, and the text is not typed."""
+    import json
+
+    from fleet.resident.interrupt import InterruptFailed, interrupt
+
+    wave, tmux = seated(operator, tmux_server, fleet_env, tmp_path, "heartbeat: off\n")
+    seat_ = operator.seat(wave.id)
+    assert seat_ is not None
+    home = tmp_path / "home"
+    transcript = home / ".claude" / "projects" / "-x" / f"{seat_.session_id}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    turning = [{"type": "queue-operation", "operation": op} for op in ("enqueue", "dequeue")]
+    transcript.write_text("".join(json.dumps(x) + "\n" for x in turning))
+    spawner = Spawner(operator, tmux, fleet_env, ready_timeout=20)
+    old_pid = seat.resident_pane(tmux, wave.id).pid  # type: ignore[union-attr]
+
+    report = interrupt(operator, spawner, fleet_env, "w", deadline=0.5)
+    assert (report.ended_by, report.session_id) == ("force", seat_.session_id)
+    assert report.pid not in (None, old_pid) and operator.seat(wave.id).pid == report.pid  # type: ignore[union-attr]
+    assert "did not end within 0.5s of the Escape, so its process was ended (SIGTERM" in report.text
+
+    transcript.write_text(
+        transcript.read_text() + json.dumps(turning[0]) + "\n" + json.dumps(turning[1]) + "\n"
+    )
+    from fleet import errors
+
+    def cannot(*args: object, **kw: object) -> None:  # the resume fails (say, its worktree is gone)
+        raise errors.FleetError("resident was not respawned: its worktree is gone")
+
+    monkeypatch.setattr(spawner, "respawn", cannot)
+    with pytest.raises(InterruptFailed) as failed:
+        interrupt(operator, spawner, fleet_env, "w", "never typed", deadline=0.5)
+    msg = failed.value.message
+    assert "did not end its turn within 0.5s of the Escape" in msg and "its process was ended (" in msg
+    assert f"session {seat_.session_id} could not be resumed: resident was not respawned" in msg, msg
+    assert "the next turn was not typed" in msg and "`fleet supervise w` revives it" in msg
+    assert failed.value.exit_code == 1
+    blips = [b.text for b in operator.read(wave.root_id, limit=100).blips if b.kind == "system"]
+    assert any(t.startswith("resident: failed: did not end its turn") for t in blips)
+    retry_until(lambda: seat.resident_pane(tmux, wave.id).dead, what="the ended process's pane dead")  # type: ignore[union-attr]

@@ -180,7 +180,7 @@ class Channel:
         self.routing: RoutingLog | None = None
         """Targeted attention only: the routing log (decisions, attendant runs, misses)."""
         self._attendant: Attendant | None = None
-        if config.attention == "targeted":
+        if config.attention != "full":
             from fleet.delivery.attention import ATTENDANT_TIMEOUT, Attendant, RoutingLog, routing_log_path
 
             self.routing = RoutingLog(routing_log_path(self.state_file), self.participant, self.wave)

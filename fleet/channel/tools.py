@@ -59,7 +59,7 @@ sub-wavelet), "cap" (a notice that delivery paused in that wavelet) or "budget" 
 your budget is spent and delivery to you paused). Your own blips are never \
 delivered back to you. fleet's own records (system blips) never wake you on their own: they come \
 along with the next blip that does (or read them with wavelet_read).
-{_targeted_paragraph(participant) if attention == "targeted" else ""}
+{_attention_paragraph(participant, attention)}
 Tools: wavelet_post replies in a wavelet (pass the wavelet attribute of the blip you answer). \
 wavelet_read shows a wavelet with its ancestors' context up to the fork point. wavelet_list shows the \
 wave's wavelets and rosters. wavelet_fork starts a sub-conversation with chosen participants (private \
@@ -79,6 +79,22 @@ someone gives you something new.
 and do not post about it, unless the operator asks you to relay something; then post it as one blip \
 prefixed "operator asks:".
 """
+
+
+def _attention_paragraph(participant: str, attention: Attention) -> str:
+    if attention == "targeted":
+        return _targeted_paragraph(participant)
+    if attention == "resident":
+        return f"""
+Your attention on your workers' wavelets is targeted: every blip of the wave's root wavelet reaches \
+you in full, but in a wavelet you forked a blip does only when it names you ("{participant}" or \
+[[{participant}]]), comes from the operator, is a surface, or is a report starting with "DONE:". \
+Everything else there (a worker's progress talk) is held and arrives with the next of those as one \
+message of kind "digest": one line per blip with its author, the start of its text and its id in \
+brackets (the ids are also in the blip_ids attribute). A digest is not a request. Read a digested \
+blip in full with wavelet_read (wavelet and blip_id) only when it bears on your task.
+"""
+    return ""
 
 
 def _targeted_paragraph(participant: str) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
+from fleet import wire
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
@@ -74,11 +76,18 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     """The mind's state (the one `fleet status` shows: idle, turning, waiting, failed, dead, unknown
     and why; none), turns, workers in flight, uptime."""
     from fleet.resident import seat
+    from fleet.resident.steer import steer_status
 
     spawner = make_spawner(socket, None, "auto", False, 0)
-    st = seat.status(client(), spawner.tmux, get_paths(), wave)
+    c, paths = client(), get_paths()
+    st = seat.status(c, spawner.tmux, paths, wave)
+    steer = None
+    if st.session_id and st.state != "none":
+        steer = steer_status(st.session_id, seat._session_env(paths, c.get_wave(wave).id, None))
     if as_json:
-        render.dump(st)
+        data = wire.dump(st)
+        data["steer"] = wire.dump(steer) if steer is not None else None
+        render.out(json.dumps(data, indent=2))
         return
     rows = [("wave", st.wave), ("state", st.state_text or st.state)]
     if st.state != "none":
@@ -95,6 +104,8 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
             ("in flight", str(st.in_flight)),
         ]
         rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]
+        if steer is not None and steer.last is not None:
+            rows.append(("last steer", steer.text))
     if st.note:
         rows.append(("note", st.note))
     render.pairs(rows)
@@ -111,18 +122,20 @@ def interrupt_(
         typer.Option("--deadline", metavar="SECONDS", min=0, help="How long the turn has to end."),
     ] = 10.0,
     socket: SocketOpt = None,
+    wait: WaitOpt = 90.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel the mind's turn (Escape in its pane); if it has not ended by the deadline the mind is
-    reported failed (exit 1). TEXT, if given, becomes its next turn."""
+    """Cancel the mind's turn: Escape in its pane; if the turn has not ended by the deadline, its
+    process group is ended and the same session resumed in its pane (the conversation carries on).
+    Says which ended the turn. TEXT, if given, becomes its next turn."""
     from fleet.resident.interrupt import interrupt
 
-    spawner = make_spawner(socket, None, "auto", False, 0)
-    report = interrupt(client(), spawner.tmux, get_paths(), wave, text, deadline=deadline)
+    spawner = make_spawner(socket, None, "auto", True, wait)  # (a force-close resumes the session)
+    report = interrupt(client(), spawner, get_paths(), wave, text, deadline=deadline)
     if as_json:
         render.dump(report)
     else:
-        render.out(f"{report.wave}: " + ("turn interrupted" if report.interrupted else "it was idle"))
+        render.out(f"{report.wave}: {report.text}")
 
 
 memory_app = typer.Typer(

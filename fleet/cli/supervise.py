@@ -143,7 +143,7 @@ def supervise_(
     rungs_given = supervise.Ladder(_waits(ladder)) if ladder else None
     c = client()
     the_wave = c.get_wave(name)
-    keeper = Keeper(c, spawner.tmux, get_paths(), the_wave)
+    keeper = Keeper(c, spawner.tmux, get_paths(), the_wave, spawner=spawner)
     summaries = Background(c, get_paths(), the_wave.name, _routing(the_wave.name))
     sup = supervise.Supervisor(
         c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper, summaries=summaries

@@ -41,7 +41,8 @@ AttentionOpt = Annotated[
     Attention,
     typer.Option(
         help="full: every blip. targeted: only blips naming you, the operator's and surfaces in full; "
-        "the rest as one digest per wavelet batch (docs/design.md §4)."
+        "the rest as one digest per wavelet batch (docs/design.md §4). resident: a wave's resident "
+        "(full on the root wavelet, DONE: reports in full elsewhere; docs/attention.md)."
     ),
 ]
 StateDirOpt = Annotated[

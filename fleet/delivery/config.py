@@ -149,7 +149,7 @@ def resolve(
 def check(config: TransportConfig) -> None:
     """Reject settings that cannot work, before any protocol starts."""
     if config.attendant is not None:
-        if config.attention != "targeted":
+        if config.attention == "full":
             raise errors.UsageError("--attendant only rescues digested blips: add --attention targeted")
         try:
             argv = shlex.split(config.attendant)

@@ -197,11 +197,13 @@ class Engine:
             del self._held_back[wavelet]  # delivery resumes: the next feed starts at the cursor
         with self.lock:
             self.labels = labels
+            if feed.wavelets:  # (resident attention: the root wavelet's blips go in full)
+                core.roots = frozenset(w.id for w in feed.wavelets if w.root)
             core.retain(self.labels)
             before = self.feed_cursors
             if core.attention == "full":
                 pushed, complete = self._pushing(lambda: core.process(blips, self._push))
-        if core.attention == "targeted":
+        if core.attention != "full":
             batches = core.gather(blips, self.clock())
             if self.attendant is not None:  # outside the lock: a run may take seconds
                 for batch in batches:

@@ -24,6 +24,12 @@ Pure: no I/O, no clock of its own, no threads. Every transport (the channel's MC
   again (a frame pushed before the failure may then be pushed twice; nothing is skipped). Nothing
   is ever dropped: every blip of others is in exactly one committed frame, or stepped over by the
   cap as in full mode.
+* **The resident's attention** (``attention="resident"``, the default of a wave's resident,
+  docs/resident.md): full on the wave's root wavelet (where the operator and the workers' surfaces
+  speak to the mind: :attr:`Delivery.roots`), targeted on every other wavelet (its workers'),
+  where a worker's report (a blip starting with ``DONE:``, :data:`DONE`) goes in full too. A
+  worker wavelet's digest-only batch is held with no deadline: the chatter rides with the next full
+  blip there (or goes out at :data:`HOLD_MAX_LINES`), so progress talk never wakes the mind alone.
 * **The digest hold** (targeted, ``hold`` > 0, :meth:`Delivery.gather`): a wavelet batch with
   nothing to deliver in full is held back, uncommitted, for up to ``hold`` seconds so that later
   chatter joins the same digest frame (one wake instead of one per blip). A full blip in that
@@ -96,8 +102,12 @@ class Decision:
 
 # ---------------------------------------------------------------- attention rules
 
-Attention = Literal["full", "targeted"]
-"""``full``: every blip of others is pushed as itself. ``targeted``: :func:`route` decides."""
+Attention = Literal["full", "targeted", "resident"]
+"""``full``: every blip of others is pushed as itself. ``targeted``: :func:`route` decides.
+``resident``: full on the wave's root wavelet, targeted (with ``DONE:`` reports in full) elsewhere."""
+
+DONE = "DONE:"
+"""How a worker's report that its job is done begins (the resident's fold counts the job done)."""
 
 
 class Rule(enum.StrEnum):
@@ -111,6 +121,11 @@ class Rule(enum.StrEnum):
     """Full: it names the participant (:func:`mentions`)."""
     ATTENDANT = "attendant"
     """Full: the rules digested it and the external attendant promoted it."""
+    ROOT = "root"
+    """Full (resident attention): a blip in the wave's root wavelet, where the operator and the
+    workers' surfaces speak to the mind."""
+    DONE = "done"
+    """Full (resident attention): a worker's report, a blip starting with ``DONE:``."""
     SYSTEM = "system"
     """Digest: fleet's provenance (a fork, join or leave), whoever caused it."""
     UNADDRESSED = "unaddressed"
@@ -121,7 +136,7 @@ class Rule(enum.StrEnum):
         return self in _FULL_RULES
 
 
-_FULL_RULES = frozenset({Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT})
+_FULL_RULES = frozenset({Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT, Rule.ROOT, Rule.DONE})
 
 
 def mentions(text: str, name: str) -> bool:
@@ -135,19 +150,25 @@ def mentions(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
 
 
-def route(blip: Blip, participant: str) -> Rule:
+def route(blip: Blip, participant: str, *, resident: bool = False, root: bool = False) -> Rule:
     """The targeted-attention rule for a blip of someone else, first match wins.
 
     ``system`` blips are provenance and always digested, even when they name the participant (an
     invitation still shows up as a digest line in the new wavelet; its blips then follow). Then the
     operator's blips, surfaces and mentions go in full; everything else is digested.
+    ``resident`` (the resident's attention): every blip of the root wavelet (``root``) goes in full
+    too, and so does a worker's ``DONE:`` report.
     """
     if blip.kind == "system":
         return Rule.SYSTEM
+    if resident and root:
+        return Rule.ROOT
     if blip.author == OPERATOR:
         return Rule.OPERATOR
     if blip.kind == "surface":
         return Rule.SURFACE
+    if resident and blip.text.lstrip().startswith(DONE):
+        return Rule.DONE
     if mentions(blip.text, participant):
         return Rule.MENTION
     return Rule.UNADDRESSED
@@ -263,6 +284,9 @@ class Delivery:
         """Targeted attention: seconds :meth:`gather` holds a digest-only batch (0: never)."""
         self.dirty = False
         """True when the state changed since the last :meth:`mark_saved`."""
+        self.roots: frozenset[str] = frozenset()
+        """Resident attention: the ids of the wave's root wavelet(s) (the transport sets them from
+        each feed's wavelets); their blips go in full."""
         self._routed: list[Routed] = []
         self._held: dict[str, list[Blip]] = {}
         self._held_since: dict[str, float] = {}
@@ -335,7 +359,7 @@ class Delivery:
         held (see :meth:`_hold_lone_provenance`) until a blip that wakes arrives there.
         Returns (pushes made, whether every blip was handled).
         """
-        if self.attention == "targeted":
+        if self.attention != "full":
             return self.deliver(self.batches(blips), push)
         pushed = 0
         for blip in self._hold_lone_provenance(blips):
@@ -386,7 +410,9 @@ class Delivery:
                 batch = by_wavelet[wavelet] = Batch(wavelet)
             batch.blips.append(blip)
             if not self.own(blip):
-                batch.rules[blip.id] = route(blip, self.participant)
+                batch.rules[blip.id] = route(
+                    blip, self.participant, resident=self.attention == "resident", root=wavelet in self.roots
+                )
         return list(by_wavelet.values())
 
     def gather(self, blips: Iterable[Blip], now: float) -> list[Batch]:
@@ -410,6 +436,16 @@ class Delivery:
             digested = batch.digested
             if digested and not batch.full and all(b.kind == "system" for b in digested):
                 still[wavelet] = batch.blips  # provenance alone never wakes: held with no deadline
+                continue
+            if (
+                self.attention == "resident"
+                and wavelet not in self.roots
+                and digested
+                and not batch.full
+                and len(digested) < HOLD_MAX_LINES
+                and wavelet not in self.state.exhausted
+            ):
+                still[wavelet] = batch.blips  # a worker's chatter never wakes the mind alone
                 continue
             start = since.get(wavelet, now)
             due = (

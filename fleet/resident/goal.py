@@ -7,6 +7,7 @@
     heartbeat: in-flight     # in-flight (default) | always | off
     heartbeat_every: 5m      # quiet time before a heartbeat (s, m, h; a bare number is minutes)
     heartbeat_budget: 48     # heartbeats a day at most
+    turn_stall: 15m          # a turn with no transcript progress this long is interrupted (off: never)
     crons:
       - flow: nightly-report
         schedule: "0 3 * * *"
@@ -38,7 +39,10 @@ from fleet import errors
 HeartbeatMode = Literal["in-flight", "always", "off"]
 DEFAULT_EVERY = 300.0
 DEFAULT_BUDGET = 48
-KEYS = ("mind", "heartbeat", "heartbeat_every", "heartbeat_budget", "crons")
+DEFAULT_STALL = 900.0
+"""Seconds a turn may go without transcript progress before the keeper's janitor interrupts it: 15
+minutes, well past a long build or test run (a tool writes nothing while it runs)."""
+KEYS = ("mind", "heartbeat", "heartbeat_every", "heartbeat_budget", "turn_stall", "crons")
 
 
 class GoalError(errors.UsageError):
@@ -136,6 +140,8 @@ class Goal:
     heartbeat_every: float = DEFAULT_EVERY
     """Seconds of quiet before a heartbeat."""
     heartbeat_budget: int = DEFAULT_BUDGET
+    turn_stall: float | None = DEFAULT_STALL
+    """Seconds without transcript progress after which a turn is interrupted; None: never."""
     crons: tuple[CronEntry, ...] = field(default_factory=tuple)
 
 
@@ -224,6 +230,10 @@ def parse(text: str, where: str = "GOAL.md") -> Goal:
                 if not val.isdigit():
                     raise ValueError(f"heartbeat_budget is a whole number, not {val!r}")
                 kw["heartbeat_budget"] = int(val)
+            elif key == "turn_stall":
+                kw["turn_stall"] = None if val == "off" else _span(val)
+                if kw["turn_stall"] == 0:
+                    raise ValueError("turn_stall must be more than 0 (or off)")
         except ValueError as exc:
             raise GoalError(f"{where}:{n}: {exc}") from None
     entries = []

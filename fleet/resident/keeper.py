@@ -16,6 +16,11 @@ the mind's transcript, and only a due deadline opens a turn. What a caller may r
   and is reported once); an occurrence since the last look opens a turn "cron due: <flow> —
   dispatch it" when the mind is idle, or at its turn's end; one older than 24 h is missed, not
   replayed.
+- **The janitor**: a turn whose transcript has not grown for GOAL.md's ``turn_stall`` (15 min by
+  default; ``off`` disables it) is interrupted as ``fleet resident interrupt`` does it — Escape,
+  then past 10 s the force-close and resume (:mod:`fleet.resident.interrupt`) — unless the mind
+  waits on a person (a permission prompt or a dialog, as its channel reports). The interrupt's
+  system blip says the janitor did it, why, and which stage ended the turn. One try per stall.
 - Every heartbeat, cron and miss is a ``system`` blip in the wave's root wavelet (provenance); the
   turn itself is opened by typing the line, prefixed ``[fleet]``, into the mind's pane (what a
   Claude Code pane accepts; system blips alone never wake a session).
@@ -46,7 +51,7 @@ from fleet.paths import Paths, write_private
 from fleet.resident import RESIDENT, goal, state_dir
 from fleet.resident.mind import MindReader
 from fleet.resident.seat import FAILED_TURNS, Worker, _session_env, _ts, reseat, resident_pane, workers
-from fleet.spawn import PaneReport
+from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import Tmux
 
 log = logging.getLogger(__name__)
@@ -55,7 +60,7 @@ MISSED_AFTER = 24 * 3600.0
 """An occurrence older than this when first seen is missed, not replayed."""
 PREFIX = "[fleet] "
 
-KeeperKind = Literal["heartbeat", "budget", "cron", "missed", "failed", "goal"]
+KeeperKind = Literal["heartbeat", "budget", "cron", "missed", "failed", "goal", "janitor"]
 
 
 class KeeperEvent(BaseModel):
@@ -99,8 +104,14 @@ class Keeper:
         *,
         clock: Callable[[], float] = time.time,
         env: Mapping[str, str] | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         self.client, self.tmux, self.paths, self.wave = client, tmux, paths, wave
+        self.spawner = spawner
+        """What the janitor's force-close resumes the session with (None: no janitor)."""
+        self.progress_offset = -1
+        self.progress_at = clock()
+        """The transcript's size when the keeper last saw it grow, and when (the janitor's measure)."""
         self.clock = clock
         self.env = env
         self.reader: MindReader | None = None
@@ -212,11 +223,43 @@ class Keeper:
                 )
             return events
         self._read_goal(events)
+        if self._janitor(now, fold.turning, events):
+            return events
         idle = not fold.turning
         events += self._crons(now, idle, pane.pane_id)
         if idle:
             events += self._heartbeat(now, pane.pane_id)
         return events
+
+    def _janitor(self, now: float, turning: bool, events: list[KeeperEvent]) -> bool:
+        """Interrupt a turn with no transcript progress for ``turn_stall``; True when it did."""
+        assert self.reader is not None
+        stall = self.goal.turn_stall
+        if not turning or self.reader.offset != self.progress_offset:
+            self.progress_offset, self.progress_at = self.reader.offset, now
+            return False
+        if stall is None or now - self.progress_at < stall or self.spawner is None:
+            return False
+        seen = next((p for p in self.client.presence(self.wave.id) if p.participant == RESIDENT), None)
+        if seen is not None and seen.agent is not None and seen.agent.kind in ("permission", "dialog"):
+            return False  # it waits on a person, not a hang
+        from fleet.resident.interrupt import interrupt  # (it uses this module's helpers)
+
+        quiet = now - self.progress_at
+        self.progress_at = now  # one try per stall bound, whatever comes of it
+        who = f"the keeper's janitor (no transcript progress for {quiet:.0f}s, GOAL.md turn_stall {stall:g}s)"
+        try:
+            report = interrupt(
+                self.client, self.spawner, self.paths, self.wave.id, who=who, reader=self.reader
+            )
+        except errors.DaemonUnreachable:
+            raise
+        except errors.FleetError as exc:  # (its system blip is posted)
+            events.append(KeeperEvent(kind="janitor", text=exc.message))
+            return True
+        self.progress_offset = self.reader.offset
+        events.append(KeeperEvent(kind="janitor", text=report.text))
+        return True
 
     def _crons(self, now: float, idle: bool, pane_id: str) -> list[KeeperEvent]:
         if not idle:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fleet.agentstate import Fold
 from fleet.delivery.receipts import transcript_of
+from fleet.resident.steer import SteerFold
 
 MindFold = Fold
 """The resident's name for the one fold (kept for its callers)."""
@@ -28,7 +29,10 @@ class MindReader:
         self.env = dict(env) if env is not None else dict(os.environ)
         self.path: Path | None = None
         self.offset = 0
+        """Bytes of the transcript read so far (complete lines): the janitor's measure of progress."""
         self.fold = Fold()
+        self.steer = SteerFold()
+        """The operator's blips that came while the mind was turning (:mod:`fleet.resident.steer`)."""
         self.problem = ""
         """Why the transcript cannot be read ('' when it was)."""
 
@@ -57,5 +61,7 @@ class MindReader:
             except ValueError:
                 continue
             if isinstance(obj, dict):
+                was = self.fold.turning
                 self.fold.take(obj, mtime)
+                self.steer.take(obj, was)
         return self.fold

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from fleet import errors
 from fleet.client import Client
-from fleet.layouts import DEFAULT_LAYOUT, ResolvedProfile
+from fleet.layouts import DEFAULT_LAYOUT, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import Blip, NewSeat, PresenceReport, Seat, Wave
 from fleet.paths import Paths, write_private
@@ -58,7 +58,8 @@ DISCIPLINE = """\
 You are this wave's resident: its one long-lived mind. You orchestrate; you do not grind.
 - Heavy work is dispatched to workers: fork a wavelet for it with wavelet_fork, passing `spawn` (a
   layout name) to start its workers, and a task they can finish. They report back with
-  wavelet_surface or a blip naming you; that wakes you.
+  wavelet_surface, a blip naming you or one starting with "DONE:"; that wakes you (their other talk
+  waits for it, as a digest).
 - Lines typed into your terminal that start with "[fleet]" come from fleet's scheduler (a heartbeat
   while workers run, a cron falling due): act on them as the wave's mind, dispatching what is due.
 - Report to the operator in the wave's main wavelet when a job is done.
@@ -163,6 +164,17 @@ def _toml(value: Any) -> str:
     return "[" + ", ".join(_toml(v) for v in value) + "]"
 
 
+def resident_profile(layout: Layout) -> ResolvedProfile:
+    """``layout``'s ``resident`` profile; unless it names an ``attention`` (for the resident or in
+    its defaults), the resident's own: full on the wave's root wavelet, targeted on its workers'
+    wavelets with their ``DONE:`` reports in full (:mod:`fleet.delivery.rules`)."""
+    profile = layout.profile(RESIDENT)
+    own = layout.participants.get(RESIDENT)
+    if (own is None or own.attention is None) and layout.defaults.attention is None:
+        profile = profile.model_copy(update={"attention": "resident"})
+    return profile
+
+
 def write_layout(path: Path, profile: ResolvedProfile, cwd: Path) -> None:
     """The resident's own layout: ``profile`` with the worktree as its cwd (0600: it holds env)."""
     data = profile.model_dump(exclude_none=True)
@@ -221,7 +233,7 @@ def start(
     folder = repo.wave_dir(origin, wave_ref)
     g = goal.load(folder / "GOAL.md")
     layout_ref = agent or g.mind or DEFAULT_LAYOUT
-    profile = load_layout(layout_ref, paths).profile(RESIDENT)
+    profile = resident_profile(load_layout(layout_ref, paths))
     wave = _wave(client, wave_ref)
     closed = ""
     seat = client.seat(wave.id)

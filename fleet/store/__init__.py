@@ -817,7 +817,8 @@ class Store:
                 who, participant, f"{who.name!r} cannot read the feed of {participant!r}"
             )
             memberships = r.execute(
-                "SELECT wl.id, wl.name, wl.private, m.since FROM members m JOIN wavelets wl ON wl.id ="
+                "SELECT wl.id, wl.name, wl.private, m.since, wl.parent_id IS NULL AS root FROM members m JOIN"
+                " wavelets wl ON wl.id ="
                 " m.wavelet_id WHERE m.name = ? AND wl.wave_id = ? ORDER BY wl.id",
                 (participant, w["id"]),
             ).fetchall()
@@ -835,6 +836,7 @@ class Store:
                         wave=w["name"],
                         private=bool(row["private"]),
                         since=row["since"],
+                        root=bool(row["root"]),
                     )
                 )
                 cursor = cursors.get(row["id"])
