@@ -40,7 +40,7 @@ from test_console import EventStream, login, open_console, request
 from fleet.daemon import Daemon
 from fleet.paths import Paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PEOPLE = ("alice", "bob", "carol", "dave")
 
 

@@ -405,7 +405,7 @@ def test_past_its_budget_a_channel_holds_blips_notices_once_and_delivers_them_al
 
 
 def test_held_back_wavelets_stay_uncommitted_and_are_delivered_whole_when_released() -> None:
-    from test_engine import FakeFeed, texts
+    from test_delivery_engine import FakeFeed, texts
 
     from fleet.delivery.engine import HOLD_BACK_RECHECK, Engine, ListSink
     from fleet.delivery.rules import Delivery

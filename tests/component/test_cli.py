@@ -31,7 +31,7 @@ from fleet.daemon import Daemon
 from fleet.models import Blip, BlipPage, MintedToken, TokenInfo, Wave, Wavelet, Whoami
 from fleet.paths import Paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def base_env(**extra: str) -> dict[str, str]:

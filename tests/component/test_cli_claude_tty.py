@@ -11,7 +11,7 @@ from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_fleet_claude_without_a_terminal_says_it_needs_one(

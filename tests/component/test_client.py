@@ -22,7 +22,7 @@ from fleet.daemon import Daemon
 from fleet.models import Blip, BlipPage, Context, Endpoint, Feed, PresenceReport, Wave, Wavelet
 from fleet.paths import Paths, write_private
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -33,7 +33,7 @@ from fleet.daemon import Daemon
 from fleet.models import AgentState, PresenceReport
 from fleet.paths import Paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
 
 

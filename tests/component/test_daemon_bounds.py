@@ -16,7 +16,7 @@ from fleet.client import Client
 from fleet.daemon import MAX_TOKEN, Daemon
 from fleet.models import MAX_HOST, MAX_NAME, MAX_NOTE, MAX_PATH, MAX_REF, MAX_SESSION_ID
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

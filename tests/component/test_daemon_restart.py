@@ -250,7 +250,7 @@ def test_a_real_claude_session_carries_on_across_a_sigkill_and_an_auto_start_wit
     is killed with SIGKILL mid-conversation and started again by the next command; the sessions'
     own transcripts show every blip of the others entering once, none twice."""
     from realclaude import RealFleet
-    from test_real_receipts import reached
+    from test_receipts_real import reached
 
     env = dict(os.environ)
     started = fleet(env, "daemon", "start")

@@ -26,7 +26,7 @@ from fleet.models import Endpoint, StopProgress
 from fleet.paths import Paths
 from fleet.wire import loads
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def env() -> dict[str, str]:

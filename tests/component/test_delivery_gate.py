@@ -18,7 +18,7 @@ from pathlib import Path
 import libtmux
 import pytest
 from conftest import retry_until
-from test_receipts import entered
+from test_delivery_receipts import entered
 from worlds import World, world
 
 from fleet.client import Client

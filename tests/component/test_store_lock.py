@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from test_cli import base_env
-from test_durability import DaemonProc
+from test_daemon_crash import DaemonProc
 from test_storage_faults import cli
 
 from fleet import errors

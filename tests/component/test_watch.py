@@ -19,7 +19,7 @@ import libtmux
 import pytest
 import worlds
 from conftest import retry_until
-from test_claude_code import CLAUDE, offline_claude_project
+from test_channel_real import CLAUDE, offline_claude_project
 from test_spawn import standin_log
 from worlds import World
 

@@ -22,7 +22,7 @@ from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def find_claude() -> str | None:

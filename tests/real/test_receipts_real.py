@@ -17,7 +17,7 @@ from functools import partial
 
 from realclaude import RealFleet
 from scripted_model import Script, Slow, Transcript, on_message, post, rule, say
-from test_real_claude import (
+from test_delivery_real import (
     ALICE_DONE,
     KICKOFF,
     assert_each_context_got_the_others_blips_once_in_order,

@@ -12,7 +12,7 @@ from pathlib import Path
 import libtmux
 import pytest
 from conftest import retry_until
-from test_claude_code import CLAUDE, offline_claude_project
+from test_channel_real import CLAUDE, offline_claude_project
 
 from fleet import layouts
 from fleet.client import Client

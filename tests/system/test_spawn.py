@@ -269,7 +269,7 @@ def _dialog_agent(kind: str) -> str:
     import shlex
     import sys
 
-    script = Path(__file__).parent / "dialog_agent.py"
+    script = Path(__file__).resolve().parents[1] / "dialog_agent.py"
     return shlex.join([sys.executable, str(script), kind, "--", sys.executable, "-m", "fleet.standin"])
 
 

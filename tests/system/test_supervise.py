@@ -50,7 +50,7 @@ from fleet.tmux import Tmux
 QUIET = "fleet-standin"
 """A stand-in that answers nobody: it only logs what it is handed."""
 REPLY = "fleet-standin --reply '{author}: here ({name}).' --turns 100"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- helpers

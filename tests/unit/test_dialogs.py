@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fleet import dialogs
 
-DATA = Path(__file__).parent / "data" / "dialogs"
+DATA = Path(__file__).resolve().parents[1] / "data" / "dialogs"
 WIDTHS = (18, 40, 80, 220)
 
 

@@ -79,7 +79,7 @@ def test_every_fleet_package_is_in_the_wheel() -> None:
     """pyproject lists its packages (the layouts folder is mapped in): a new one must be listed too."""
     import tomllib
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         ".".join(p.relative_to(root).parent.parts)

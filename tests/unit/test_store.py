@@ -427,7 +427,7 @@ def test_a_participant_does_not_learn_who_is_only_in_a_private_wavelet(store: St
 
 # ---------------------------------------------------------------- typed events, one authorization layer
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _every_event_type(store: Store) -> None:
