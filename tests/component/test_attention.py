@@ -31,7 +31,6 @@ from fleet.delivery.attention import (
     MissEntry,
 )
 from fleet.paths import Paths
-from fleet.watch import hook_settings
 
 Note = dict[str, Any]
 
@@ -497,12 +496,6 @@ def test_the_hook_holds_a_lone_digest_for_company_and_runs_the_attendant(env: En
         ("digest", None),
     ]
     assert digest_ids(notes[1]) == [first, later]  # one wake for the three, not three
-
-
-def test_hook_settings_carry_the_attention() -> None:
-    targeted = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), "targeted", daemon="http://h:1")
-    full = hook_settings("bob", chatter.WAVE, Path("/t/bob.token"), daemon="http://h:1")
-    assert "--attention targeted" in targeted and "--attention" not in full
 
 
 def test_an_attendant_still_running_is_killed_when_the_channel_stops(env: Env) -> None:

@@ -251,12 +251,6 @@ def test_connect_uses_fleet_daemon_and_its_token(
     assert connect().whoami().principal == "alice"
 
 
-def test_fleet_daemon_without_a_token_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEET_DAEMON", "http://192.0.2.1:8086")
-    with pytest.raises(errors.UsageError, match="FLEET_TOKEN"):
-        connect()
-
-
 def test_no_daemon_without_autostart_is_unreachable(fleet_env: Paths) -> None:
     # A stale endpoint file (its pid is gone) must not be trusted.
     gone = subprocess.run(

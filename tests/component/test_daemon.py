@@ -947,19 +947,6 @@ def test_head_answers_without_a_body_and_keeps_the_connection_in_sync(world: Wor
 # ---------------------------------------------------------------- lifecycle
 
 
-@pytest.mark.parametrize("listen", ["0.0.0.0:0", "10.1.2.3:8086", "[::]:0", "example.com:80"])
-def test_non_loopback_listen_is_refused_without_allow_remote(fleet_env: Paths, listen: str) -> None:
-    with pytest.raises(errors.UsageError, match="non-loopback"):
-        Daemon(fleet_env, listen)
-    assert not fleet_env.endpoint.exists()
-
-
-@pytest.mark.parametrize("listen", ["nope", "127.0.0.1", "127.0.0.1:http", ":"])
-def test_bad_listen_is_a_usage_error(fleet_env: Paths, listen: str) -> None:
-    with pytest.raises(errors.UsageError, match="HOST:PORT"):
-        Daemon(fleet_env, listen)
-
-
 def test_allow_remote_binds_all_interfaces(fleet_env: Paths) -> None:
     d = Daemon(fleet_env, "0.0.0.0:0", allow_remote=True, insecure_plain_http=True)  # TLS: test_tls.py
     d.start()

@@ -109,14 +109,6 @@ def test_a_long_poll_longer_than_the_idle_timeout_is_not_cut(d: Daemon) -> None:
     op.close()
 
 
-def test_the_idle_timeout_is_a_positive_number(fleet_env: Paths) -> None:
-    from fleet import errors
-
-    for bad in (0, -1, float("nan")):
-        with pytest.raises(errors.UsageError, match="idle timeout"):
-            Daemon(fleet_env, idle_timeout=bad)
-
-
 # ---------------------------------------------------------------- the console shares the daemon's body rules
 
 

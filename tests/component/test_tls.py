@@ -12,7 +12,6 @@ import contextlib
 import datetime as dt
 import hashlib
 import http.client
-import os
 import socket
 import ssl
 import stat
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from httphelp import host_port
+from test_daemon_options import serve
 
 from fleet import errors, tls
 from fleet.client import Client
@@ -75,12 +75,6 @@ class Recorder:
         self.listener.close()
         for s in self._socks:
             s.close()
-
-
-def serve(paths: Paths, **kw: object) -> Daemon:
-    d = Daemon(paths, "127.0.0.1:0", **kw)  # type: ignore[arg-type]
-    d.start()
-    return d
 
 
 @pytest.fixture
@@ -241,18 +235,6 @@ def test_every_non_loopback_listen_serves_https_unless_the_loud_flag_says_otherw
         assert loud.startswith("WARNING") and "IN CLEAR" in loud and "--insecure-plain-http" in loud
     finally:
         plain.stop()
-
-
-def test_tls_options_that_contradict_are_refused(fleet_env: Paths, tmp_path: Path) -> None:
-    with pytest.raises(errors.UsageError, match="both --tls-cert and --tls-key"):
-        Daemon(fleet_env, "127.0.0.1:0", tls_cert=tmp_path / "x.crt")
-    with pytest.raises(errors.UsageError, match="contradict"):
-        Daemon(fleet_env, "127.0.0.1:0", tls=True, insecure_plain_http=True)
-    (tmp_path / "bad.crt").write_text("not a certificate")
-    (tmp_path / "bad.key").write_text("nor a key")
-    with pytest.raises(errors.UsageError, match="not a PEM certificate"):
-        serve(fleet_env, tls_cert=tmp_path / "bad.crt", tls_key=tmp_path / "bad.key")
-    assert not fleet_env.endpoint.exists() and not os.path.exists(fleet_env.tls_key)
 
 
 def test_the_channel_and_hook_find_a_local_https_daemon_pinned(remote: Daemon) -> None:

@@ -22,11 +22,11 @@ from typing import Any
 import libtmux
 import pytest
 from conftest import retry_until
+from test_supervise_rules import FakeClock
 
 from fleet import errors, layouts
 from fleet.client import Client
 from fleet.daemon import Daemon
-from fleet.delivery.rules import mentions
 from fleet.models import AgentState, PresenceReport
 from fleet.paths import Paths
 from fleet.spawn import Spawner
@@ -124,14 +124,6 @@ def raw_post(url: str, token: str, path: str, body: dict[str, Any]) -> int:
         return exc.code
 
 
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def wave(operator: Client) -> str:
     operator.create_wave("demo", ["alice", "bob", "carol"])
@@ -208,44 +200,6 @@ def test_the_wave_stream_long_polls_every_wavelet_and_activity_counts_authors(
 
 
 # ---------------------------------------------------------------- the ladder
-
-
-def test_the_ladder_waits_5_15_45_45_minutes_and_starts_over_after_a_post() -> None:
-    clock = FakeClock()
-    ladder = Ladder(clock=clock)
-    assert LADDER == (300.0, 900.0, 2700.0)
-    assert ladder.next_due_in() is None
-
-    def waited(name: str) -> float:
-        """Let ``name`` die now; the seconds until it is due, checked one second short of it."""
-        assert ladder.dead(name) and not ladder.dead(name)  # the same death is noticed once
-        wait = ladder.remaining(name)
-        assert wait is not None and ladder.next_due_in() == wait
-        clock.t += wait - 1
-        assert not ladder.due(name)
-        clock.t += 1
-        assert ladder.due(name) and ladder.next_due_in() == 0.0
-        ladder.respawned(name)
-        return wait
-
-    assert [waited("bob") for _ in range(5)] == [300, 900, 2700, 2700, 2700]
-    ladder.posted("bob")
-    assert waited("bob") == 300
-    assert waited("bob") == 900
-    # a pane seen alive again stops the wait but keeps the rung until it posts
-    ladder.dead("bob")
-    ladder.alive("bob")
-    assert ladder.remaining("bob") is None and ladder.delay("bob") == 2700
-    # participants climb their own ladders
-    assert waited("carol") == 300
-    with pytest.raises(errors.UsageError):
-        Ladder(rungs=())
-
-
-def test_mentions_are_word_bounded_or_bracketed() -> None:
-    assert mentions("bob, are you there?", "bob") and mentions("ask [[bob]]", "bob")
-    assert mentions("Bob: back?", "bob")
-    assert not mentions("bobby and bob-2 and robob", "bob")
 
 
 # ---------------------------------------------------------------- status

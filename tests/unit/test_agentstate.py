@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet.agentstate import Fold, HookLog, Pending, describe, hook_command, hook_entries, state_of
+from fleet.agentstate import Fold, Pending, describe, state_of
 from fleet.resident.mind import MindReader
 
 BLOCK = '<channel source="fleet" wavelet="w/main" blip_id="b-1">go</channel>'
@@ -141,21 +141,6 @@ def test_what_fleet_cannot_see_is_unknown_and_says_why() -> None:
     assert (s.kind, s.why) == ("unknown", "no transcript access: cannot read /x: Permission denied")
     old = state_of(fold_of({**WAKE, "version": "2.1.100"}))
     assert old.kind == "unknown" and "2.1.100 is older than 2.1.332" in old.why
-
-
-def test_the_hook_command_appends_its_stdin_to_a_quoted_private_file(tmp_path: Path) -> None:
-    import subprocess
-
-    path = tmp_path / "it's $(here)" / "s.jsonl"
-    log = HookLog(path)
-    log.prepare()
-    cmd = hook_command(path)
-    for i in range(2):
-        subprocess.run(["sh", "-c", cmd], input=json.dumps({"hook_event_name": "SessionEnd", "n": i}),
-                       text=True, check=True)  # fmt: skip
-    assert [e["n"] for e in log.read()] == [0, 1] and log.read() == []
-    assert (path.stat().st_mode & 0o777) == 0o600
-    assert set(hook_entries(path)) == {"Notification", "StopFailure", "SessionEnd"}
 
 
 # ---------------------------------------------------------------- properties

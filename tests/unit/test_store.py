@@ -629,3 +629,21 @@ def test_a_generation_is_exact_only_for_a_read_no_write_overlapped(tmp_path: Pat
     assert memo.at(1) is first and memo.at(0) is None
     assert memo.at(2) == {} and memo.at(1) is None, "a newer generation drops the older one's results"
     db.close()
+
+
+def test_the_log_carries_the_replacer_and_leaves_it_out_of_other_blips(tmp_path: Path) -> None:
+    s = Store(tmp_path / "db")
+    s.create_wave(OPERATOR_PRINCIPAL, "w", ["alice", "bob"])
+    main = s.resolve(OPERATOR_PRINCIPAL, "w/main").id
+    b = s.post(OPERATOR_PRINCIPAL, main, "hi", as_="alice")
+    r = s.replace(OPERATOR_PRINCIPAL, b.id, "hello", as_="bob")
+    assert (r.author, r.replaced_by) == ("alice", "bob")
+    payload = s._db.writer.execute(
+        "SELECT payload FROM events WHERE type = 'blip.replaced' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()[0]
+    assert '"replaced_by":"bob"' in payload
+    posted = s._db.writer.execute(
+        "SELECT payload FROM events WHERE type = 'blip.posted' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()[0]
+    assert "replaced_by" not in posted  # an unset optional key stays out of the log, as before
+    s.close()
