@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daem
 
 T = TypeVar("T")
 
+# the console's fixtures (d, op, wave, browser, page) for its wire tests and its browser tests
+pytest_plugins = ["consolehelp"]
+
 TIERS = ("unit", "component", "system", "real")
 TESTS = Path(__file__).resolve().parent
 

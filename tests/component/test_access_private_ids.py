@@ -27,15 +27,13 @@ from typing import Any
 
 import anyio
 import pytest
-from cdp import Browser, Page
-from conftest import retry_until
+from consolehelp import EventStream, login, request
 from httphelp import Http, Resp, q, snapshot
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcphelp import channel_argv
-from test_console import EventStream, login, open_console, request
 
 from fleet.daemon import Daemon
 from fleet.paths import Paths
@@ -368,63 +366,6 @@ def test_the_console_is_the_operators_and_shows_every_id(world: World) -> None:
     finally:
         s.close()
     assert {w["id"] for w in shown["wavelets"]} == set(world.m.nodes)
-
-
-TREE_AS = """(() => {
-  const add = EventSource.prototype.addEventListener;
-  EventSource.prototype.addEventListener = function (type, fn, ...rest) {
-    if (type !== "tree") return add.call(this, type, fn, ...rest);
-    return add.call(this, type, (e) => fn(window.treeAs ? { data: window.treeAs } : e), ...rest);
-  };
-})();"""
-"""Hands the page's tree listener ``window.treeAs`` (once set) in place of the stream's tree: how
-the test shows the console a non-member's answer, which its operator-only stream never sends."""
-
-
-@pytest.fixture
-def page() -> Iterator[Page]:
-    b = Browser()
-    try:
-        p = b.new_page()
-        try:
-            yield p
-        finally:
-            p.close()
-    finally:
-        b.close()
-
-
-def test_the_console_renders_a_non_members_tree_with_forks_under_a_private_wavelet(
-    world: World, page: Page
-) -> None:
-    """console.js copes with a withheld parent: the forks under a private wavelet still appear,
-    under one placeholder, and nothing asks for the parent."""
-    carol = Http(world.d.url, world.m.tokens["carol"])
-    as_carol = carol.get(f"/v1/waves/{q(world.m.wave)}").raw.decode()
-    carol.close()
-    page.call("Page.addScriptToEvaluateOnNewDocument", {"source": TREE_AS})
-    open_console(page, world.d, f"#/{world.m.wave}/main")
-    page.eval(f"window.treeAs = {json.dumps(as_carol)}")
-    world.op.invite(world.child, "dave").ok(200)  # the tree changes: the stream sends it again
-
-    def rows() -> list[str]:
-        return list(
-            page.eval("[...document.querySelectorAll('#tree .tree-row .name')].map(e => e.textContent)")
-        )
-
-    retry_until(lambda: "a private wavelet" in rows(), what="carol's tree in the page")
-    assert rows() == ["main", "a private wavelet", "open-child", "leaf", "inner"]
-    assert page.eval("document.querySelector('#tree .placeholder').tagName") == "DIV"  # nothing to open
-    page.click(".tree-row[data-name=open-child]")
-    retry_until(lambda: page.eval("document.body.dataset.wavelet") == world.child, what="open-child")
-    assert page.eval("document.getElementById('wavelet-title').textContent").endswith(
-        "(a private wavelet) › open-child"
-    )
-    assert page.eval("document.getElementById('surface-button').disabled")
-    assert "private wavelet you are not on" in page.eval("document.getElementById('surface-button').title")
-    assert page.exceptions() == []
-    tree_text = page.eval("document.getElementById('tree').innerText")
-    assert "secret-plans" not in tree_text and "huddle" not in tree_text
 
 
 # ---------------------------------------------------------------- the fork-name probe

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import retry_until
-from test_console import EventStream, login
+from consolehelp import EventStream, login
 
 from fleet.client import Client
 from fleet.daemon import Daemon

@@ -212,7 +212,6 @@ def test_the_cli_approves_denies_and_lists(operator: Client) -> None:
 
 
 def test_status_lists_a_waiting_agent_first_with_what_it_waits_for(operator: Client, tmp_path: Path) -> None:
-    import libtmux
 
     from fleet import supervise
     from fleet.paths import get_paths
@@ -230,54 +229,6 @@ def test_status_lists_a_waiting_agent_first_with_what_it_waits_for(operator: Cli
     assert st.rows[0].state.kind == "permission" and st.rows[0].state.tool == "Bash"
     assert [p.request_id for p in st.permissions] == [rid]
     assert json.loads(st.model_dump_json())["permissions"][0]["tool"] == "Bash"
-
-
-def test_a_waiting_agent_flags_its_window_rings_and_notifies(
-    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import os
-
-    from fleet.permissions import WAITING_OPTION, flag_window
-
-    tmux_server.cmd("new-session", "-d", "-s", "s", "sleep 600")
-    tmux_server.cmd("new-window", "-d", "-t", "s:9", "sleep 600")
-    out = tmux_server.cmd(
-        "list-panes", "-s", "-t", "s", "-F", "#{pane_id} #{window_id} #{socket_path}"
-    ).stdout
-    (first, _w1, sock), (second, window, _s) = (line.split() for line in out)
-    tmux_server.cmd("set-option", "-w", "-t", second, "monitor-bell", "on")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    said = tmp_path / "notified"
-    (bin_dir / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {said}\n')
-    (bin_dir / "notify-send").chmod(0o755)
-    env = {
-        **os.environ,
-        "TMUX": f"{sock},1,0",
-        "TMUX_PANE": second,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-    }
-    monkeypatch.setenv("PATH", env["PATH"])
-
-    def option() -> list[str]:
-        return tmux_server.cmd("show-options", "-w", "-v", "-t", window, WAITING_OPTION).stdout
-
-    flag_window("Bash;#(touch /tmp/x)", env=env, notify="alice in w: waiting for permission: Bash (ls)")
-    # only the safe characters: nothing for tmux to expand or run
-    assert option() == ["permission: Bashtouchtmpx"]
-
-    def bell() -> list[str]:
-        return list(tmux_server.cmd("display-message", "-p", "-t", window, "#{window_bell_flag}").stdout)
-
-    retry_until(lambda: bell() == ["1"], what="the window's bell flag")
-    assert said.read_text().splitlines()[-1] == "alice in w: waiting for permission: Bash (ls)"
-    # the status-line snippet of docs/permissions.md shows it
-    snippet = "#I#{?@fleet_waiting, [waits: #{@fleet_waiting}],}"
-    shown = tmux_server.cmd("display-message", "-p", "-t", window, snippet).stdout
-    assert shown == ["9 [waits: permission: Bashtouchtmpx]"]
-    flag_window(None, env=env)
-    assert option() == []
-    assert tmux_server.cmd("show-options", "-w", "-v", "-t", first, WAITING_OPTION).stdout == []
 
 
 def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
@@ -313,47 +264,6 @@ def test_the_operators_channel_answers_a_prompt_and_no_agent_channel_can(
         assert again.get("isError") and "waits on no permission request" in again["content"][0]["text"]
     (req,) = operator.permissions("w")
     assert (req.state, req.via, req.message) == ("denied", "channel", "not today")
-
-
-def test_the_console_badges_a_waiting_agent_and_its_allow_button_answers(fleet_env: Any) -> None:
-    from cdp import Browser
-    from test_console import open_console
-
-    consoled = Daemon(fleet_env, listen="127.0.0.1:0", ui="127.0.0.1:0")
-    consoled.start()
-    browser = Browser()
-    page = browser.new_page()
-    try:
-        op = Client(consoled.url, consoled.operator_token)
-        op.create_wave("demo", ["alice", "bob"])
-        open_console(page, consoled)
-        alice = Client(op.base_url, op.mint_token("demo", "alice").token)
-        # the browser's notifications, stood in for (headless: nobody answers the prompt to allow them)
-        page.eval(
-            "window.shown = []; window.Notification = function (t, o) { shown.push([t, o.body]); };"
-            " Notification.permission = 'granted'"
-        )
-        rid = alice.ask_permission(
-            "demo", PermissionAsk(participant="alice", session_id=SID, tool="Bash", preview="make deploy")
-        ).id
-        badge = "(document.querySelector('#presence li[data-name=alice] .badge') || {}).textContent || ''"
-        retry_until(
-            lambda: page.eval(badge) == "waiting for permission: Bash (make deploy)", what="the badge"
-        )
-        first = "document.querySelector('#presence li[data-name]').dataset.name"
-        assert page.eval(first) == "alice"  # listed first
-        assert page.eval("document.title").startswith("(1 waiting) ")
-        assert page.eval("shown") == [["fleet: alice waits for permission", "Bash (make deploy)"]]
-        page.click("#presence li[data-name=alice] button.answer.allow")
-        retry_until(lambda: op.permission("demo", rid).state == "allowed", what="the console's answer")
-        got = op.permission("demo", rid)
-        assert (got.answered_by, got.via) == ("operator", "console")
-        retry_until(lambda: page.eval(badge) == "", what="the badge gone")
-        assert page.exceptions() == []
-    finally:
-        page.close()
-        browser.close()
-        consoled.stop()
 
 
 # ---------------------------------------------------------------- the hook process

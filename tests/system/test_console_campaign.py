@@ -15,7 +15,7 @@ from typing import Any
 from campaignhelp import init_repo
 from cdp import Page
 from conftest import retry_until
-from test_console import browser, d, login, no_js_errors, op, open_console, page, request  # noqa: F401
+from consolehelp import login, no_js_errors, open_console, request
 
 from fleet.campaign import disk
 from fleet.campaign import loop as lp
@@ -30,7 +30,7 @@ def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def asking(tmp_path: Path, op: Client) -> disk.Campaign:  # noqa: F811
+def asking(tmp_path: Path, op: Client) -> disk.Campaign:
     """A planned three-wave campaign on wave 1 with a question open and wave 0's NOTES.md."""
     root = tmp_path / "repo"
     init_repo(root)
@@ -54,8 +54,8 @@ def asking(tmp_path: Path, op: Client) -> disk.Campaign:  # noqa: F811
 
 def test_the_console_serves_the_campaign_status_the_cli_computes(
     tmp_path: Path,
-    d: Daemon,  # noqa: F811
-    op: Client,  # noqa: F811
+    d: Daemon,
+    op: Client,
 ) -> None:
     c = asking(tmp_path, op)
     op.create_wave("plain")
@@ -99,9 +99,9 @@ def panel(pg: Page) -> Any:
 
 def test_the_console_shows_the_campaign_of_the_open_wave_and_follows_it(
     tmp_path: Path,
-    page: Page,  # noqa: F811
-    d: Daemon,  # noqa: F811
-    op: Client,  # noqa: F811
+    page: Page,
+    d: Daemon,
+    op: Client,
 ) -> None:
     c = asking(tmp_path, op)
     op.create_wave("plain")
