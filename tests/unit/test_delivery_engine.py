@@ -195,25 +195,6 @@ def test_an_error_between_two_pushes_still_ends_the_steps_pushes() -> None:
     assert [f.id for f in ok.frames] == [second.id]
 
 
-def test_the_cap_sends_one_notice_then_silence_until_the_operator_posts() -> None:
-    feed = FakeFeed()
-    wl = feed.join("main")
-    for i in range(5):
-        feed.post(wl, "bob", f"b{i}")
-    e = engine(feed, cap=2)
-    e.step(0)
-    frames = e.sink.take()  # type: ignore[attr-defined]
-    assert [f.kind for f in frames] == ["message", "message", "cap"]
-    assert frames[2].author == "fleet" and "Delivery cap reached in w/main: 2 blips" in frames[2].text
-    feed.post(wl, "bob", "more")
-    e.step(0)
-    assert e.sink.take() == []  # type: ignore[attr-defined]
-    resume = feed.post(wl, "operator", "carry on")
-    e.step(0)
-    assert [f.id for f in e.sink.take()] == [resume.id]  # type: ignore[attr-defined]
-    assert e.core.state.delivered[wl] == 1 and wl not in e.core.state.exhausted
-
-
 def test_targeted_frames_full_for_mentions_operator_surfaces_and_one_digest(tmp_path: Path) -> None:
     feed = FakeFeed()
     wl = feed.join("main")
@@ -244,16 +225,27 @@ def test_targeted_frames_full_for_mentions_operator_surfaces_and_one_digest(tmp_
     }
 
 
-def test_targeted_cap_counts_frames_and_says_so() -> None:
+@pytest.mark.parametrize(
+    ("attention", "says"),
+    [
+        ("full", "Delivery cap reached in w/main: 2 blips"),
+        ("targeted", "2 notifications (blips and digests) were pushed"),
+    ],
+)
+def test_the_caps_notice_is_one_frame_from_fleet_saying_what_was_counted(
+    attention: Attention, says: str
+) -> None:
+    """The engine's part of the cap: the rules' notice (tests/unit/test_delivery_rules.py: one notice,
+    then silence until the operator posts; frames, not blips, in targeted mode) becomes one frame."""
     feed = FakeFeed()
     wl = feed.join("main")
     for i in range(3):
         feed.post(wl, "bob", f"alice: {i}")
-    e = engine(feed, attention="targeted", cap=2)
+    e = engine(feed, attention=attention, cap=2)
     e.step(0)
     frames = e.sink.take()  # type: ignore[attr-defined]
     assert [f.kind for f in frames] == ["message", "message", "cap"]
-    assert "2 notifications (blips and digests) were pushed" in frames[2].text
+    assert frames[2].author == "fleet" and says in frames[2].text
 
 
 def test_the_digest_hold_waits_for_company_and_a_full_blip_takes_it_along() -> None:
