@@ -388,6 +388,13 @@ def one_wave(real_fleet: RealFleetFactory) -> Iterator[Callable[..., OneWave]]:
         c.stop()
 
 
+def session_pids(cid: str, wavelet: str) -> list[int]:
+    """The processes of this test's session on ``cid/wavelet``: its FLEET_WAVELET, and this test's
+    FLEET_HOME (a parallel worker runs the same campaign, so the same FLEET_WAVELET, in its own)."""
+    home = set(procs.with_env("FLEET_HOME", os.environ["FLEET_HOME"]))
+    return [p for p in procs.with_env("FLEET_WAVELET", f"{cid}/{wavelet}") if p in home]
+
+
 def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Callable[..., OneWave]) -> None:
     script = Script()
     c = one_wave(script)
@@ -397,7 +404,7 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
     c.run()
     c.busy("executor-w0-s1")
     c.real.wait(lambda: (c.root / "a.txt").exists(), "the partial work on disk")
-    assert len(procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")) > 1  # Claude Code and its Bash
+    assert len(session_pids(c.cid, "executor-w0-s1")) > 1  # Claude Code and its Bash
     os.kill(c.real.pane_pid("executor-w0-s1"), signal.SIGKILL)
     final = c.wait_state(
         lambda s: s.wave_status == "all_complete" and not s.active_session_id, "the retry done"
@@ -411,7 +418,7 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
     assert (crashed.wave_status, crashed.failure_kind, crashed.retry_count) == ("failed", "crash", 1)
     assert git(c.root, "show", "HEAD~1:a.txt") == "partial"  # the dirty tree, committed by the loop
     # what the killed session left running (its Bash command's own process group) was ended too
-    left = procs.with_env("FLEET_WAVELET", f"{c.cid}/executor-w0-s1")
+    left = session_pids(c.cid, "executor-w0-s1")
     c.real.wait(lambda: not [p for p in left if procs.pid_alive(p)], "the killed session's Bash ended")
     notes = c.fleet("notes", "0").stdout
     assert "## Attempt 1 — crashed" in notes and "executor-w0-s1" in notes

@@ -139,14 +139,16 @@ def test_without_tmux_the_demo_says_so_and_makes_nothing(tmp_path: Path, fleet_e
     bin_dir.mkdir()
     git = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True).stdout.strip()
     (bin_dir / "git").symlink_to(git)
-    before = set(Path(tempfile.gettempdir()).glob("fleet-demo-*"))
+    # its own temp dir: another test's demo (a parallel worker) makes and removes fleet-demo-* in /tmp
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "fleet", "demo", "resident", "--smoke"],
-        env={**os.environ, "PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": str(bin_dir), "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 6, done.stdout + done.stderr
     assert "tmux is not installed" in done.stderr and "Traceback" not in done.stderr
-    assert set(Path(tempfile.gettempdir()).glob("fleet-demo-*")) == before and not fleet_env.state.exists()
+    assert list(tmp.iterdir()) == [] and not fleet_env.state.exists()
 
 
 # ---------------------------------------------------------------- the stand-in mind's script
