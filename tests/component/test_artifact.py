@@ -2,7 +2,7 @@
 ``fleet backup`` while another thread posts, ``fleet export`` → ``fleet import`` into a fresh store
 (identical reads), a wave imported into a store that already holds it (refused, nothing changed),
 and ``fleet replay --check`` on a healthy and on a tampered store. (What an import refuses of a crafted
-or damaged file, and exports without tokens: tests/test_import_safety.py.)
+or damaged file, and exports without tokens: tests/component/test_artifact_import.py.)
 """
 
 from __future__ import annotations

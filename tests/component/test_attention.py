@@ -1,7 +1,7 @@
 """The attention layer end to end: a real daemon, real ``fleet channel`` processes, a scripted chatter.
 
 Everything is observed where Claude Code would see it (the channels' stdout) and where the corpus
-goes (the routing log). The rules' edge cases are unit-tested in ``test_delivery.py``.
+goes (the routing log). The rules' edge cases are unit-tested in ``test_delivery_rules.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 holds a participant's blips once its spend (read from its transcript) passes its budget.
 
 The transcripts here are written in Claude Code's format (as ``test_usage.py`` does); the real
-session over the scripted model is ``test_real_budgets.py``.
+session over the scripted model is ``test_budgets_real.py``.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ def xdg_env(paths: Paths) -> dict[str, str]:
 
 @dataclass
 class Proc(DaemonProc):
-    """A daemon process (tests/test_durability.py) started with ``env``: its own data and state dirs."""
+    """A daemon process (tests/component/test_daemon_crash.py) started with ``env``: its own data and
+    state dirs."""
 
     env: dict[str, str] = field(default_factory=dict)
 

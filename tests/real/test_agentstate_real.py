@@ -132,7 +132,7 @@ def run(env: dict[str, str], *args: str) -> Any:
 def joined_remote(real: RealFleet, tmp_path: Path) -> dict[str, str]:
     """A second FLEET_HOME and HOME (its own tmux server: no panes, no transcripts) that reaches the
     daemon as another machine would: the daemon and a token named in its environment (the join
-    string route needs HTTPS, which the test daemon on loopback does not serve; tests/test_remote.py
+    string route needs HTTPS, which the test daemon on loopback does not serve; tests/system/test_remote.py
     covers it)."""
     home = tmp_path / "laptop"
     (home / "home").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """The scripted model server on its own (no Claude Code): the wire, the rules, bad input, the fixture's
-version check. The real sessions that use it are in test_real_claude.py."""
+version check. The real sessions that use it are in test_delivery_real.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Spawn with the real Claude Code (offline, no login): the channel connects over the legacy era and
 channel registration gets past the capability and era checks (claude-code.md §2, §5).
 
-``claude`` is found as in test_claude_code.py (FLEET_CLAUDE_BIN, the pinned copy that
+``claude`` is found as in test_channel_real.py (FLEET_CLAUDE_BIN, the pinned copy that
 scripts/test.sh installs under .ci/node, then PATH); CI always has one.
 """
 

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -144,7 +143,8 @@ def test_without_tmux_the_demo_says_so_and_makes_nothing(tmp_path: Path, fleet_e
     tmp.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "fleet", "demo", "resident", "--smoke"],
-        env={**os.environ, "PATH": str(bin_dir), "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PATH": str(bin_dir), "TMPDIR": str(tmp)},
+        capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 6, done.stdout + done.stderr
     assert "tmux is not installed" in done.stderr and "Traceback" not in done.stderr

@@ -1,6 +1,6 @@
 """Receipts and the ledger against synthetic transcripts in Claude Code 2.1.332's format.
 
-The line shapes are the ones real sessions wrote in tests/test_real_claude.py (see
+The line shapes are the ones real sessions wrote in tests/real/test_delivery_real.py (see
 tests/scripted_model/transcript.py): an enqueue line when Claude Code takes a push, a user line with
 ``origin.kind == "channel"`` when it enters, an ``attachment`` ``queued_command`` when it is absorbed
 into a running turn, and hook feedback as a ``task-notification`` user line.

@@ -1,5 +1,5 @@
 """The steer fold: what became of the operator's blips pushed while the mind was turning, from the
-transcript lines Claude Code 2.1.332 writes (the real binary's order: tests/test_resident_real.py)."""
+transcript lines Claude Code 2.1.332 writes (the real binary's order: tests/real/test_resident_real.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 wavelet, incrementally (a growing file counted once, nothing rescanned), and prices with overrides.
 
 The transcripts here are written line by line in the format the real Claude Code writes (the
-real-session test in ``test_real_usage.py`` checks the same sums against a real session)."""
+real-session test in ``test_usage_real.py`` checks the same sums against a real session)."""
 
 from __future__ import annotations
 
