@@ -3,9 +3,8 @@
 ``--transport auto`` without Claude Code: a real ``fleet channel`` (spoken to over raw MCP) runs with
 receipts read from a transcript the test writes in Claude Code's format (the line shapes:
 tests/unit/test_delivery_receipts.py), and a real ``fleet watch --hook --gate`` is armed beside it.
-Both are children of
-this test process, as both are children of Claude Code in a real session. What Claude Code would
-do with the hook's output is what the test then writes into the transcript.
+Both are children of this test process, as both are children of Claude Code in a real session.
+What Claude Code would do with the hook's output is what the test then writes into the transcript.
 """
 
 from __future__ import annotations
