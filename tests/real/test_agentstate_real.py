@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from realclaude import RealFleet
-from scripted_model import Fail, Script, Slow, call, on_message, rule, say
+from scripted_model import Fail, Held, Script, call, on_message, rule, say
 
 from fleet.client import Client
 from fleet.models import AgentState
@@ -34,10 +35,14 @@ def test_status_follows_one_real_session_through_idle_turning_failed_permission_
     real_fleet: RealFleetFactory, operator: Client, tmp_path: Path
 ) -> None:
     # (the failure once: after a failed turn the next request carries the failed prompt too)
+    # The job's turn lasts until the test has seen it turning here and on the remote (a fixed delay
+    # raced a loaded machine: the turn could end before `fleet status` ran, or before its ends were
+    # counted, and the test waited for an end that had already come).
+    go_on = threading.Event()
     script = Script(
         {
             "alice": [
-                rule(on_message(author="operator", contains="a job"), Slow(2.0, say("done with the job"))),
+                rule(on_message(author="operator", contains="a job"), Held(go_on, say("done with the job"))),
                 rule(on_message(author="operator", contains="run"),
                      call("Bash", command="touch state-check.txt", description="make a file")),
                 rule(on_message(author="operator", contains="break"), Fail(500, "api_error", "an outage"),
@@ -92,6 +97,7 @@ def test_status_follows_one_real_session_through_idle_turning_failed_permission_
         return sum(x.get("subtype") == "turn_duration" for x in transcript.lines())
 
     before = ends()
+    go_on.set()
     ended = real.wait(lambda: ends() > before and time.monotonic(), "the turn's end in the transcript")
     real.wait(lambda: agent().kind == "idle", "idle after the turn")
     took = time.monotonic() - ended
