@@ -172,3 +172,49 @@ def test_the_waiting_flag_holds_any_reason_literally_and_a_dialog_never_clears_a
     tmux.flag_window(window, None)
     assert tmux.window_flag(window) == ""
     assert not list(tmp_path.rglob("pwned-*")) and not list(Path.home().rglob("pwned-*"))
+
+
+# A terminal program that reads its input in chunks, as a busy TUI does between renders, and echoes
+# it. Claude Code's input box takes a chunk holding text and Enter together as a paste, whose Enter
+# is a newline, not a submit: two lines typed that way become one prompt (seen with the keeper's
+# heartbeats on a loaded machine: "…next step\n[fleet] heartbeat: …", one turn for two beats).
+CHUNKY = """\
+import json, os, sys, time, tty
+tty.setraw(0)  # (it flushes what was typed before: the test waits for "ready")
+os.write(1, b"ready\\r\\n")
+with open(sys.argv[1], "a") as out:
+    while True:
+        time.sleep(0.3)
+        data = os.read(0, 4096)
+        if not data:
+            break
+        out.write(json.dumps(data.decode()) + "\\n")
+        out.flush()
+        os.write(1, data.replace(b"\\r", b"\\r\\n"))
+"""
+
+
+def test_a_typed_line_is_echoed_before_its_enter_so_a_busy_tui_reads_enter_alone(
+    tmux_server: libtmux.Server, tmp_path: Path
+) -> None:
+    prog, chunks = tmp_path / "chunky.py", tmp_path / "chunks.jsonl"
+    prog.write_text(CHUNKY)
+    tmux = Tmux(tmux_server)
+    argv = shlex.join([sys.executable, str(prog), str(chunks)])
+    tmux_server.cmd("new-session", "-d", "-s", "t", "-x", "80", "-y", "24", argv)
+    pane = tmux_server.cmd("display-message", "-p", "-t", "t", "#{pane_id}").stdout[0]
+    retry_until(lambda: "ready" in tmux.capture(pane), what="the program reading its terminal raw")
+    line = "[fleet] heartbeat: no workers in flight; check on them and dispatch the next step"
+
+    def chunks_read() -> list[str]:
+        return [json.loads(x) for x in chunks.read_text().splitlines()] if chunks.exists() else []
+
+    def read(enters: int) -> list[str]:
+        retry_until(lambda: "".join(chunks_read()).count("\r") == enters, what=f"{enters} line(s) submitted")
+        return chunks_read()
+
+    for n in (1, 2):  # the second once the first is in, as the keeper types a quiet interval later
+        tmux.type_line(pane, line)
+        got = read(n)
+    assert "".join(got) == f"{line}\r" * 2
+    assert all(c == "\r" or "\r" not in c for c in got), f"an Enter read together with its text: {got}"
