@@ -58,11 +58,11 @@ fi
 
 # The unit tier alone first (no processes, seconds); then the other three on 3 workers: they spend
 # their time waiting on daemons, channels, tmux, Chromium and Claude Code, not on the CPU (the
-# numbers: docs/performance.md, "The test suite"). worksteal: a worker that runs dry takes queued
-# tests from a busy one, so one long test file does not hold up the end.
+# numbers: docs/performance.md, "The test suite"). The real tier first, so its long tests start
+# early; worksteal: a worker that runs dry takes queued tests from a busy one.
 say "tests: unit"
 rc=0
 run_pytest -q tests/unit || rc=$?
-say "tests: component, system, real (3 workers)"
-run_pytest -q -n 3 --dist worksteal tests/component tests/system tests/real || rc=$?
+say "tests: real, system, component (3 workers)"
+run_pytest -q -n 3 --dist worksteal tests/real tests/system tests/component || rc=$?
 exit "$rc"
