@@ -692,7 +692,8 @@ class Supervisor:
     def step(self, wait: float = 0.0) -> list[SupervisorEvent]:
         """Read new blips (waiting up to ``wait`` s for one), look at the panes, act. Never raises for
         one participant's failure; raises :class:`~fleet.errors.DaemonUnreachable` when the daemon is."""
-        page = self.client.read_wave(self.wave.id, after=self.cursor, wait=wait)
+        after = self.cursor
+        page = self.client.read_wave(self.wave.id, after=after, wait=wait)
         self.cursor = page.cursor
         if self.summaries is not None and (page.blips or not self._poked):
             self.summaries.poke()  # its own thread: a slow summarizer never delays a respawn
@@ -742,7 +743,7 @@ class Supervisor:
             if got is not None:
                 events.append(got)
         if self.keeper is not None:
-            for kev in self.keeper.step(page.blips):
+            for kev in self.keeper.step(page.blips, after=after):  # the same page feeds its worker fold
                 if RESIDENT in records:
                     events.append(
                         SupervisorEvent(

@@ -26,10 +26,10 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -344,31 +344,102 @@ def stop(client: Client, tmux: Tmux, wave_ref: str) -> StopReport:
 # ---------------------------------------------------------------- status
 
 
-def workers(
-    client: Client, wave: Wave, blips: list[Blip] | None = None, now: float | None = None
-) -> list[Worker]:
-    """The wavelets the resident forked, each ``running`` until it surfaces or posts ``DONE:``."""
-    now = time.time() if now is None else now
-    mine = [wl for wl in wave.wavelets if wl.created_by == RESIDENT and wl.id != wave.root_id]
-    if not mine:
-        return []
-    blips = blips if blips is not None else client.read_wave(wave.id, limit=5000).blips
-    out = []
-    for wl in mine:
-        own = [b for b in blips if b.wavelet_id == wl.id and b.kind != "system"]
-        surfaced = any(b.kind == "surface" and b.source_wavelet_id == wl.id for b in blips)
-        done = surfaced or any(b.text.startswith("DONE:") and b.author != RESIDENT for b in own)
-        last = own[-1] if own else None
-        at = _ts(last.created_at if last else wl.created_at)
-        out.append(
-            Worker(
-                wavelet=wl.path,
-                status="done" if done else "running",
-                last_blip=f"{last.author}: {last.text[:120]}" if last else "",
-                age_seconds=max(0.0, now - at),
+class _Last(NamedTuple):
+    author: str
+    text: str
+    created_at: str
+
+
+class WorkerFold:
+    """Which wavelets the resident forked still run, folded from the wave's blips as they come.
+
+    What a caller may rely on: fed every page of the wave's stream (:meth:`feed`, each with the
+    cursor it was read after, as ``fleet supervise`` reads them), :meth:`workers` is exactly what a
+    read of the whole wave would say, at any size, and costs nothing more to ask. A page read after
+    an id the fold has not reached (a gap) is not folded: :attr:`complete` turns False and
+    :func:`workers` reads the wave from :attr:`cursor` before it answers. Overlapping pages are
+    fine (a blip at or below the cursor is skipped). It keeps one entry per wavelet, not the blips.
+
+    The rule (docs/resident.md): a worker is ``running`` until a ``surface`` from its wavelet lands
+    anywhere, or a blip in it not by the resident starts with ``DONE:``; its last blip is its
+    wavelet's newest blip that is not ``system`` (replaced versions included, as the stream has them).
+    """
+
+    def __init__(self) -> None:
+        self.cursor = ""
+        """The greatest blip id folded ("" before any)."""
+        self.complete = False
+        """The fold is as far as the last page it was fed (or read): False before any, and after a
+        gap. Either way it is the exact fold of the wave up to :attr:`cursor`: it only ever moves on
+        by a page that starts at or before it."""
+        self._last: dict[str, _Last] = {}
+        self._done: set[str] = set()
+
+    def feed(self, blips: Iterable[Blip], after: str) -> None:
+        """Fold one page: ``blips`` as read after the id ``after``, oldest first."""
+        if after > self.cursor:
+            self.complete = False  # a gap: what lies between is not folded; read() fills it in
+            return
+        self.complete = True
+        for b in blips:
+            if b.id <= self.cursor:
+                continue
+            self.cursor = b.id
+            if b.kind == "surface" and b.source_wavelet_id:
+                self._done.add(b.source_wavelet_id)
+            if b.kind == "system":
+                continue
+            self._last[b.wavelet_id] = _Last(b.author, b.text[:120], b.created_at)
+            if b.author != RESIDENT and b.text.startswith("DONE:"):
+                self._done.add(b.wavelet_id)
+
+    def read(self, client: Client, wave_id: str) -> None:
+        """Read and fold the wave from :attr:`cursor` to its end, in the largest pages the daemon
+        gives; afterwards :attr:`complete` is True."""
+        while True:
+            after = self.cursor
+            page = client.read_wave(wave_id, after=after, limit=READ_PAGE)
+            self.feed(page.blips, after=after)
+            self.complete = True
+            if len(page.blips) < READ_PAGE:
+                return
+
+    def workers(self, wave: Wave, now: float | None = None) -> list[Worker]:
+        """The resident's workers in ``wave`` (its wavelets, as the store has them now), as folded."""
+        now = time.time() if now is None else now
+        out = []
+        for wl in wave.wavelets:
+            if wl.created_by != RESIDENT or wl.id == wave.root_id:
+                continue
+            last = self._last.get(wl.id)
+            out.append(
+                Worker(
+                    wavelet=wl.path,
+                    status="done" if wl.id in self._done else "running",
+                    last_blip=f"{last.author}: {last.text}" if last else "",
+                    age_seconds=max(0.0, now - _ts(last.created_at if last else wl.created_at)),
+                )
             )
-        )
-    return out
+        return out
+
+
+READ_PAGE = 5000
+"""Blips a page of :meth:`WorkerFold.read` asks for (the daemon's largest page)."""
+
+
+def workers(
+    client: Client, wave: Wave, fold: WorkerFold | None = None, now: float | None = None
+) -> list[Worker]:
+    """The wavelets the resident forked, each ``running`` until it surfaces or posts ``DONE:``
+    (:class:`WorkerFold`). ``fold``: one kept up by its caller, read on from where it stands when it
+    is not complete; without one, the whole wave is read in pages from the start. A wave whose
+    resident forked nothing is not read at all."""
+    if not any(wl.created_by == RESIDENT and wl.id != wave.root_id for wl in wave.wavelets):
+        return []
+    fold = fold if fold is not None else WorkerFold()
+    if not fold.complete:
+        fold.read(client, wave.id)
+    return fold.workers(wave, now)
 
 
 def _ts(iso: str) -> float:
