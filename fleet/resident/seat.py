@@ -37,12 +37,12 @@ from fleet import errors
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, ResolvedProfile
 from fleet.layouts import load as load_layout
-from fleet.models import Blip, NewSeat, PresenceReport, Seat, Wave
+from fleet.models import Blip, NewSeat, PresenceReport, Seat, SessionRecord, Wave
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
 from fleet.resident.mind import MindReader
-from fleet.spawn import PaneReport, Spawner
+from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
 from fleet.supervise import AgentField, agent_state, row_text
 from fleet.tmux import PaneInfo, Tmux
 
@@ -191,6 +191,13 @@ def _wave(client: Client, ref: str) -> Wave:
         return client.get_wave(ref)
 
 
+def _require_agent(spawner: Spawner, profile: ResolvedProfile, recorded: list[SessionRecord]) -> None:
+    """The agent the mind would run (a resumed session's recorded one) is on PATH: checked before
+    start makes anything (a wave, a worktree, a roster entry, a window). ToolMissing (exit 6)."""
+    rec = recorded[0] if recorded else None
+    require_agent(agent_words(spawner.agent or (rec.agent if rec and rec.agent else profile.agent)))
+
+
 def _pane_for(tmux: Tmux, wave: Wave) -> str:
     """A pane for the resident: its old one (dead) if any, else a new window of its own."""
     old = resident_pane(tmux, wave.id)
@@ -222,7 +229,12 @@ def start(
     g = goal.load(folder / "GOAL.md")
     layout_ref = agent or g.mind or DEFAULT_LAYOUT
     profile = load_layout(layout_ref, paths).profile(RESIDENT)
-    wave = _wave(client, wave_ref)
+    try:
+        known: Wave | None = client.get_wave(wave_ref)
+    except errors.NotFound:
+        known = None
+    _require_agent(spawner, profile, client.sessions(known.id, RESIDENT) if known else [])
+    wave = known or _wave(client, wave_ref)
     closed = ""
     seat = client.seat(wave.id)
     if seat is not None and seat.closed_at is None:
@@ -255,8 +267,14 @@ def start(
     write_private(here / "origin", str(origin) + "\n")
     layout = load_layout(str(layout_file), paths)
     recorded = client.sessions(wave.id, RESIDENT)
+    made = resident_pane(tmux, wave.id) is None
     pane_id = _pane_for(tmux, wave)
-    report = spawner.launch(pane_id, wave, root, layout, RESIDENT, resume=bool(recorded))
+    try:
+        report = spawner.launch(pane_id, wave, root, layout, RESIDENT, resume=bool(recorded))
+    except errors.FleetError:
+        if made:
+            tmux.kill_pane(pane_id)  # the window this start made goes with it
+        raise
     if not report.ready:
         raise errors.FleetError(
             f"the resident did not start: {report.why} (its pane is {pane_id}: `fleet attach {wave.name}`)"
