@@ -75,3 +75,58 @@ def test_start_without_claude_on_path_fails_first_and_leaves_no_worktree_roster_
     # a wave the store has never seen is not created either
     done = fleet(operator, tmux_server, repo, "resident", "start", "v", env=no_claude)
     assert done.returncode == 6 and [w.name for w in operator.list_waves()] == ["w"], done
+
+
+def test_status_says_when_no_supervisor_keeps_the_wave_and_who_does_when_one_does(
+    operator: Client, tmux_server: libtmux.Server, tmp_path: Path
+) -> None:
+    import uuid
+
+    from fleet.models import NewSeat, SupervisorClaim
+
+    operator.create_wave("w", [RESIDENT])
+    seat = NewSeat(participant=RESIDENT, session_id=str(uuid.uuid4()), host="laptop-b", pid=1, cwd="/x")
+    operator.claim_seat("w", seat)
+    cwd = tmp_path / "x"
+    cwd.mkdir()
+    done = fleet(operator, tmux_server, cwd, "resident", "status", "w", "--json")
+    assert done.returncode == 0, done.stderr
+    st = json.loads(done.stdout)
+    assert st["supervisor"] is None and "no `fleet supervise w` runs" in st["note"], st
+    assert "heartbeats, crons and revival need one" in st["note"] and "--supervise" in st["note"]
+    text = fleet(operator, tmux_server, cwd, "resident", "status", "w").stdout
+    assert "supervisor" in text and "no `fleet supervise w` runs" in text, text
+
+    operator.claim_supervisor("w", SupervisorClaim(holder="h1", pid=4242, host="laptop-c"))
+    st = json.loads(fleet(operator, tmux_server, cwd, "resident", "status", "w", "--json").stdout)
+    assert st["supervisor"] == "pid 4242 on laptop-c" and "no `fleet supervise" not in st["note"], st
+
+
+def test_start_says_no_supervisor_runs_and_supervise_starts_one_in_a_tmux_window(
+    operator: Client, tmux_server: libtmux.Server, tmp_path: Path
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    layout = tmp_path / "mind.toml"
+    layout.write_text('[defaults]\nagent = "fleet-standin"\n')
+    done = fleet(operator, tmux_server, repo, "resident", "start", "w", "--agent", str(layout))
+    assert done.returncode == 0, done.stderr
+    assert "no `fleet supervise w` runs: heartbeats, crons and revival need one" in done.stderr, done.stderr
+    assert "`fleet resident start w --supervise`" in done.stderr
+
+    done = fleet(operator, tmux_server, repo, "resident", "start", "v", "--agent", str(layout), "--supervise")
+    assert done.returncode == 0, done.stderr
+    lease = operator.supervisor("v")
+    assert lease is not None, done.stderr
+    assert f"supervised by `fleet supervise` pid {lease.pid} on {lease.host} (tmux window supervise)" in done.stderr
+    assert "supervise" in windows(tmux_server)
+    cmdline = Path(f"/proc/{lease.pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[-4:-1] == [b"fleet", b"supervise", b"v"], cmdline
+    st = json.loads(fleet(operator, tmux_server, repo, "resident", "status", "v", "--json").stdout)
+    assert st["supervisor"] == f"pid {lease.pid} on {lease.host}" and "no `fleet supervise" not in st["note"], st
+    # a second --supervise (the seat is taken over: --force) starts no second supervisor
+    again = fleet(
+        operator, tmux_server, repo, "resident", "start", "v", "--agent", str(layout), "--force", "--supervise"
+    )
+    assert again.returncode == 0, again.stderr
+    held = operator.supervisor("v")
+    assert held is not None and held.pid == lease.pid and windows(tmux_server).count("supervise") == 1

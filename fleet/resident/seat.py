@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -43,7 +44,7 @@ from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
 from fleet.resident.mind import MindReader
 from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
-from fleet.supervise import AgentField, agent_state, row_text
+from fleet.supervise import AgentField, agent_state, row_text, supervised_by
 from fleet.tmux import PaneInfo, Tmux
 
 MindState = Literal[
@@ -101,6 +102,9 @@ class ResidentStatus(BaseModel):
     workers: list[Worker] = Field(default_factory=list)
     in_flight: int = 0
     closed_why: str = ""
+    supervisor: str | None = None
+    """``pid N on HOST`` of the ``fleet supervise`` keeping the wave (its lease in the daemon); None:
+    none runs, so no heartbeat, cron or revival happens (``note`` says how to start one)."""
     note: str = ""
 
 
@@ -115,6 +119,10 @@ class StartReport(BaseModel):
     closed: str = ""
     """What happened to a previous seat ('' when there was none)."""
     pane: PaneReport
+    supervisor: str | None = None
+    """``pid N on HOST`` of the ``fleet supervise`` keeping the wave; None: none runs."""
+    supervise_window: str | None = None
+    """The tmux window ``--supervise`` started it in (None: it did not)."""
 
 
 # ---------------------------------------------------------------- probes
@@ -300,7 +308,67 @@ def start(
     return StartReport(
         wave=wave.name, session_id=report.session_id, pane_id=pane_id, pid=pid, worktree=str(worktree),
         layout=layout_ref, resumed=report.action == "respawned", closed=closed, pane=report,
+        supervisor=supervised_by(client, wave.id),
     )  # fmt: skip
+
+
+def unsupervised(wave: str) -> str:
+    """What ``resident start`` and ``status`` say when no ``fleet supervise`` keeps the wave."""
+    return (
+        f"no `fleet supervise {wave}` runs: heartbeats, crons and revival need one; run it (another"
+        f" terminal, a service), or `fleet resident start {wave} --supervise` starts one in a tmux window"
+    )
+
+
+SUPERVISE_WINDOW = "supervise"
+"""The tmux window ``resident start --supervise`` runs ``fleet supervise`` in (in the wave's session)."""
+SUPERVISE_WAIT = 30.0
+"""Seconds ``--supervise`` waits for the supervisor it started to hold the wave's lease."""
+
+
+def supervise_in_window(client: Client, tmux: Tmux, paths: Paths, wave: Wave) -> tuple[str, str]:
+    """Start ``fleet supervise WAVE`` in a window of the wave's tmux session, unless one keeps the
+    wave already; returns (``pid N on HOST`` of the one keeping it, the window's id or ''). The new
+    one talks to this daemon with this process's token (a 0600 file in the wave's resident state
+    dir, named by ``FLEET_TOKEN_FILE``: no secret on a command line). Its window stays when it
+    exits (a refusal is readable there); a dead one is replaced. FleetError if it does not hold the
+    lease within :data:`SUPERVISE_WAIT` s, naming the window to look at."""
+    held = supervised_by(client, wave.id)
+    if held is not None:
+        return held, ""
+    session = tmux.find_session(wave.id)
+    if session is None:
+        raise errors.FleetError(f"wave {wave.name!r} has no tmux session to start `fleet supervise` in")
+    for line in tmux.srv.cmd("list-windows", "-t", session, "-F", "#{window_id}\t#{@fleet_supervise}").stdout:
+        wid, _, tag = line.partition("\t")
+        if tag == wave.id:
+            tmux.kill_window(wid)  # dead (it holds no lease): its successor takes the name
+    token = state_dir(paths, wave.id) / "supervise.token"
+    write_private(token, client.token + "\n")
+    env = {"FLEET_DAEMON": client.base_url, "FLEET_TOKEN_FILE": str(token)}
+    if os.environ.get("FLEET_HOME"):
+        env["FLEET_HOME"] = os.environ["FLEET_HOME"]
+    where = tmux.srv.socket_path or tmux.srv.socket_name
+    if where:
+        env["FLEET_TMUX_SOCKET"] = str(where)
+    args = ["new-window", "-d", "-P", "-F", "#{window_id}", "-t", f"{session}:", "-n", SUPERVISE_WINDOW]
+    for k, v in env.items():
+        args += ["-e", f"{k}={v}"]
+    out = tmux.srv.cmd(*args, "--", sys.executable, "-m", "fleet", "supervise", wave.name)
+    if out.stderr or not out.stdout:
+        raise errors.FleetError(f"could not open a tmux window for `fleet supervise`: {' '.join(out.stderr)}")
+    window = out.stdout[0].strip()
+    tmux.srv.cmd("set-option", "-w", "-t", window, "@fleet_supervise", wave.id)
+    tmux.srv.cmd("set-option", "-w", "-t", window, "remain-on-exit", "on")
+    deadline = time.monotonic() + SUPERVISE_WAIT
+    while (held := supervised_by(client, wave.id)) is None:
+        if time.monotonic() > deadline:
+            raise errors.FleetError(
+                f"`fleet supervise {wave.name}` started in tmux window {window} ({SUPERVISE_WINDOW}) but"
+                f" holds no lease after {SUPERVISE_WAIT:g}s: look at that window (`fleet attach {wave.name}`)"
+            )
+        time.sleep(0.1)
+    return held, window
 
 
 def reseat(client: Client, tmux: Tmux, wave: Wave, report: PaneReport) -> None:
@@ -491,7 +559,10 @@ def status(
     agent = agent_state(tmux, pane, seen, record)
     failed = fold.failed_since(_ts(seat.claimed_at)) if readable else None
     ws = workers(client, wave)
+    supervisor = supervised_by(client, wave.id)
     notes = []
+    if supervisor is None:
+        notes.append(unsupervised(wave.name))
     if not alive:
         notes.append("its process is gone: `fleet supervise` revives it (an operator blip does at once)")
     if failed is not None and failed >= FAILED_TURNS:
@@ -505,7 +576,7 @@ def status(
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
         turns=fold.turns if readable else None, failed_turns=failed,
         last_error=fold.last_error, workers=ws,
-        in_flight=sum(w.status == "running" for w in ws), note="; ".join(notes),
+        in_flight=sum(w.status == "running" for w in ws), supervisor=supervisor, note="; ".join(notes),
     )  # fmt: skip
 
 
