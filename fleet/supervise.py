@@ -51,6 +51,7 @@ from fleet import agentstate, dialogs, errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
+from fleet.ids import request_key
 from fleet.models import (
     OPERATOR,
     AgentState,
@@ -65,7 +66,6 @@ from fleet.models import (
 )
 from fleet.paths import Paths
 from fleet.permissions import PermissionRequest
-from fleet.ids import request_key
 from fleet.procs import group_running, pid_alive, zombie_status
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner

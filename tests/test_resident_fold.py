@@ -112,9 +112,10 @@ def _wave() -> Wave:
             created_by=by, created_at="2026-12-01T00:00:00Z",
         )  # fmt: skip
 
+    forked = [wl(i, "bob" if i == "1d" else RESIDENT, ROOT) for i in WAVELETS]
     return Wave(
         id=WAVE_ID, name="w", created_at="2026-12-01T00:00:00Z", root_id=ROOT,
-        wavelets=[wl(ROOT, "operator", None), *(wl(i, RESIDENT if i != "1d" else "bob", ROOT) for i in WAVELETS)],
+        wavelets=[wl(ROOT, "operator", None), *forked],
     )  # fmt: skip
 
 

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import libtmux
-from conftest import retry_until
 
 from fleet.client import Client
 from fleet.resident import RESIDENT
@@ -67,7 +66,9 @@ def test_start_without_claude_on_path_fails_first_and_leaves_no_worktree_roster_
     assert "claude (Claude Code) is not installed or not on PATH" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "repo.w").exists(), "the wave's worktree was made"
-    listed = subprocess.run(["git", "-C", str(repo), "branch", "--list", "wave/w"], capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "branch", "--list", "wave/w"], capture_output=True, text=True
+    )
     assert listed.stdout.strip() == "", "the wave's branch was made"
     assert operator.get_wave("w") == before, "the roster changed"
     assert operator.seat("w") is None and operator.sessions(before.id) == []
@@ -117,15 +118,29 @@ def test_start_says_no_supervisor_runs_and_supervise_starts_one_in_a_tmux_window
     assert done.returncode == 0, done.stderr
     lease = operator.supervisor("v")
     assert lease is not None, done.stderr
-    assert f"supervised by `fleet supervise` pid {lease.pid} on {lease.host} (tmux window supervise)" in done.stderr
+    assert (
+        f"supervised by `fleet supervise` pid {lease.pid} on {lease.host} (tmux window supervise)"
+        in done.stderr
+    )
     assert "supervise" in windows(tmux_server)
     cmdline = Path(f"/proc/{lease.pid}/cmdline").read_bytes().split(b"\0")
     assert cmdline[-4:-1] == [b"fleet", b"supervise", b"v"], cmdline
     st = json.loads(fleet(operator, tmux_server, repo, "resident", "status", "v", "--json").stdout)
-    assert st["supervisor"] == f"pid {lease.pid} on {lease.host}" and "no `fleet supervise" not in st["note"], st
+    assert (
+        st["supervisor"] == f"pid {lease.pid} on {lease.host}" and "no `fleet supervise" not in st["note"]
+    ), st
     # a second --supervise (the seat is taken over: --force) starts no second supervisor
     again = fleet(
-        operator, tmux_server, repo, "resident", "start", "v", "--agent", str(layout), "--force", "--supervise"
+        operator,
+        tmux_server,
+        repo,
+        "resident",
+        "start",
+        "v",
+        "--agent",
+        str(layout),
+        "--force",
+        "--supervise",
     )
     assert again.returncode == 0, again.stderr
     held = operator.supervisor("v")

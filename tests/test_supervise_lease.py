@@ -104,7 +104,9 @@ def test_a_second_supervise_is_refused_naming_the_first_and_force_takes_over_and
     # from another machine (nothing to signal here): the holder notices at its next renewal, stops
     from fleet.models import SupervisorClaim
 
-    operator.claim_supervisor("w", SupervisorClaim(holder="h-elsewhere", pid=4242, host="elsewhere", force=True))
+    operator.claim_supervisor(
+        "w", SupervisorClaim(holder="h-elsewhere", pid=4242, host="elsewhere", force=True)
+    )
     assert third.wait(timeout=30) == 0, third.stderr
     assert "taken over by pid 4242 on elsewhere" in third.stderr, third.stderr
     held = operator.supervisor("w")
@@ -130,4 +132,6 @@ def test_a_supervisor_killed_on_this_machine_does_not_block_the_next(
     lease = operator.supervisor("w")
     assert lease is not None and lease.pid == again.proc.pid
     again.proc.terminate()
-    assert again.wait(timeout=30) == 0 and operator.supervisor("w") is None, "a stopped supervisor keeps the lease"
+    assert again.wait(timeout=30) == 0 and operator.supervisor("w") is None, (
+        "a stopped supervisor keeps the lease"
+    )
