@@ -23,10 +23,12 @@ owns no process. What a caller may rely on:
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
 - :class:`Supervisor` is ``fleet supervise``: a dead pane is respawned on a :class:`Ladder` (5 m,
   15 m, 45 m, the last rung repeating; back to the first once the participant posts again); an
-  operator blip that mentions a dead participant respawns it at once. Each act is posted into the
-  transcript as a ``system`` blip. A participant with no pane at all (killed, window closed) or on
-  no roster is left alone: that was somebody's decision. New blips also poke the wave's summary
-  writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer`` key), in its own thread.
+  operator blip that mentions a dead participant respawns it at once. One per wave: it holds the
+  wave's :class:`Lease` in the daemon, and stops acting once another takes it over. Each act is
+  posted into the transcript as a ``system`` blip. A participant with no pane at all (killed,
+  window closed) or on no roster is left alone: that was somebody's decision. New blips also poke
+  the wave's summary writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer``
+  key), in its own thread.
 - :func:`kill` kills a wavelet's window or a wave's session, reports the participants in it
   ``gone``, and keeps every record: ``fleet spawn`` later resumes the same sessions.
 """
@@ -707,7 +709,10 @@ class Lease:
             try:
                 self._claim(False)
             except errors.Conflict:
-                held = self.client.supervisor(self.wave_id)
+                try:
+                    held = self.client.supervisor(self.wave_id)
+                except errors.FleetError:
+                    held = None
                 self.why = f"taken over by pid {held.pid} on {held.host}" if held else "taken over"
                 self.lost.set()
                 return

@@ -16,7 +16,11 @@ What a caller may rely on (docs/resident.md):
   to its system prompt. A recorded session is resumed (``--resume``): the same mind comes back.
 - :func:`status` reads the seat from the store, the pane from tmux, and the mind's state from its
   session's own transcript: ``none`` (no open seat), ``failed`` (its process is gone, or its last
-  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime.
+  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime, and who
+  supervises the wave (the daemon's lease; none: the note says heartbeats, crons and revival need
+  one). :func:`start` checks the mind's agent is on PATH before it makes anything.
+- :class:`WorkerFold` is the worker fold, exact at any size: fed the supervisor's pages, or read
+  from the wave's start in pages (:func:`workers`).
 """
 
 from __future__ import annotations
