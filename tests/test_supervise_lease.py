@@ -1,6 +1,7 @@
 """One ``fleet supervise`` per wave: two real supervisor processes against one daemon (the lease
 in the daemon, renewed by the holder): the second is refused naming the first, ``--force`` takes
-over and the first stops; a takeover from another machine is noticed at the next renewal."""
+over and the first stops; a takeover from another machine is noticed at the next renewal. And the
+daemon's lease book as a hypothesis state machine."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from pathlib import Path
 import libtmux
 import pytest
 from conftest import retry_until
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from fleet.client import Client
 
@@ -135,3 +139,70 @@ def test_a_supervisor_killed_on_this_machine_does_not_block_the_next(
     assert again.wait(timeout=30) == 0 and operator.supervisor("w") is None, (
         "a stopped supervisor keeps the lease"
     )
+
+
+# ---------------------------------------------------------------- the lease book, as a state machine
+
+HOLDERS = ["a", "b", "c"]
+
+
+class LeaseBook(RuleBasedStateMachine):
+    """:class:`fleet.daemon.SupervisorBook` against a model: one holder at a time; a live lease is
+    never displaced without force; its holder's renewal always succeeds; it lapses after its TTL;
+    only its holder releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from fleet.daemon import SupervisorBook
+
+        self.t = 1000.0
+        self.book = SupervisorBook(clock=lambda: self.t)
+        self.model: tuple[str, float, float] | None = None
+        """(holder, renewed at, ttl) of the live lease, or None."""
+
+    def _live(self) -> tuple[str, float, float] | None:
+        if self.model is not None and self.t > self.model[1] + self.model[2]:
+            self.model = None
+        return self.model
+
+    @rule(holder=st.sampled_from(HOLDERS), force=st.booleans(), ttl=st.sampled_from([1.0, 5.0, 30.0]))
+    def claim(self, holder: str, force: bool, ttl: float) -> None:
+        from fleet import errors
+        from fleet.models import SupervisorClaim
+
+        live = self._live()
+        claim = SupervisorClaim(holder=holder, pid=1, host="h", ttl=ttl, force=force)
+        refused = live is not None and live[0] != holder and not force
+        try:
+            got = self.book.claim("w1", "w", claim)
+        except errors.Conflict as exc:
+            assert refused, "a claim was refused though nobody else holds the wave live"
+            assert "pid 1 on h" in exc.message and "--force" in exc.message
+            return
+        assert not refused, "a live lease was displaced without force"
+        assert got.holder == holder and got.expires_in == ttl
+        assert bool(got.took_over) == (live is not None and live[0] != holder)
+        self.model = (holder, self.t, ttl)
+
+    @rule(holder=st.sampled_from(HOLDERS))
+    def release(self, holder: str) -> None:
+        self.book.release("w1", holder)
+        live = self._live()
+        if live is not None and live[0] == holder:
+            self.model = None
+
+    @rule(seconds=st.sampled_from([0.5, 1.0, 4.0, 29.0, 31.0]))
+    def wait(self, seconds: float) -> None:
+        self.t += seconds
+
+    @invariant()
+    def the_book_says_what_the_model_does(self) -> None:
+        live = self._live()
+        got = self.book.get("w1")
+        assert (got.holder if got else None) == (live[0] if live else None), (got, live)
+        if got is not None and live is not None:
+            assert got.renewed_ago == self.t - live[1]
+
+
+LeaseBook.TestCase.settings = settings(max_examples=200, stateful_step_count=30, deadline=None)
+test_the_lease_book_keeps_one_holder_a_live_lease_is_displaced_only_by_force = LeaseBook.TestCase
