@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import libtmux
+from conftest import retry_until
 
 from fleet.client import Client
 from fleet.resident import RESIDENT
@@ -145,3 +146,35 @@ def test_start_says_no_supervisor_runs_and_supervise_starts_one_in_a_tmux_window
     assert again.returncode == 0, again.stderr
     held = operator.supervisor("v")
     assert held is not None and held.pid == lease.pid and windows(tmux_server).count("supervise") == 1
+    # its window stays when it stops (taken over from elsewhere: it says so there); the next
+    # --supervise replaces that dead window with a live one
+    from fleet.models import SupervisorClaim
+
+    operator.claim_supervisor("v", SupervisorClaim(holder="h-elsewhere", pid=7, host="elsewhere", force=True))
+
+    def dead_supervise_pane() -> str:
+        lines = tmux_server.cmd("list-panes", "-a", "-F", "#{window_name} #{pane_dead} #{pane_id}").stdout
+        return next((ln.split()[2] for ln in lines if ln.startswith("supervise 1 ")), "")
+
+    pane = retry_until(
+        dead_supervise_pane, timeout=30, what="the supervisor taken over stopped, its pane kept"
+    )
+    screen = "\n".join(tmux_server.cmd("capture-pane", "-p", "-t", pane).stdout)
+    assert "taken over by pid 7 on elsewhere" in screen, screen
+    operator.release_supervisor("v", "h-elsewhere")
+    third = fleet(
+        operator,
+        tmux_server,
+        repo,
+        "resident",
+        "start",
+        "v",
+        "--agent",
+        str(layout),
+        "--force",
+        "--supervise",
+    )
+    assert third.returncode == 0, third.stderr
+    latest = operator.supervisor("v")
+    assert latest is not None and latest.pid not in (lease.pid, 7)
+    assert windows(tmux_server).count("supervise") == 1 and dead_supervise_pane() == ""

@@ -325,7 +325,8 @@ def unsupervised(wave: str) -> str:
 
 
 SUPERVISE_WINDOW = "supervise"
-"""The tmux window ``resident start --supervise`` runs ``fleet supervise`` in (in the wave's session)."""
+"""The tmux window ``resident start --supervise`` runs ``fleet supervise`` in (in the wave's
+session); also its ``@fleet_wavelet`` tag, which names no wavelet (as the resident's own window's)."""
 SUPERVISE_WAIT = 30.0
 """Seconds ``--supervise`` waits for the supervisor it started to hold the wave's lease."""
 
@@ -343,10 +344,9 @@ def supervise_in_window(client: Client, tmux: Tmux, paths: Paths, wave: Wave) ->
     session = tmux.find_session(wave.id)
     if session is None:
         raise errors.FleetError(f"wave {wave.name!r} has no tmux session to start `fleet supervise` in")
-    for line in tmux.srv.cmd("list-windows", "-t", session, "-F", "#{window_id}\t#{@fleet_supervise}").stdout:
-        wid, _, tag = line.partition("\t")
-        if tag == wave.id:
-            tmux.kill_window(wid)  # dead (it holds no lease): its successor takes the name
+    old = tmux.find_window(session, SUPERVISE_WINDOW)
+    if old is not None:
+        tmux.kill_window(old)  # it holds no lease (dead, or stuck): its successor takes the name
     token = state_dir(paths, wave.id) / "supervise.token"
     write_private(token, client.token + "\n")
     env = {"FLEET_DAEMON": client.base_url, "FLEET_TOKEN_FILE": str(token)}
@@ -355,15 +355,10 @@ def supervise_in_window(client: Client, tmux: Tmux, paths: Paths, wave: Wave) ->
     where = tmux.srv.socket_path or tmux.srv.socket_name
     if where:
         env["FLEET_TMUX_SOCKET"] = str(where)
-    args = ["new-window", "-d", "-P", "-F", "#{window_id}", "-t", f"{session}:", "-n", SUPERVISE_WINDOW]
-    for k, v in env.items():
-        args += ["-e", f"{k}={v}"]
-    out = tmux.srv.cmd(*args, "--", sys.executable, "-m", "fleet", "supervise", wave.name)
-    if out.stderr or not out.stdout:
-        raise errors.FleetError(f"could not open a tmux window for `fleet supervise`: {' '.join(out.stderr)}")
-    window = out.stdout[0].strip()
-    tmux.srv.cmd("set-option", "-w", "-t", window, "@fleet_supervise", wave.id)
-    tmux.srv.cmd("set-option", "-w", "-t", window, "remain-on-exit", "on")
+    # a placeholder first, then the command: the window stays when it exits (a refusal is readable)
+    window, pane = tmux.new_window(session, wave.id, SUPERVISE_WINDOW, SUPERVISE_WINDOW)
+    tmux.srv.cmd("set-option", "-p", "-t", pane, "remain-on-exit", "on")
+    tmux.respawn(pane, [sys.executable, "-m", "fleet", "supervise", wave.name], env=env)
     deadline = time.monotonic() + SUPERVISE_WAIT
     while (held := supervised_by(client, wave.id)) is None:
         if time.monotonic() > deadline:
