@@ -91,6 +91,10 @@ from fleet.models import (
     SummaryInput,
     SummaryList,
     SummaryVerdict,
+    SupervisorAnswer,
+    SupervisorClaim,
+    SupervisorLease,
+    SupervisorRelease,
     TokenInfo,
     TokenList,
     Wave,
@@ -752,6 +756,26 @@ class Client:
         got = self._call("POST", f"/v1/waves/{_q(wave)}/seat", SeatAnswer, seat).seat
         assert got is not None
         return got
+
+    def supervisor(self, wave: str) -> SupervisorLease | None:
+        """Who supervises ``wave`` now (None: no ``fleet supervise`` holds its lease; operator only)."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/supervisor", SupervisorAnswer).lease
+
+    def claim_supervisor(self, wave: str, claim: SupervisorClaim) -> SupervisorLease:
+        """Claim or renew the wave's supervisor lease; Conflict names another live holder unless
+        ``claim.force``."""
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/supervisor", SupervisorAnswer, claim).lease
+        assert got is not None
+        return got
+
+    def release_supervisor(self, wave: str, holder: str) -> None:
+        """Give the lease up if ``holder`` holds it (idempotent)."""
+        self._call(
+            "POST",
+            f"/v1/waves/{_q(wave)}/supervisor/release",
+            SupervisorAnswer,
+            SupervisorRelease(holder=holder),
+        )
 
     def close_seat(self, wave: str, why: str, session_id: str | None = None) -> Seat | None:
         """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
