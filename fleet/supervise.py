@@ -190,6 +190,10 @@ class WaveStatus(BaseModel):
     permissions: list[PermissionWait] = Field(default_factory=list)
     """The permission requests waiting now, newest first (docs/permissions.md); their participants'
     rows come first, noted ``waiting for permission: TOOL (PREVIEW)``."""
+    unpriced: list[str] = Field(default_factory=list)
+    """Models the sessions used that have no price: why a cost shows "?" (:mod:`fleet.usage`)."""
+    prices_file: str = ""
+    """The user's own price table, where a price for them is added."""
 
 
 def exit_of(pane: PaneInfo) -> str | None:
@@ -274,7 +278,7 @@ def _budgets(
 ) -> Callable[[str, str], str | None]:
     """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
     its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
-    from fleet.budgets import applies, spent_of
+    from fleet.budgets import applies, shared_cost, spent_of
 
     budgets = client.budgets(wave_id)
     counters: dict[str, usage.Counter | None] = {}
@@ -289,14 +293,17 @@ def _budgets(
                 env = usage.session_env(rec.layout, name, paths) if rec else {}
                 counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
             counter = counters[name]
-            tokens, cost = spent_of(b, counter, table) if counter is not None else (0, 0.0)
+            tokens, cost, _ = spent_of(b, counter, table) if counter is not None else (0, 0.0, [])
             if b.shared:  # judged on the members' sum
-                tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
+                tokens, cost = b.spent_tokens or 0, shared_cost(b)
             if b.tokens is not None:
                 text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
             else:
                 limit = b.cost or 1.0
-                text, share = f"${cost:.2f}/${limit:.2f}", cost / limit
+                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
+                text, share = (
+                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
+                )
             if name in (b.reached or []):
                 text, share = text + " held", share + 1e9
             if best is None or share > best[0]:
@@ -433,6 +440,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
+        unpriced=sorted({m for got in spent.values() if got is not None for m in got.total.unpriced}),
+        prices_file=str(usage.user_prices(paths)),
     )
 
 

@@ -299,6 +299,10 @@ def status_table(st: WaveStatus) -> None:
     head = ["WAVELET", "NAME", "PANE", "STATE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
             "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
+    if st.unpriced:
+        from fleet.usage import no_price_text
+
+        out(f"  cost ?: {no_price_text(st.unpriced, st.prices_file)}")
 
 
 def span(seconds: float) -> str:
@@ -315,8 +319,13 @@ def token_count(n: int) -> str:
     return f"{n / 1_000_000:.2f}M"
 
 
+def usd(value: float | None) -> str:
+    """``$0.0123``, or ``?`` for a cost that is unknown (a model with no price): never $0."""
+    return "?" if value is None else f"${value:.4f}"
+
+
 def cost(fig: Figures) -> str:
-    return "?" if fig.cost_usd is None else f"${fig.cost_usd:.4f}"
+    return usd(fig.cost_usd)
 
 
 def brief(fig: Figures) -> str:
