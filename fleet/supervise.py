@@ -127,6 +127,8 @@ class StatusRow(BaseModel):
     cap_used: int | None = None
     """Pushes in this wavelet since the cap last reset; None when the state file is not on this machine."""
     cap: int | None = None
+    """The cap its deliverer runs with (0: none), as the state file records it (else the layout of its
+    recorded spawn); None when neither tells."""
     capped: bool = False
     """The cap was reached here: further blips are not pushed until the operator posts here."""
     route: str | None = None
@@ -313,6 +315,22 @@ def _budgets(
     return column
 
 
+def _cap_of(state: DeliveryState, record: SessionRecord | None, name: str, paths: Paths) -> int | None:
+    """The cap the participant's deliverer runs with: as its state file records it, else (a file
+    from before that) the cap the layout of its recorded spawn gave its channel, else unknown."""
+    if state.cap is not None:
+        return state.cap
+    if record is None or not record.layout:
+        return None
+    from fleet.layouts import load
+
+    try:
+        cap = load(record.layout, paths).profile(name).cap
+    except errors.FleetError:
+        return None
+    return DEFAULT_CAP if cap is None else cap  # spawn passes no --cap then: the channel's default
+
+
 def render_count(n: int) -> str:
     """``950``, ``12.3k``, ``4.56M`` (as the CLI shows token counts)."""
     if n < 1000:
@@ -410,7 +428,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     delivered=seen.delivered if seen else 0,
                     last_delivery=seen.last_delivery if seen else None,
                     cap_used=state.delivered.get(wl.id, 0) if state else None,
-                    cap=DEFAULT_CAP if state else None,
+                    cap=_cap_of(state, record, name, paths) if state else None,
                     capped=bool(state and wl.id in state.exhausted),
                     route=state.route if state else None,
                     route_why=state.route_why if state else "",

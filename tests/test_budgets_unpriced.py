@@ -269,3 +269,28 @@ def test_a_members_unpriced_spend_makes_the_wavelets_sum_unknown_until_it_is_pri
     (b,) = operator.budgets("w")
     assert b.spent_unpriced == [] and shared_cost(b) == pytest.approx(1.5)
     assert not passed(b, b.spent_tokens or 0, shared_cost(b))
+
+
+def test_status_shows_an_unpriced_cost_as_unknown_with_why(
+    daemon: Daemon,
+    operator: Client,
+    fleet_env: Paths,
+    tmux_server: object,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import libtmux
+
+    from fleet import supervise
+    from fleet.cli.render import status_table
+    from fleet.tmux import Tmux
+
+    assert isinstance(tmux_server, libtmux.Server)
+    _session(operator)
+    operator.set_budget("w", SetBudget(participant="alice", cost=0.01))
+    st = supervise.status(operator, Tmux(tmux_server), fleet_env, "w")
+    row = next(r for r in st.rows if r.participant == "alice")
+    assert row.usage is not None and row.usage.cost_usd is None and row.budget == "?/$0.01"
+    assert st.unpriced == [UNPRICED] and st.prices_file == str(user_prices(fleet_env))
+    status_table(st)
+    out = capsys.readouterr().out
+    assert "$0.0000" not in out and f"no price for model {UNPRICED}" in out and st.prices_file in out

@@ -266,7 +266,8 @@ def status_table(st: WaveStatus) -> None:
     rows = []
     for r in st.rows:
         pane = "-" if r.pane_id is None else f"{r.pane_id} {r.pane}" + (f" ({r.exit})" if r.exit else "")
-        cap = "-" if r.cap_used is None else f"{r.cap_used}/{r.cap}" + (" capped" if r.capped else "")
+        cap = "-" if r.cap_used is None else f"{r.cap_used}/{'?' if r.cap is None else r.cap or 'no cap'}"
+        cap += " capped" if r.capped else ""
         route = r.route or "-"
         if r.unconfirmed:
             route += f", {r.unconfirmed} unconfirmed" + (

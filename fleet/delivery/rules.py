@@ -263,6 +263,9 @@ class Delivery:
         """Targeted attention: seconds :meth:`gather` holds a digest-only batch (0: never)."""
         self.dirty = False
         """True when the state changed since the last :meth:`mark_saved`."""
+        # recorded for `fleet status` (which cannot know what cap was passed), saved with the next
+        # change: a start alone writes nothing
+        state.cap = cap
         self._routed: list[Routed] = []
         self._held: dict[str, list[Blip]] = {}
         self._held_since: dict[str, float] = {}
