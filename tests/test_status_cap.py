@@ -45,7 +45,7 @@ def test_the_cap_column_shows_the_cap_the_channel_runs_with(
         return r if r.cap_used else None
 
     row = retry_until(shown, what="the delivery saved")
-    assert row.cap == 3, row
+    assert row is not None and row.cap == 3, row
     status_table(supervise.status(wave.op, Tmux(tmux_server), fleet_env, "w"))
     line = next(x for x in capsys.readouterr().out.splitlines() if " alice " in x)
     assert f" {row.cap_used}/3 " in line and "/40" not in line
