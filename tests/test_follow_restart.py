@@ -95,6 +95,8 @@ def test_follow_reconnects_across_a_sigkill_on_another_port_and_a_stop_start_pri
         assert fleet("daemon", "start").returncode == 0
         second = endpoint(local)
         assert second.url != first.url and second.pid != first.pid
+        # said as soon as the daemon answers, not at the next blip (nothing new is posted yet)
+        retry_until(lambda: any("reconnected" in x for x in err.lines), 20, 0.05, "the reconnection said")
         for i in range(3):
             post(f"after the kill {i}")
         retry_until(lambda: any("after the kill 2" in x for x in out.lines), 30, 0.05, "follow to resume")
@@ -105,6 +107,9 @@ def test_follow_reconnects_across_a_sigkill_on_another_port_and_a_stop_start_pri
             lambda: sum("daemon gone" in x for x in err.lines) == 2, 20, 0.05, "the second outage noticed"
         )
         assert fleet("daemon", "start").returncode == 0
+        retry_until(
+            lambda: sum("reconnected" in x for x in err.lines) == 2, 20, 0.05, "the second reconnection said"
+        )
         post("after the restart")
         retry_until(
             lambda: any("after the restart" in x for x in out.lines), 30, 0.05, "follow to resume again"

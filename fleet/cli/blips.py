@@ -117,31 +117,27 @@ def read(
 def _next_page(c: Client, wavelet_id: str, cursor: str | None, history: bool) -> tuple[Client, BlipPage]:
     """The next long-poll of ``read --follow``, through a daemon outage: while the daemon is away
     it waits (jittered backoff to 5 s) and finds the daemon again as a new command would (the
-    endpoint file, FLEET_DAEMON), never starting one; one line on stderr when it goes, one when it is
-    back. The page is asked from ``cursor``, so nothing is printed twice or skipped. Returns the
-    client that answered."""
+    endpoint file, FLEET_DAEMON), never starting one; one line on stderr when it goes, one when it
+    answers again. The page is asked from ``cursor``, so nothing is printed twice or skipped.
+    Returns the client that answered."""
     from fleet.client import connect
     from fleet.delivery.engine import Backoff
 
-    backoff: Backoff | None = None
     while True:
         try:
-            page = c.read(wavelet_id, after=cursor, wait=FOLLOW_WAIT, limit=PAGE, history=history)
+            return c, c.read(wavelet_id, after=cursor, wait=FOLLOW_WAIT, limit=PAGE, history=history)
         except errors.DaemonUnreachable as exc:
-            if backoff is None:
-                backoff = Backoff(first=0.2, limit=5.0)
-                render.note(f"daemon gone ({exc.message}); reconnecting… (Ctrl-C stops)")
-            while True:  # the daemon this environment means now (its address may have changed)
-                time.sleep(backoff.delay())
-                try:
-                    c = connect(autostart=False)
-                    break
-                except errors.DaemonUnreachable:
-                    continue  # none answers yet: wait on
-            continue
-        if backoff is not None:
-            render.note(f"reconnected to the daemon at {c.url}; following from where it stopped")
-        return c, page
+            render.note(f"daemon gone ({exc.message}); reconnecting… (Ctrl-C stops)")
+        backoff = Backoff(first=0.2, limit=5.0)
+        while True:  # the daemon this environment means now (its address may have changed)
+            time.sleep(backoff.delay())
+            try:
+                c = connect(autostart=False)
+                c.health()  # answering, not only announced (FLEET_DAEMON is not probed by connect)
+                break
+            except errors.DaemonUnreachable:
+                continue  # none answers yet: wait on
+        render.note(f"reconnected to the daemon at {c.url}; following from where it stopped")
 
 
 def surface(
