@@ -290,6 +290,19 @@ def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
     )
 
 
+def scope_members(
+    client: Client, wave: str, wavelet: str | None, participant: str | None
+) -> tuple[str, list[str]]:
+    """(wave id, the agents a budget of this scope applies to): ``participant``, else the agents on
+    ``wavelet``'s roster, else on any roster of the wave."""
+    w = client.get_wave(wave)
+    if participant:
+        return w.id, [participant]
+    only = client.resolve(wavelet, wave=w.name).id if wavelet else None
+    names = [m.name for wl in w.wavelets if only in (None, wl.id) for m in wl.roster if m.kind == "agent"]
+    return w.id, list(dict.fromkeys(names))
+
+
 def _looks_like_model_id(model: str | None) -> bool:
     """A full model id (``claude-sonnet-4-5-20250929``), not an alias Claude Code resolves itself
     (``sonnet``, ``opus``): only an id can be looked up in the price table before it runs."""

@@ -67,7 +67,7 @@ def set_(
     as_json: JsonOpt = False,
 ) -> None:
     """Set a budget (raising one resumes the deliveries it held, nothing lost). Operator only."""
-    from fleet.budgets import SetBudget, check_limit, check_priced
+    from fleet.budgets import SetBudget, check_limit, check_priced, scope_members
     from fleet.usage import user_prices
 
     if tokens is None and cost is None:
@@ -77,14 +77,9 @@ def set_(
     c = client()
     unknown: list[str] = []
     if cost is not None:  # an unpriced model's cost is unknown: refuse what could never be judged
-        w = c.get_wave(wave)
-        only = c.resolve(wavelet).id if wavelet else None
-        members = [
-            m.name for wl in w.wavelets if only in (None, wl.id) for m in wl.roster if m.kind == "agent"
-        ]
-        paths = get_paths()
+        wave_id, names = scope_members(c, wave, wavelet, participant)
         unknown = check_priced(
-            c, paths, w.id, [participant] if participant else members, where="fleet budget set",
+            c, get_paths(), wave_id, names, where="fleet budget set",
             instead=f"fleet budget set {target}{' ' + participant if participant else ''} --tokens N",
         )  # fmt: skip
     got = c.set_budget(wave, SetBudget(wavelet=wavelet, participant=participant, tokens=tokens, cost=cost))
