@@ -51,7 +51,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def test_state_md_round_trips_and_keeps_the_table_and_its_surroundings(tmp_path: Path) -> None:
     text = (
         "---\ncampaign_id: x-2026-01-01\nplan_source: PLAN.md\nexecutor_agent: caveman\ncurrent_wave: 1\n"
-        "wave_status: failed   # an agent's comment\nfailure_kind: transient\nretry_count: 2\n"
+        "wave_status: failed   # an agent's comment\nfailure_kind: transient\nretry_count: 2\ntotal_waves: 2\n"
         'user_question: "a: b"\nactive_session_id: null\nmy_note: kept\n---\n\nintro line\n\n'
         "| # | Title | Status | Owner | Session | Commit | Notes |\n|---|---|---|---|---|---|---|\n"
         "| 0 | A | complete | ann | s1 | abc123 | ok |\n| 1 | B | failed | bob | s2 |  | flaky |\n\ntrailer\n"
@@ -307,10 +307,49 @@ def test_a_cancelled_wave_stays_cancelled_whatever_an_agent_writes(tmp_path: Pat
 def test_the_cancel_commit_carries_the_cancelled_state(tmp_path: Path) -> None:
     """It was made before STATE.md was written, so it held the state from before the interrupt."""
     c = planned(tmp_path)
+    _s, o = lp.read_state(c)
+    o.active_session_id, o.active_session_kind, o.participant = "s-1", "executor", "executor-w0-s1"
+    lp.save_owned(c, o)
+    (c.root / "half.txt").write_text("the interrupted session's work\n")
     assert fleet(c.root, "campaign", "interrupt").returncode == 0
     assert log(c.root)[-1] == "wave 0 (failed): cancelled by the operator"
     committed = st.parse(git(c.root, "show", f"HEAD:{c.rel(c.state_file)}"))
     assert (committed.wave_status, committed.failure_kind) == ("failed", "cancelled")
+    assert "half.txt" in git(c.root, "show", "--name-only", "--format=", "HEAD")
+
+
+def test_interrupt_with_nothing_running_commits_nothing(tmp_path: Path) -> None:
+    """No session was ended, so no work is left to save: the wave is cancelled (the loop spawns
+    nothing) without a commit; a second interrupt changes nothing and says so (it used to make a
+    "cancelled" commit each time)."""
+    c = planned(tmp_path)
+    before = log(c.root)
+    first = fleet(c.root, "campaign", "interrupt")
+    assert first.returncode == 0 and "wave 0 cancelled" in first.stdout, first.stderr
+    assert log(c.root) == before and c.read().failure_kind == "cancelled"
+    state = c.state_file.read_bytes()
+    second = fleet(c.root, "campaign", "interrupt")
+    assert second.returncode == 0 and "already cancelled" in second.stdout, (second.stdout, second.stderr)
+    assert log(c.root) == before and c.state_file.read_bytes() == state
+
+
+def test_interrupting_the_initial_verifier_is_not_a_wave_0_failure(tmp_path: Path) -> None:
+    """The verifier checks the plan, it does not run wave 0: wave 0 stays pending (row included),
+    the commit is the verifier's, and `clear` runs the initial check again."""
+    c = planned(tmp_path)
+    _s, o = lp.read_state(c)
+    o.active_session_id, o.active_session_kind, o.participant = "s-1", "verifier", "verifier-s1"
+    lp.save_owned(c, o)
+    (c.dir / "plan" / "OVERVIEW.md").write_text("half-patched\n")
+    done = fleet(c.root, "campaign", "interrupt")
+    assert done.returncode == 0 and "the verifier of wave 0 cancelled" in done.stdout, done.stderr
+    s = c.read()
+    assert (s.wave_status, s.failure_kind, s.row(0).get("Status")) == ("pending", "cancelled", "pending")
+    assert log(c.root)[-1] == "wave verify: cancelled by the operator"
+    assert machine.decide(lp.read_state(c)[0]).spawn is None
+    assert fleet(c.root, "campaign", "clear").returncode == 0
+    s, _o = lp.read_state(c)
+    assert (s.wave_status, s.failure_kind) == ("pending", "") and machine.decide(s).spawn == "verifier"
 
 
 def test_a_loop_that_does_not_answer_in_time_is_not_raced_by_an_offline_edit(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fleet import errors
 from fleet.campaign import disk, machine, registry
@@ -75,10 +75,16 @@ class Owned:
     verify_floor: int = 0
     """verify_count never goes below the verifier sessions the loop saw settle."""
     last_error: str = ""
+    launching: dict[str, Any] = field(default_factory=dict)
+    """A session being started (kind, wave, session_count, participant, what the marks replaced),
+    from before the launch until its start is recorded: a loop killed in between finishes it."""
     cancelled: bool = False
     """The operator cancelled the current wave (`interrupt`, `dismiss`): failure_kind stays
     ``cancelled`` whatever an agent writes (a late write of the interrupted session included), until
     `clear`."""
+    cancelled_status: st.WaveStatus | Literal[""] = ""
+    """The wave_status held while cancelled: ``failed`` (an executor's wave, the seed's), or what the
+    wave was when its verifier was interrupted (the verifier does not run the wave)."""
 
 
 def socket_path(c: Campaign) -> Path:
@@ -202,7 +208,7 @@ def overrule(s: st.State, o: Owned) -> st.State:
     s.active_session_kind = o.active_session_kind
     s.verify_count = max(s.verify_count, o.verify_floor)
     if o.cancelled:
-        s.wave_status = "failed"
+        s.wave_status = o.cancelled_status or "failed"
         s.failure_kind = "cancelled"
     return s
 
@@ -214,6 +220,7 @@ def read_state(c: Campaign) -> tuple[st.State, Owned]:
         o = Owned(
             s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count,
             cancelled=s.failure_kind == "cancelled",
+            cancelled_status=s.wave_status if s.failure_kind == "cancelled" else "",
         )  # fmt: skip
     return overrule(s, o), o
 
@@ -264,29 +271,53 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
                 f"wave {s.current_wave} is not cancelled (failure_kind {s.failure_kind or 'empty'}):"
                 " nothing to clear"
             )
+        held = o.cancelled_status or "failed"
         o.cancelled = False
+        o.cancelled_status = ""
         s.failure_kind = ""
-        s.wave_status = "pending"
-        s.row(s.current_wave).set("Status", "pending")
+        s.wave_status = "pending" if held == "failed" else held
+        if s.row(s.current_wave).get("Status") == "cancelled":
+            s.row(s.current_wave).set("Status", "pending")
         return f"wave {s.current_wave} cleared: pending (resume or run the loop to try it again)"
     if op == "interrupt":
+        starting = o.launching.get("participant", "") if o.launching else ""
+        was = o.participant or o.active_session_id or starting
+        if not was and o.cancelled:
+            return (
+                f"wave {s.current_wave} is already cancelled and nothing runs: nothing to interrupt"
+                " (`fleet campaign clear` to try it again)"
+            )
+        kind = o.active_session_kind or (o.launching.get("kind", "") if o.launching else "")
         if kill and o.active_session_id:
             kill(o)
-        was = o.participant or o.active_session_id
-        o_wavelet = o.wavelet
+        o_wavelet = o.wavelet or (f"{s.campaign_id}/{starting}" if starting else "")
         _clear_active(o)
-        s.wave_status = "failed"
+        # a verifier checks the plan, it does not run the wave: its wave keeps its status (the
+        # initial check's wave 0 did not fail); an executor's wave is the seed's failed/cancelled
+        hold: st.WaveStatus = s.wave_status if kind == "verifier" else "failed"
+        s.wave_status = hold
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
         o.cancelled = True
-        s.row(s.current_wave).set("Status", "cancelled")
+        o.cancelled_status = hold
+        if kind != "verifier":
+            s.row(s.current_wave).set("Status", "cancelled")
         save_owned(c, o)  # before the commit: the cancellation is in it, and holds if we die here
         c.write(overrule(s, o))
-        sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
-        if sha:
-            s.row(s.current_wave).set("Commit", sha)
-        return f"wave {s.current_wave} cancelled" + _ended(was, o_wavelet, kill)
+        if was:  # a session was ended mid-turn: its work is committed; with none there is nothing to
+            message = (
+                "wave verify: cancelled by the operator"
+                if kind == "verifier"
+                else f"wave {s.current_wave} (failed): cancelled by the operator"
+            )
+            sha = disk.commit_all(c.root, message)
+            if sha and kind != "verifier":
+                s.row(s.current_wave).set("Commit", sha)
+        what = f"the verifier of wave {s.current_wave} cancelled" if kind == "verifier" else (
+            f"wave {s.current_wave} cancelled"
+        )
+        return what + _ended(was, o_wavelet, kill)
     if op == "dismiss":
         if s.wave_status != "awaiting_user":
             raise errors.UsageError(
@@ -301,6 +332,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         s.user_question = ""
         o.loop_state = "idle"
         o.cancelled = True
+        o.cancelled_status = "failed"
         s.row(s.current_wave).set("Status", "cancelled")
         return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped" + _ended(
             was, o_wavelet, kill
@@ -323,6 +355,7 @@ def _clear_active(o: Owned) -> None:
     o.active_session_kind = ""
     o.participant = o.wavelet = o.pane_id = o.head_at_spawn = ""
     o.spawned_on = {}
+    o.launching = {}
 
 
 # ---------------------------------------------------------------- the loop process
@@ -331,15 +364,25 @@ def _clear_active(o: Owned) -> None:
 class Loop:
     """One campaign's loop (see the module docstring). ``launcher`` spawns sessions."""
 
-    def __init__(self, c: Campaign, launcher: Launcher, *, layout: str = "") -> None:
+    def __init__(
+        self, c: Campaign, launcher: Launcher, *, layout: str = "", say: Callable[[str], None] | None = None
+    ) -> None:
         self.c = c
         self.launcher = launcher
+        self._say = say
         self.lock = LoopLock(c)
         self.layout = layout
         self.sock: socket.socket | None = None
         self.pidfd = -1
         self.pidfd_of = ""
         self.quit = False
+
+    def say(self, line: str) -> None:
+        """One line of progress (a spawn, a settle, a commit, the end) for whoever runs the loop in
+        the foreground; nothing when no one asked."""
+        log.info("campaign %s: %s", self.c.id, line)
+        if self._say is not None:
+            self._say(line)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -349,7 +392,7 @@ class Loop:
             s, o = read_state(self.c)
             if arm:
                 dirty = disk.dirty(self.c.root)
-                if dirty and not o.active_session_id:
+                if dirty and not o.active_session_id and not o.launching:
                     raise errors.UsageError(dirty_message(self.c, dirty))
             if self.layout:
                 o.layout = self.layout
@@ -645,8 +688,12 @@ class Loop:
     # ------------------------------------------------------------ deciding and spawning
 
     def step(self, *, force: bool = False) -> None:
-        """Spawn per the state if armed (or ``force``: `next`)."""
+        """Spawn per the state if armed (or ``force``: `next`). A start the loop was killed in the
+        middle of is finished first, armed or not (its session may be running)."""
         s, o = read_state(self.c)
+        if o.launching and not o.active_session_id:
+            self._resume_start(s, o)
+            return
         if o.loop_state != "armed" and not force:
             return
         machine.normalize(s)
@@ -658,40 +705,82 @@ class Loop:
         if d.spawn is None:
             self._commit_state(s, o)
             return
-        s.session_count += 1
         wave = s.current_wave
+        was = {"wave_status": s.wave_status, "row": s.row(wave).get("Status")}
+        s.session_count += 1
         if d.spawn == "executor":
             s.wave_status = "running"
             s.row(wave).set("Status", "running")
         o.head_at_spawn = disk.head(self.c.root)
+        # the marks and the intent on disk before anything starts: a loop killed from here on finds
+        # them and finishes this start (the same session count, so the same participant and wavelet)
+        o.launching = {"kind": d.spawn, "wave": wave, "session_count": s.session_count,
+                       "participant": participant_name(d.spawn, s), "was": was}  # fmt: skip
+        self._commit_state(s, o)
+        die_at("marked")
+        self._start(s, o)
+
+    def _resume_start(self, s: st.State, o: Owned) -> None:
+        """Finish the start recorded in ``o.launching`` (the loop died in it): the launcher adopts
+        the session if its pane runs, else starts it, so nothing is run twice."""
+        todo = o.launching
+        s.session_count = max(s.session_count, int(todo["session_count"]))
+        if todo["kind"] == "executor":
+            s.wave_status = "running"
+            s.row(int(todo["wave"])).set("Status", "running")
+        log.info("campaign %s: finishing the start of %s", self.c.id, todo.get("participant"))
+        self._start(s, o)
+
+    def _start(self, s: st.State, o: Owned) -> None:
+        todo = o.launching
+        kind: machine.Spawn = todo["kind"]
+        wave = int(todo["wave"])
         try:
-            started = self.launcher.launch(self.c, s, d.spawn, o.layout)
+            started = self.launcher.launch(self.c, s, kind, o.layout)
         except errors.FleetError as exc:
             s.session_count -= 1
-            if d.spawn == "executor":
-                s.wave_status = "pending" if s.retry_count == 0 and s.failure_kind == "" else "failed"
+            was = todo.get("was") or {}
+            if kind == "executor":
+                s.wave_status = was.get("wave_status", "pending")
+                s.row(wave).set("Status", was.get("row", "pending"))
+            o.launching = {}
             o.loop_state = "paused"
-            o.last_error = f"{SPAWN_FAILED}{d.spawn} failed: {exc.message}"
+            o.last_error = f"{SPAWN_FAILED}{kind} failed: {exc.message}"
             self._commit_state(s, o)
             log.error("%s", o.last_error)
+            self.say(f"spawning {todo.get('participant')} failed: {exc.message}; the loop is paused")
             self._tell_operator(
                 f"{o.last_error}. The loop is paused and spawns nothing: fix that, then"
                 f" `{self._cli('resume')}` (`{self._cli('status')}` shows the error)"
             )
             return
         o.active_session_id = started.session_id
-        o.active_session_kind = d.spawn
+        o.active_session_kind = kind
         o.participant = started.participant
         o.wavelet = started.wavelet
         o.pane_id = started.pane_id
         o.last_error = ""
+        o.launching = {}
         o.spawned_on = snapshot(overrule(s, o))
         s.row(wave).set("Session", started.participant)
-        self._commit_state(s, o)
+        # STATE.md first: killed before owned.json says so, the start is still `launching` and the
+        # next loop adopts the session again, writing the same
+        self.c.write(overrule(s, o))
+        die_at("recorded")
+        save_owned(self.c, o)
+        how = " (adopted: it had started before the loop was killed)" if started.adopted else ""
+        self.say(f"spawned {started.participant} for wave {wave}{how}")
 
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
         self.c.write(overrule(s, o))
+
+
+def die_at(point: str) -> None:
+    """A crash-consistency seam: ``FLEET_CAMPAIGN_DIE_AT=<point>`` kills this process with SIGKILL at
+    that point of starting a session (tests/test_campaign_recovery.py kills the loop at each)."""
+    if os.environ.get("FLEET_CAMPAIGN_DIE_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _terminate(*_: object) -> None:
@@ -718,6 +807,15 @@ class Started:
     participant: str
     wavelet: str
     pane_id: str
+    adopted: bool = False
+    """The session was already running (started by a loop killed before it recorded the start)."""
+
+
+def participant_name(kind: str, s: st.State) -> str:
+    """The participant a ``kind`` session spawned on ``s`` is (``s.session_count`` already counts it)."""
+    if kind == "executor":
+        return f"executor-w{s.current_wave}-s{s.session_count}"
+    return f"{kind}-s{s.session_count}"
 
 
 class Launcher:
@@ -743,20 +841,22 @@ class Launcher:
         from fleet.spawn import Spawner
 
         wave = self._wave(c)
-        name = (
-            f"executor-w{s.current_wave}-s{s.session_count}"
-            if kind == "executor"
-            else f"{kind}-s{s.session_count}"
-        )
-        try:  # a launch that failed before left its wavelet and kickoff (the same session count)
+        name = participant_name(kind, s)
+        try:  # a launch that failed (or a loop killed in it) left its wavelet (the same session count)
             wl = self.client.resolve(f"{wave.name}/{name}")
         except errors.NotFound:
             main = self.client.resolve(f"{wave.name}/main")
             wl = self.client.fork(main.id, name, with_=[name])
-            # before the session starts: its first turn carries it. Posted after, the fork's
-            # system blip could reach the session alone and be a turn of its own, which the loop
-            # (or the planner's wait) would take for the session's whole work (a crash, a retry)
+            die_at("forked")
+        # before the session starts: its first turn carries it. Posted after, the fork's system
+        # blip could reach the session alone and be a turn of its own, which the loop (or the
+        # planner's wait) would take for the session's whole work (a crash, a retry). Posted once:
+        # a start finished again finds it there
+        if not any(b.kind == "message" and b.author == OPERATOR for b in self.client.read(wl.id).blips):
             self.client.post(wl.id, kickoff or kickoff_text(c, s, name))
+        adopted = self._running(wave.id, name, wl.path)
+        if adopted is not None:
+            return adopted
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
@@ -773,12 +873,31 @@ class Launcher:
             self.client, self.tmux, self.paths, transport="auto", ready_timeout=self.ready_timeout,
             hook_settings=self._hook_settings(c, planner=kind == "planner"),
         )  # fmt: skip
+        die_at("kicked")
         report = spawner.spawn(wl.path, layout)
+        die_at("spawned")
         pane = report.panes[0]
         if not pane.ready:
             self.tmux.kill_window(report.window_id)
             raise errors.FleetError(f"{name} did not start: {pane.why}")
         return Started(pane.session_id, name, wl.path, pane.pane_id)
+
+    def _running(self, wave_id: str, name: str, wavelet: str) -> Started | None:
+        """``name``'s session if its pane already runs it (a loop killed after the pane started);
+        a pane tagged ``name`` that runs something else (the placeholder it had before its agent)
+        is taken away, so the spawner starts the session afresh."""
+        live = [p for p in self.tmux.fleet_panes(wave_id) if p.participant == name and p.alive]
+        if not live:
+            return None
+        records = self.client.sessions(wave_id, name)
+        for p in live:
+            for r in records:
+                if r.session_id and r.session_id in p.start_command:
+                    return Started(r.session_id, name, wavelet, p.pane_id, adopted=True)
+        for p in live:
+            with contextlib.suppress(errors.FleetError):
+                self.tmux.kill_pane(p.pane_id)
+        return None
 
     def _hook_settings(self, c: Campaign, *, planner: bool = False) -> Any:
         from fleet.watch import hook_settings

@@ -43,6 +43,7 @@ def status(c: Campaign) -> dict[str, Any]:
             "error": o.last_error,
             "wavelet": o.wavelet,
             "participant": o.participant,
+            "starting": o.launching.get("participant", "") if o.launching else "",
         },
         "attention": attention,
         "rows": rows,
@@ -73,7 +74,16 @@ def lines(view: dict[str, Any], *, colour: bool = False) -> list[str]:
         strip.append(
             f"active {view['loop']['participant'] or s['active_session_id']} [{s['active_session_kind']}]"
         )
+    starting = view["loop"].get("starting", "")
+    if starting and not s["active_session_id"]:
+        strip.append(f"starting {starting}")
     out.append(" · ".join(strip))
+    if not view["loop"]["running"] and (starting or s["active_session_id"]):
+        what = f"while starting {starting}" if starting else "with a session active"
+        out.append(
+            f"the loop stopped {what}: `fleet campaign run` carries on"
+            + (" (it takes over the session if it started, else starts it)" if starting else "")
+        )
     if view["loop"]["error"]:
         out.append(paint(f"loop error: {view['loop']['error']}", "red"))
     att = view["attention"]

@@ -230,7 +230,7 @@ def _preflight(c: Campaign) -> None:
     probe.acquire()
     probe.release()
     dirty = disk.dirty(c.root)
-    if dirty and not o.active_session_id:
+    if dirty and not o.active_session_id and not o.launching:
         raise errors.UsageError(lp.dirty_message(c, dirty))
 
 
