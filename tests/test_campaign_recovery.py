@@ -69,7 +69,9 @@ class World:
         self.logs.append(out)
         argv = [sys.executable, "-m", "fleet", "campaign", "run", "--repo", str(self.c.root),
                 "--layout", str(self.layout)]  # fmt: skip
-        return subprocess.Popen(argv, env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            argv, env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
 
     def live(self) -> list[str]:
         wave = self.operator.get_wave(self.c.id)
@@ -100,14 +102,18 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, daemon: Daemon, operator: Client, tmux_server: libtmux.Server, fleet_env: Paths) -> Any:
+def world(
+    tmp_path: Path, daemon: Daemon, operator: Client, tmux_server: libtmux.Server, fleet_env: Paths
+) -> Any:
     w = World(tmp_path, daemon, operator, tmux_server, fleet_env)
     yield w
     w.close()
 
 
 @pytest.mark.parametrize("point", ["marked", "forked", "kicked", "spawned", "recorded"])
-def test_a_loop_killed_while_starting_a_session_carries_on_and_runs_nothing_twice(world: World, point: str) -> None:
+def test_a_loop_killed_while_starting_a_session_carries_on_and_runs_nothing_twice(
+    world: World, point: str
+) -> None:
     """kill -9 at each step of starting wave 0's executor (its marks on disk, its wavelet forked, its
     kickoff posted, its pane started, the start recorded): the loop started again ends up with that
     one session active (adopted if it runs, started if it never did), one kickoff, one process, no
@@ -151,3 +157,43 @@ def test_a_loop_killed_while_starting_a_session_carries_on_and_runs_nothing_twic
     finally:
         again.terminate()
         again.wait(10)
+
+
+def test_the_foreground_loop_prints_each_spawn_settle_commit_and_the_end(world: World) -> None:
+    """`fleet campaign run` used to print one line and then nothing for the whole campaign."""
+    c = world.c
+    s = c.read()
+    s.current_wave = 2
+    for n in (0, 1):
+        s.row(n).set("Status", "complete")
+    c.write(s)
+    git(c.root, "commit", "-qam", "waves 0-1 done by hand")
+    loop = world.loop()
+    out = world.tmp / "loop0.log"
+    try:
+        o = retry_until(lambda: (x := lp.load_owned(c)) is not None and x.active_session_id and x, timeout=60,
+                        what="wave 2's executor")  # fmt: skip
+        assert o
+        retry_until(lambda: "spawned executor-w2-s1 for wave 2" in out.read_text(), what="the spawn line")
+        world.settle_complete(o.active_session_id or "", 2, "Finish")
+        retry_until(lambda: "all 3 waves done" in out.read_text(), timeout=30, what="the end line")
+        assert disk.dirty(c.root, ignore=()) == []  # the last bookkeeping is committed too
+        done = fleet(c.root, world.env, "campaign", "stop")
+        assert done.returncode == 0, done.stderr
+        assert loop.wait(30) == 0
+    finally:
+        if loop.poll() is None:
+            loop.terminate()
+            loop.wait(10)
+    lines = [ln for ln in out.read_text().splitlines() if not ln.startswith("fleet: ")]
+    sha = git(c.root, "rev-parse", "--short", "HEAD~1").strip()
+    last = git(c.root, "rev-parse", "--short", "HEAD").strip()
+    assert lines == [
+        "spawned executor-w2-s1 for wave 2",
+        f"{sha} committed by the session: wave 2: Finish",
+        "settled executor-w2-s1: complete (wave 2; now wave 3 all_complete)",
+        f"committed {last} campaign {c.id}: all waves complete",
+        f"campaign {c.id} complete: all 3 waves done",
+        "stopped",
+        f"loop of campaign {c.id} ended",
+    ], lines

@@ -245,7 +245,13 @@ def offline(c: Campaign, op: str) -> str:
     lock = LoopLock(c)
     lock.acquire()  # no loop may start meanwhile
     try:
-        s, o = read_state(c)
+        got = read_or_owned(c, op)
+        if isinstance(got, st.StateError):
+            o = load_owned(c) or Owned()
+            msg = transition(c, None, o, op, kill=None)
+            save_owned(c, o)
+            return msg + unreadable_note(got)
+        s, o = got
         msg = transition(c, s, o, op, kill=None)
         c.write(overrule(s, o))
         save_owned(c, o)
@@ -254,8 +260,33 @@ def offline(c: Campaign, op: str) -> str:
         lock.release()
 
 
-def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owned], None] | None) -> str:
-    """The control commands' effect on the state (spawning is the loop's, after this)."""
+NEEDS_NO_STATE = ("pause", "resume", "stop", "interrupt")
+"""Control commands that act on the loop's own record alone when STATE.md cannot be read, so the
+operator keeps control of a loop whose file an agent (or a hand) broke."""
+
+
+def read_or_owned(c: Campaign, op: str) -> tuple[st.State, Owned] | st.StateError:
+    """The state for ``op``, or the reason STATE.md cannot be read if ``op`` can do without it."""
+    try:
+        return read_state(c)
+    except st.StateError as exc:
+        if op not in NEEDS_NO_STATE:
+            raise
+        return exc
+
+
+def unreadable_note(exc: st.StateError) -> str:
+    return (
+        f" (STATE.md was not read: {exc.message}; nothing is spawned and nothing committed until it parses)"
+    )
+
+
+def transition(
+    c: Campaign, s: st.State | None, o: Owned, op: str, kill: Callable[[Owned], None] | None
+) -> str:
+    """The control commands' effect on the state (spawning is the loop's, after this). ``s`` is None
+    when STATE.md cannot be read: only :data:`NEEDS_NO_STATE` commands come here then, and they
+    change only what the loop owns."""
     if op == "pause":
         o.loop_state = "paused"
         return "paused: no new session is spawned; the active one carries on"
@@ -265,6 +296,24 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
     if op == "stop":
         o.loop_state = "idle"
         return "stopped"
+    if s is None:
+        if op != "interrupt":
+            raise errors.UsageError(f"`{op}` needs STATE.md")
+        was = (
+            o.participant
+            or o.active_session_id
+            or (o.launching.get("participant", "") if o.launching else "")
+        )
+        kind = o.active_session_kind or (o.launching.get("kind", "") if o.launching else "")
+        if kill and o.active_session_id:
+            kill(o)
+        o_wavelet = o.wavelet
+        _clear_active(o)
+        o.loop_state = "idle"
+        o.cancelled = True
+        # a verifier's wave keeps whatever status the file will hold; an executor's is failed
+        o.cancelled_status = "" if kind == "verifier" else "failed"
+        return "wave cancelled" + _ended(was, o_wavelet, kill)
     if op == "clear":
         if s.failure_kind != "cancelled":
             raise errors.UsageError(
@@ -314,8 +363,10 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
             sha = disk.commit_all(c.root, message)
             if sha and kind != "verifier":
                 s.row(s.current_wave).set("Commit", sha)
-        what = f"the verifier of wave {s.current_wave} cancelled" if kind == "verifier" else (
-            f"wave {s.current_wave} cancelled"
+        what = (
+            f"the verifier of wave {s.current_wave} cancelled"
+            if kind == "verifier"
+            else (f"wave {s.current_wave} cancelled")
         )
         return what + _ended(was, o_wavelet, kill)
     if op == "dismiss":
@@ -521,7 +572,8 @@ class Loop:
             return {"ok": True, "pid": os.getpid()}
         answer = self._command(op)
         o = load_owned(self.c)
-        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED):
+        unread = "STATE.md was not read" in str(answer.get("message", ""))
+        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED) and not unread:
             o.last_error = ""  # the trouble is over: this command read and wrote STATE.md
             save_owned(self.c, o)
         return answer
@@ -539,9 +591,18 @@ class Loop:
                 raise errors.Conflict(f"nothing to spawn: {d.why}")
             self.step(force=True)
             return {"ok": True, "message": f"spawned the {d.spawn or 'escalation'} ({d.why})"}
-        s, o = read_state(self.c)
+        got = read_or_owned(self.c, op)
+        if isinstance(got, st.StateError):  # the operator keeps control of a loop whose file broke
+            o = load_owned(self.c) or Owned()
+            msg = transition(self.c, None, o, op, kill=self.launcher.kill)
+            save_owned(self.c, o)
+            self.quit = op == "stop"
+            self.say(msg)
+            return {"ok": True, "message": msg + unreadable_note(got)}
+        s, o = got
         msg = transition(self.c, s, o, op, kill=self.launcher.kill)
         self._commit_state(s, o)
+        self.say(msg)
         if op == "stop":
             self.quit = True
         else:
@@ -621,11 +682,15 @@ class Loop:
         row.set("Session", o.participant)
         if result == "crashed":
             machine.apply_crash(s)
-            self._append_crash_notes(wave, o, pane_exited)
             row.set("Status", "crashed")
             self.c.write(overrule(s, o))
-            sha = disk.commit_all(self.c.root, f"wave {wave} (crashed): session ended without state update")
-            row.set("Commit", sha or disk.short(self.c.root, "HEAD"))
+            message = f"wave {wave} (crashed): session ended without state update"
+            sha = disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
+            self.say(f"committed {sha} {message}")
+            # after the commit, so it names it: the note lands with the next outcome's commit, like
+            # the loop's other bookkeeping (a commit cannot hold its own sha)
+            self._append_crash_notes(wave, o, pane_exited, sha)
+            row.set("Commit", sha)
         elif result == "verifier_crashed":
             machine.apply_verifier_crash(s, before)
             o.verify_floor = max(o.verify_floor, s.verify_count)
@@ -655,8 +720,19 @@ class Loop:
                     row.set("Notes", f"{reason} (said {phrase[:40]!r}, STATE.md says {s.wave_status})")
         machine.normalize(s)
         self.launcher.end(o)
+        who = o.participant
         _clear_active(o)
         self._commit_state(s, o)
+        self.say(
+            f"settled {who}: {result.replace('_', ' ')} (wave {wave};"
+            f" now wave {s.current_wave} {s.wave_status})"
+        )
+        if s.wave_status == "all_complete":
+            # there is no next outcome for the loop's last bookkeeping to land with
+            sha = disk.commit_paths(self.c.root, [self.c.dir], f"campaign {self.c.id}: all waves complete")
+            if sha:
+                self.say(f"committed {sha} campaign {self.c.id}: all waves complete")
+            self.say(f"campaign {self.c.id} complete: all {s.total_waves} waves done")
 
     def _ensure_commit(self, s: st.State, o: Owned, message: str) -> str:
         """The agent's commit if it made one and left the tree clean, else the loop's."""
@@ -664,17 +740,22 @@ class Loop:
         others = disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),))
         moved = disk.head(self.c.root) != o.head_at_spawn
         if moved and not others:
-            return disk.short(self.c.root, "HEAD")
-        return disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
+            sha = disk.short(self.c.root, "HEAD")
+            self.say(f"{sha} committed by the session: {disk.subject(self.c.root)}")
+            return sha
+        made = disk.commit_all(self.c.root, message)
+        if made:
+            self.say(f"committed {made} {message}")
+        return made or disk.short(self.c.root, "HEAD")
 
-    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool) -> None:
+    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool, sha: str) -> None:
         notes = self.c.notes(wave)
         text = notes.read_text(encoding="utf-8") if notes.exists() else ""
         k = text.count("\n## Attempt ") + text.startswith("## Attempt ") + 1
         how = "its pane's process exited" if pane_exited else "its turn ended"
         section = (
             f"## Attempt {k} — crashed\n**Session:** {o.active_session_id} ({o.participant})\n"
-            "**Commit:** (this attempt's crash commit)\n"
+            f"**Commit:** {sha}\n"
             f"**Date:** {disk.today()}\n**Decision on entry:** unknown\n\n"
             f"### What happened\nThe session ended without updating STATE.md ({how}); the loop"
             " committed the work tree as it was.\n\n### Recommendation\nRetry; read the session's"
