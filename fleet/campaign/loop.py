@@ -331,6 +331,8 @@ def transition(
     if op == "interrupt":
         starting = o.launching.get("participant", "") if o.launching else ""
         was = o.participant or o.active_session_id or starting
+        if not was and s.wave_status == "all_complete":
+            return f"campaign {s.campaign_id} is complete and nothing runs: nothing to interrupt"
         if not was and o.cancelled:
             return (
                 f"wave {s.current_wave} is already cancelled and nothing runs: nothing to interrupt"

@@ -140,7 +140,11 @@ def _scalar(raw: str, key: str, line: int) -> str | int | None:
 
 def parse(text: str) -> State:
     """A STATE.md's state; :class:`StateError` naming the line of the first problem."""
-    lines = text.splitlines()
+    # lines as an editor counts them: "\n" alone ends one (str.splitlines also splits on form feeds,
+    # \x1c-\x1e, \x85, U+2028…, which would name the wrong line)
+    lines = [ln.removesuffix("\r") for ln in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
     if not lines or lines[0].strip() != "---":
         raise StateError("STATE.md line 1: expected `---` opening the cursor block")
     try:
@@ -213,8 +217,9 @@ def decode(data: bytes) -> str:
 IN_FAILURE: dict[str, set[str]] = {
     # failure_kind → the wave_status values it can go with (awaiting_user keeps whatever failed)
     "": {"pending", "running", "complete", "all_complete", "awaiting_user", "failed"},
-    "transient": {"failed", "awaiting_user"},
-    "crash": {"failed", "awaiting_user"},
+    # a retry runs with the failure it retries
+    "transient": {"failed", "awaiting_user", "running"},
+    "crash": {"failed", "awaiting_user", "running"},
     "undoable": {"plan_undoable", "awaiting_user"},
     # the seed's failed; pending or plan_undoable where the interrupted session was the verifier
     "cancelled": {"failed", "pending", "plan_undoable", "awaiting_user"},
