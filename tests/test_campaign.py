@@ -707,3 +707,24 @@ def test_the_crash_note_names_the_crash_commit(tmp_path: Path) -> None:
         c.rel(c.notes(0)),
     ]
     assert c.read().row(0).get("Commit") == sha
+
+
+def test_the_loops_commit_leaves_out_what_was_changed_before_the_session_started(tmp_path: Path) -> None:
+    """The loop's commits used to stage `git add -A`: the user's uncommitted edits landed in a wave's
+    crash commit. Paths already changed when the session started, and unchanged since, stay out."""
+    c, loop, stub = _armed(tmp_path)
+    try:
+        (c.root / "mine.txt").write_text("the user's draft\n")  # between waves: not the session's
+        (c.root / "PLAN.md").write_text("the user's edit of the plan\n")
+        loop.step()
+        shown = fleet(c.root, "campaign", "status").stdout
+        assert "left out of this session's commit (changed before it started): PLAN.md, mine.txt" in shown
+        (c.root / "work.txt").write_text("the session's work\n")
+        loop.settle(f"sid-{stub.launched[-1]}", pane_exited=True)
+    finally:
+        loop.close()
+    committed = git(c.root, "show", "--name-only", "--format=", "HEAD").split()
+    assert log(c.root)[-1] == "wave 0 (crashed): session ended without state update"
+    assert "work.txt" in committed and "mine.txt" not in committed and "PLAN.md" not in committed
+    assert set(disk.dirty(c.root)) == {"mine.txt", "PLAN.md"}
+    assert (c.root / "mine.txt").read_text() == "the user's draft\n"

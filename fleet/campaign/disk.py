@@ -69,9 +69,21 @@ def head(root: Path) -> str:
     return git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
 
 
-def commit_all(root: Path, message: str) -> str:
-    """Stage everything (``.gitignore`` respected) and commit; the new short sha ('' if nothing)."""
+def fingerprint(root: Path, paths: list[str]) -> dict[str, str]:
+    """Each path's content as git hashes it ('' for one that does not exist)."""
+    present = [p for p in paths if (root / p).is_file()]
+    hashes = git(root, "hash-object", "--", *present).split() if present else []
+    out = dict.fromkeys(paths, "")
+    out.update(zip(present, hashes, strict=True))
+    return out
+
+
+def commit_all(root: Path, message: str, *, leave: list[str] | None = None) -> str:
+    """Stage everything (``.gitignore`` respected) but ``leave`` and commit; the new short sha ('' if
+    nothing). What ``leave`` names is left as it is in the work tree, uncommitted."""
     git(root, "add", "-A")
+    if leave:
+        git(root, "reset", "-q", "--", *leave)
     if not git(root, "diff", "--cached", "--name-only").strip():
         return ""
     git(root, "commit", "-q", "--no-verify", "-m", message)

@@ -75,6 +75,9 @@ class Owned:
     verify_floor: int = 0
     """verify_count never goes below the verifier sessions the loop saw settle."""
     last_error: str = ""
+    preexisting: dict[str, str] = field(default_factory=dict)
+    """Paths outside ``.wave/`` already changed when the active session started, with their content
+    then: the user's, left out of the loop's commits for the session while they stay so."""
     launching: dict[str, Any] = field(default_factory=dict)
     """A session being started (kind, wave, session_count, participant, what the marks replaced),
     from before the launch until its start is recorded: a loop killed in between finishes it."""
@@ -158,6 +161,20 @@ def running(c: Campaign) -> bool:
         return bool(send(c, {"op": "ping"}, timeout=2.0).get("ok"))
     except (OSError, ValueError):
         return False
+
+
+def users_paths(c: Campaign, o: Owned) -> list[str]:
+    """What the loop leaves out of a session's commit: the paths that were changed before the
+    session started and are unchanged since (a path changed while it ran cannot be told from its
+    own work: that is committed with it, docs/campaigns.md says so)."""
+    if not o.preexisting:
+        return []
+    now = disk.fingerprint(c.root, list(o.preexisting))
+    return sorted(p for p, h in o.preexisting.items() if now.get(p) == h)
+
+
+def commit_session(c: Campaign, o: Owned, message: str) -> str:
+    return disk.commit_all(c.root, message, leave=users_paths(c, o))
 
 
 def dirty_message(c: Campaign, dirty: list[str]) -> str:
@@ -342,6 +359,7 @@ def transition(
         if kill and o.active_session_id:
             kill(o)
         o_wavelet = o.wavelet or (f"{s.campaign_id}/{starting}" if starting else "")
+        users = Owned(preexisting=dict(o.preexisting))
         _clear_active(o)
         # a verifier checks the plan, it does not run the wave: its wave keeps its status (the
         # initial check's wave 0 did not fail); an executor's wave is the seed's failed/cancelled
@@ -362,7 +380,7 @@ def transition(
                 if kind == "verifier"
                 else f"wave {s.current_wave} (failed): cancelled by the operator"
             )
-            sha = disk.commit_all(c.root, message)
+            sha = commit_session(c, users, message)
             if sha and kind != "verifier":
                 s.row(s.current_wave).set("Commit", sha)
         what = (
@@ -409,6 +427,7 @@ def _clear_active(o: Owned) -> None:
     o.participant = o.wavelet = o.pane_id = o.head_at_spawn = ""
     o.spawned_on = {}
     o.launching = {}
+    o.preexisting = {}
 
 
 # ---------------------------------------------------------------- the loop process
@@ -687,7 +706,7 @@ class Loop:
             row.set("Status", "crashed")
             self.c.write(overrule(s, o))
             message = f"wave {wave} (crashed): session ended without state update"
-            sha = disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
+            sha = commit_session(self.c, o, message) or disk.short(self.c.root, "HEAD")
             self.say(f"committed {sha} {message}")
             # after the commit, so it names it: the note lands with the next outcome's commit, like
             # the loop's other bookkeeping (a commit cannot hold its own sha)
@@ -739,13 +758,16 @@ class Loop:
     def _ensure_commit(self, s: st.State, o: Owned, message: str) -> str:
         """The agent's commit if it made one and left the tree clean, else the loop's."""
         self.c.write(overrule(s, o))
-        others = disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),))
+        users = set(users_paths(self.c, o))
+        others = [
+            p for p in disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),)) if p not in users
+        ]
         moved = disk.head(self.c.root) != o.head_at_spawn
         if moved and not others:
             sha = disk.short(self.c.root, "HEAD")
             self.say(f"{sha} committed by the session: {disk.subject(self.c.root)}")
             return sha
-        made = disk.commit_all(self.c.root, message)
+        made = commit_session(self.c, o, message)
         if made:
             self.say(f"committed {made} {message}")
         return made or disk.short(self.c.root, "HEAD")
@@ -795,6 +817,7 @@ class Loop:
             s.wave_status = "running"
             s.row(wave).set("Status", "running")
         o.head_at_spawn = disk.head(self.c.root)
+        o.preexisting = disk.fingerprint(self.c.root, disk.dirty(self.c.root))
         # the marks and the intent on disk before anything starts: a loop killed from here on finds
         # them and finishes this start (the same session count, so the same participant and wavelet)
         o.launching = {"kind": d.spawn, "wave": wave, "session_count": s.session_count,
