@@ -154,14 +154,24 @@ def status(
         for ln in view.lines(view.status(c), colour=colour):
             render.out(ln)
         return
-    seen = -1.0
+    seen: float | None = -1.0
     while True:  # a viewer for a person; the loop itself never polls
-        mtime = c.state_file.stat().st_mtime
+        try:
+            mtime: float | None = c.state_file.stat().st_mtime
+        except FileNotFoundError:
+            mtime = None
         if mtime != seen:
             seen = mtime
+            try:
+                shown = view.lines(view.status(c), colour=colour)
+            except errors.FleetError as exc:  # an agent or a hand broke the file: say so, keep watching
+                shown = [
+                    f"campaign {c.id}: {exc.message}",
+                    "(still watching: the dashboard comes back once it is fixed)",
+                ]
             if colour:
                 typer.echo("\x1b[H\x1b[2J", nl=False)
-            for ln in view.lines(view.status(c), colour=colour):
+            for ln in shown:
                 render.out(ln)
         time.sleep(0.5)
 
@@ -210,13 +220,14 @@ def run(
     from fleet.tmux import server as tmux_server
 
     launcher = lp.Launcher(client(), Tmux(tmux_server(socket)), get_paths(), ready_timeout=wait)
-    loop = lp.Loop(c, launcher, layout=layout)
+    loop = lp.Loop(c, launcher, layout=layout, say=render.out)
     loop.start(arm=True)
     render.note(f"loop armed for campaign {c.id} (pid {os.getpid()}); `fleet campaign stop` ends it")
     try:
         loop.run()
     finally:
         loop.close()
+        render.out(f"loop of campaign {c.id} ended")
 
 
 def _preflight(c: Campaign) -> None:
@@ -230,7 +241,7 @@ def _preflight(c: Campaign) -> None:
     probe.acquire()
     probe.release()
     dirty = disk.dirty(c.root)
-    if dirty and not o.active_session_id:
+    if dirty and not o.active_session_id and not o.launching:
         raise errors.UsageError(lp.dirty_message(c, dirty))
 
 
@@ -274,8 +285,7 @@ def _detach(c: Campaign, layout: str, socket: str | None, wait: float) -> None:
 def _control(op: str, campaign: str | None, repo: Path | None) -> None:
     from fleet.campaign import loop as lp
 
-    c = _campaign(repo, campaign)
-    c.read()
+    c = _campaign(repo, campaign)  # STATE.md is not read here: a broken one must not lock the operator out
     try:
         answer = lp.send(c, {"op": op}, timeout=lp.CONTROL_TIMEOUT)
     except TimeoutError:
