@@ -728,3 +728,39 @@ def test_the_loops_commit_leaves_out_what_was_changed_before_the_session_started
     assert "work.txt" in committed and "mine.txt" not in committed and "PLAN.md" not in committed
     assert set(disk.dirty(c.root)) == {"mine.txt", "PLAN.md"}
     assert (c.root / "mine.txt").read_text() == "the user's draft\n"
+
+
+class Quick(Stub):
+    """A session quick off the mark: it writes STATE.md while the loop's launch is still running
+    (a real one may, a few seconds after its channel connects, before the launch returns)."""
+
+    def launch(
+        self, c: disk.Campaign, s: st.State, kind: str, layout_ref: str, *, kickoff: str = ""
+    ) -> lp.Started:
+        started = super().launch(c, s, kind, layout_ref, kickoff=kickoff)
+        mine = c.read()
+        mine.row(mine.current_wave).set("Notes", "seen by the session")
+        c.write(mine)
+        return started
+
+
+def test_what_a_session_writes_to_state_md_during_its_launch_is_kept(tmp_path: Path) -> None:
+    """The loop wrote back the STATE.md it had read before the launch once the launch returned: a
+    session's edits made meanwhile were lost (its settle then read as a crash). Now the loop puts its
+    own fields into the file as it is after the launch."""
+    c = planned(tmp_path)
+    quick = Quick()
+    loop = lp.Loop(c, quick)
+    loop.start(arm=True)
+    try:
+        s, _o = lp.read_state(c)
+        s.verify_count = 1
+        c.write(s)
+        loop.step()
+        assert quick.launched == ["executor-w0-s1"]
+        after = c.read()
+        assert after.row(0).get("Notes") == "seen by the session"
+        assert after.row(0).get("Session") == "executor-w0-s1"
+        assert after.active_session_id == "sid-executor-w0-s1" and after.wave_status == "running"
+    finally:
+        loop.close()

@@ -868,6 +868,7 @@ class Loop:
         o.last_error = ""
         o.launching = {}
         o.spawned_on = snapshot(overrule(s, o))
+        s = self._as_written(s)
         s.row(wave).set("Session", started.participant)
         # STATE.md first: killed before owned.json says so, the start is still `launching` and the
         # next loop adopts the session again, writing the same
@@ -876,6 +877,16 @@ class Loop:
         save_owned(self.c, o)
         how = " (adopted: it had started before the loop was killed)" if started.adopted else ""
         self.say(f"spawned {started.participant} for wave {wave}{how}")
+
+    def _as_written(self, s: st.State) -> st.State:
+        """STATE.md as it is now, or ``s`` where it does not read: a session quick off the mark may
+        have written it while its launch ran (seconds), and writing ``s`` back, read before the
+        launch, would undo that; the loop's own fields go back in with :func:`overrule`. (A write
+        of the session in the moment between this read and the loop's write is still lost.)"""
+        try:
+            return self.c.read()
+        except errors.FleetError:
+            return s
 
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
