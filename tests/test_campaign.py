@@ -764,3 +764,39 @@ def test_what_a_session_writes_to_state_md_during_its_launch_is_kept(tmp_path: P
         assert after.active_session_id == "sid-executor-w0-s1" and after.wave_status == "running"
     finally:
         loop.close()
+
+
+def test_keep_out_keeps_what_the_user_edits_while_a_session_runs_out_of_every_commit(tmp_path: Path) -> None:
+    """A path changed while a session runs used to be committed with the session's work, with no way
+    out. `fleet campaign run --keep-out GLOB` names the user's own: never staged, not a dirty tree
+    for arming, kept across a restart of the loop, shown in status."""
+    c = planned(tmp_path)
+    s = c.read()
+    s.verify_count = 1
+    c.write(s)
+    git(c.root, "commit", "-qam", "seed")
+    (c.root / "notes").mkdir()
+    (c.root / "notes" / "draft.md").write_text("dirty before the loop is armed\n")
+    refused = fleet(c.root, "campaign", "run", "--wait", "1")
+    assert refused.returncode == 2 and "notes/draft.md" in refused.stderr and "--keep-out" in refused.stderr
+    stub = Stub()
+    loop = lp.Loop(c, stub, keep_out=["notes/", "*.scratch"])
+    loop.start(arm=True)  # the dirty notes/ no longer stop it
+    try:
+        loop.step()
+        (c.root / "notes" / "draft.md").write_text("edited while the session runs\n")
+        (c.root / "todo.scratch").write_text("mine too\n")
+        (c.root / "work.txt").write_text("the session's work\n")
+        shown = fleet(c.root, "campaign", "status").stdout
+        assert "never committed (--keep-out): notes/, *.scratch" in shown, shown
+        loop.settle(f"sid-{stub.launched[-1]}", pane_exited=True)
+    finally:
+        loop.close()
+    committed = git(c.root, "show", "--name-only", "--format=", "HEAD").split()
+    assert "work.txt" in committed and "notes/draft.md" not in committed and "todo.scratch" not in committed
+    assert set(disk.dirty(c.root)) == {"notes/draft.md", "todo.scratch"}
+    again = lp.Loop(c, Stub())  # a restart without --keep-out keeps the list
+    again.start(arm=False)
+    again.close()
+    owned = lp.load_owned(c)
+    assert owned is not None and owned.keep_out == ["notes/", "*.scratch"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import fnmatch
 import hashlib
 import json
 import logging
@@ -78,6 +79,9 @@ class Owned:
     preexisting: dict[str, str] = field(default_factory=dict)
     """Paths outside ``.wave/`` already changed when the active session started, with their content
     then: the user's, left out of the loop's commits for the session while they stay so."""
+    keep_out: list[str] = field(default_factory=list)
+    """Globs of paths (relative to the repository; ``dir/`` for all under it) the loop never stages
+    in any commit, nor counts as a dirty tree: the user's own (``fleet campaign run --keep-out``)."""
     launching: dict[str, Any] = field(default_factory=dict)
     """A session being started (kind, wave, session_count, participant, what the marks replaced),
     from before the launch until its start is recorded: a loop killed in between finishes it."""
@@ -163,14 +167,33 @@ def running(c: Campaign) -> bool:
         return False
 
 
+def kept_out(paths: list[str], globs: list[str]) -> list[str]:
+    """Those of ``paths`` that ``--keep-out`` globs match (``dir/`` matches everything under it)."""
+
+    def out(p: str) -> bool:
+        return any(p.startswith(g) if g.endswith("/") else fnmatch.fnmatchcase(p, g) for g in globs)
+
+    return [p for p in paths if out(p)]
+
+
 def users_paths(c: Campaign, o: Owned) -> list[str]:
     """What the loop leaves out of a session's commit: the paths that were changed before the
-    session started and are unchanged since (a path changed while it ran cannot be told from its
-    own work: that is committed with it, docs/campaigns.md says so)."""
-    if not o.preexisting:
-        return []
-    now = disk.fingerprint(c.root, list(o.preexisting))
-    return sorted(p for p, h in o.preexisting.items() if now.get(p) == h)
+    session started and are unchanged since, and whatever ``--keep-out`` names (otherwise a path
+    changed while the session ran cannot be told from its own work: that is committed with it,
+    docs/campaigns.md says so)."""
+    left: set[str] = set(kept_out(disk.dirty(c.root), o.keep_out)) if o.keep_out else set()
+    if o.preexisting:
+        now = disk.fingerprint(c.root, list(o.preexisting))
+        left |= {p for p, h in o.preexisting.items() if now.get(p) == h}
+    return sorted(left)
+
+
+def dirty_outside(c: Campaign, o: Owned) -> list[str]:
+    """Changed paths of the tree outside ``.wave/`` that ``--keep-out`` does not name: what makes a
+    tree dirty for arming the loop."""
+    dirty = disk.dirty(c.root)
+    kept = set(kept_out(dirty, o.keep_out))
+    return [p for p in dirty if p not in kept]
 
 
 def commit_session(c: Campaign, o: Owned, message: str) -> str:
@@ -181,7 +204,8 @@ def dirty_message(c: Campaign, dirty: list[str]) -> str:
     more = " …" if len(dirty) > 5 else ""
     return (
         f"the work tree of {c.root} has uncommitted changes ({', '.join(dirty[:5])}{more}): commit or"
-        " stash them first, so each wave starts from a clean tree (nothing was started)"
+        " stash them first, so each wave starts from a clean tree, or name files you keep editing with"
+        " `fleet campaign run --keep-out GLOB` (never committed); nothing was started"
     )
 
 
@@ -437,9 +461,17 @@ class Loop:
     """One campaign's loop (see the module docstring). ``launcher`` spawns sessions."""
 
     def __init__(
-        self, c: Campaign, launcher: Launcher, *, layout: str = "", say: Callable[[str], None] | None = None
+        self,
+        c: Campaign,
+        launcher: Launcher,
+        *,
+        layout: str = "",
+        keep_out: list[str] | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """``keep_out`` None keeps what an earlier run of the loop was given (owned.json)."""
         self.c = c
+        self.keep_out = keep_out
         self.launcher = launcher
         self._say = say
         self.lock = LoopLock(c)
@@ -462,8 +494,10 @@ class Loop:
         self.lock.acquire()
         try:
             s, o = read_state(self.c)
+            if self.keep_out is not None:
+                o.keep_out = list(self.keep_out)
             if arm:
-                dirty = disk.dirty(self.c.root)
+                dirty = dirty_outside(self.c, o)
                 if dirty and not o.active_session_id and not o.launching:
                     raise errors.UsageError(dirty_message(self.c, dirty))
             if self.layout:
@@ -817,7 +851,7 @@ class Loop:
             s.wave_status = "running"
             s.row(wave).set("Status", "running")
         o.head_at_spawn = disk.head(self.c.root)
-        o.preexisting = disk.fingerprint(self.c.root, disk.dirty(self.c.root))
+        o.preexisting = disk.fingerprint(self.c.root, dirty_outside(self.c, o))
         # the marks and the intent on disk before anything starts: a loop killed from here on finds
         # them and finishes this start (the same session count, so the same participant and wavelet)
         o.launching = {"kind": d.spawn, "wave": wave, "session_count": s.session_count,

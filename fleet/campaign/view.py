@@ -45,6 +45,7 @@ def status(c: Campaign) -> dict[str, Any]:
             "participant": o.participant,
             "starting": o.launching.get("participant", "") if o.launching else "",
             "left_out": lp.users_paths(c, o) if o.active_session_id else [],
+            "keep_out": list(o.keep_out),
         },
         "attention": attention,
         "rows": rows,
@@ -90,8 +91,10 @@ def lines(view: dict[str, Any], *, colour: bool = False) -> list[str]:
         more = " …" if len(left) > 5 else ""
         out.append(
             f"left out of this session's commit (changed before it started): {', '.join(left[:5])}{more};"
-            " whatever else changes while it runs is committed with it"
+            " whatever else changes while it runs is committed with it (`--keep-out GLOB` keeps paths out)"
         )
+    if view["loop"].get("keep_out"):
+        out.append(f"never committed (--keep-out): {', '.join(view['loop']['keep_out'])}")
     if view["loop"]["error"]:
         out.append(paint(f"loop error: {view['loop']['error']}", "red"))
     att = view["attention"]
