@@ -9,9 +9,15 @@ flight, so the default ``heartbeat: in-flight`` never beats. The supervisor's lo
 process too).
 
 The baseline is the same run with the keeper's old deadline, which stays due (0 s) once the
-heartbeat is due with nothing in flight, so the loop never waits. It asserts nothing.
+heartbeat is due with nothing in flight, so the loop never waits.
 
-    python bench/resident.py [--seconds 10] [--every 1]
+The second run is a wave with ``--blips`` blips (10,000 by default: unrelated ones, and one worker
+the resident forked, finished early on): idle, nothing in flight, ``heartbeat_every`` short, so each
+round's look at the heartbeat asks for the worker fold. Its baseline is the old fold, which read
+the wave's first 5,000 blips at every look; now the supervisor's own pages feed the fold. Printed:
+CPU seconds per minute of this process (the supervisor and the daemon it asks). It asserts nothing.
+
+    python bench/resident.py [--seconds 10] [--every 1] [--fold-seconds 60] [--blips 10000]
 """
 
 from __future__ import annotations
@@ -25,12 +31,43 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests")]
 
 
-def run(seconds: float, every: float, old_deadline: bool) -> tuple[int, float]:
+def old_workers(client: Any, wave: Any, now: float | None = None) -> list[Any]:
+    """The fold as it was: the wave's first 5,000 blips, read again at every look."""
+    from fleet.resident import RESIDENT
+    from fleet.resident.seat import Worker, _ts
+
+    now = time.time() if now is None else now
+    mine = [wl for wl in wave.wavelets if wl.created_by == RESIDENT and wl.id != wave.root_id]
+    if not mine:
+        return []
+    blips = client.read_wave(wave.id, limit=5000).blips
+    out = []
+    for wl in mine:
+        own = [b for b in blips if b.wavelet_id == wl.id and b.kind != "system"]
+        surfaced = any(b.kind == "surface" and b.source_wavelet_id == wl.id for b in blips)
+        done = surfaced or any(b.text.startswith("DONE:") and b.author != RESIDENT for b in own)
+        last = own[-1] if own else None
+        at = _ts(last.created_at if last else wl.created_at)
+        out.append(
+            Worker(
+                wavelet=wl.path, status="done" if done else "running",
+                last_blip=f"{last.author}: {last.text[:120]}" if last else "", age_seconds=max(0.0, now - at),
+            )
+        )  # fmt: skip
+    return out
+
+
+def run(
+    seconds: float, every: float, old_deadline: bool, blips: int | None = None, old_fold: bool = False
+) -> tuple[int, float, float]:
+    """(rounds, CPU s, CPU s of the second half) of an idle supervisor for ``seconds``; ``blips``:
+    fork a finished worker and post that many unrelated blips first (None: neither)."""
     import libtmux
 
     from fleet.client import Client
@@ -65,7 +102,20 @@ def run(seconds: float, every: float, old_deadline: bool) -> tuple[int, float]:
             tmux = Tmux(srv)
             spawner = Spawner(op, tmux, paths, ready_timeout=30)
             seat.start(op, spawner, paths, "w", agent=str(tmp / "mind.toml"), cwd=repo)
+            if blips is not None:
+                from fleet.store import OPERATOR_PRINCIPAL as OP
+
+                wave = op.get_wave("w")
+                job = op.fork(wave.root_id, "job", ["worker"], as_="resident")
+                op.invite(wave.root_id, "bob")
+                store = daemon.store
+                assert store is not None
+                store.post(OP, job.id, "DONE: the job", as_="worker")
+                for i in range(blips):
+                    store.post(OP, wave.root_id, f"unrelated {i}", as_="bob")
             keeper = Keeper(op, tmux, paths, op.get_wave("w"))
+            if old_fold:
+                keeper.workers = lambda wave, now=None: old_workers(op, wave, now)  # type: ignore[method-assign]
             if old_deadline:
                 keeper.next_due_in = lambda: max(  # type: ignore[method-assign]
                     0.0, keeper.quiet_since + keeper.goal.heartbeat_every - keeper.clock()
@@ -84,10 +134,13 @@ def run(seconds: float, every: float, old_deadline: bool) -> tuple[int, float]:
             cpu0 = time.process_time()
             loop = threading.Thread(target=sup.run, args=(stop,), daemon=True)
             loop.start()
-            time.sleep(seconds)  # the measured period: idle by design
+            time.sleep(seconds / 2)  # the measured period: idle by design
+            half = time.process_time()
+            time.sleep(seconds / 2)
             stop.set()
             loop.join(timeout=30)
-            return rounds, time.process_time() - cpu0
+            end = time.process_time()
+            return rounds, end - cpu0, end - half
         finally:
             daemon.stop()
             srv.kill()
@@ -97,9 +150,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=1.0, help="heartbeat_every, seconds")
+    ap.add_argument("--fold-seconds", type=float, default=60.0, help="the 10,000-blip runs, seconds each")
+    ap.add_argument("--blips", type=int, default=10_000)
     a = ap.parse_args()
-    base_rounds, base_cpu = run(a.seconds, a.every, old_deadline=True)
-    rounds, cpu = run(a.seconds, a.every, old_deadline=False)
+    runs = [
+        ("baseline (re-read 5,000 each look)", run(a.fold_seconds, a.every, False, a.blips, old_fold=True)),
+        ("now (fed the supervisor's pages)", run(a.fold_seconds, a.every, False, a.blips)),
+        ("now, without the unrelated blips", run(a.fold_seconds, a.every, False, 0)),
+    ]
+    per = 60.0 / a.fold_seconds
+    print(f"idle wave of {a.blips:,} blips, one finished worker, {a.fold_seconds:g} s each, CPU s a minute")
+    print(f"{'':36}{'whole run':>10}{'2nd half':>10}")
+    for label, (_r, cpu, late) in runs:
+        print(f"{label:36}{cpu * per:>10.3f}{late * 2 * per:>10.3f}")
+    print()
+    base_rounds, base_cpu, _h = run(a.seconds, a.every, old_deadline=True)
+    rounds, cpu, _h = run(a.seconds, a.every, old_deadline=False)
     print(f"idle wave, nothing in flight, {a.seconds:g} s, heartbeat_every {a.every:g} s")
     print(f"{'':28}{'rounds':>10}{'CPU s':>10}")
     print(f"{'baseline (deadline stays 0)':28}{base_rounds:>10}{base_cpu:>10.2f}")

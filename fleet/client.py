@@ -91,6 +91,10 @@ from fleet.models import (
     SummaryInput,
     SummaryList,
     SummaryVerdict,
+    SupervisorAnswer,
+    SupervisorClaim,
+    SupervisorLease,
+    SupervisorRelease,
     TokenInfo,
     TokenList,
     Wave,
@@ -753,6 +757,26 @@ class Client:
         assert got is not None
         return got
 
+    def supervisor(self, wave: str) -> SupervisorLease | None:
+        """Who supervises ``wave`` now (None: no ``fleet supervise`` holds its lease; operator only)."""
+        return self._call("GET", f"/v1/waves/{_q(wave)}/supervisor", SupervisorAnswer).lease
+
+    def claim_supervisor(self, wave: str, claim: SupervisorClaim) -> SupervisorLease:
+        """Claim or renew the wave's supervisor lease; Conflict names another live holder unless
+        ``claim.force``."""
+        got = self._call("POST", f"/v1/waves/{_q(wave)}/supervisor", SupervisorAnswer, claim).lease
+        assert got is not None
+        return got
+
+    def release_supervisor(self, wave: str, holder: str) -> None:
+        """Give the lease up if ``holder`` holds it (idempotent)."""
+        self._call(
+            "POST",
+            f"/v1/waves/{_q(wave)}/supervisor/release",
+            SupervisorAnswer,
+            SupervisorRelease(holder=holder),
+        )
+
     def close_seat(self, wave: str, why: str, session_id: str | None = None) -> Seat | None:
         """Close the wave's open seat (only ``session_id``'s, when given); idempotent."""
         req = CloseSeat(why=why, session_id=session_id)
@@ -1065,6 +1089,25 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
         # The one line docs/design.md §2 promises the user; stderr, so stdout stays data (and protocol).
         sys.stderr.write(f"fleet: started the local daemon at {endpoint.url} (log: {paths.daemon_log})\n")
     return endpoint, True
+
+
+def connected_agents(paths: Paths) -> dict[str, list[str]] | None:
+    """The participants whose channels the local daemon hears now (presence ``live``), by wave name;
+    None when it cannot be asked (not running, not answering within a few seconds, no operator
+    token). What ``fleet daemon stop`` says before stopping it."""
+    endpoint = read_endpoint(paths)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    try:
+        with Client(endpoint_url(endpoint), _operator_token(paths), timeout=3.0, retries=0) as c:
+            live = {
+                w.name: sorted(p.participant for p in c.presence(w.id) if p.state == "live")
+                for w in c.list_waves()
+            }
+    except errors.FleetError as exc:
+        log.debug("cannot ask the daemon who is connected: %s", exc.message)
+        return None
+    return {wave: names for wave, names in sorted(live.items()) if names}
 
 
 def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:

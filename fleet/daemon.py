@@ -88,6 +88,10 @@ from fleet.models import (
     SessionList,
     StopProgress,
     SummaryList,
+    SupervisorAnswer,
+    SupervisorClaim,
+    SupervisorLease,
+    SupervisorRelease,
     TokenList,
     Wavelet,
     WaveList,
@@ -301,6 +305,69 @@ class _Seen:
     launch: str | None = None
     agent: AgentState | None = None
     """The agent state the channel reported last (None: never, or a channel older than states)."""
+
+
+@dataclass
+class _Lease:
+    holder: str
+    pid: int
+    host: str
+    since: float
+    renewed: float
+    ttl: float
+
+
+@dataclass
+class SupervisorBook:
+    """In-memory supervisor leases, one per wave (docs/resident.md): ``fleet supervise`` claims
+    and renews it; a claim while another holder's lease has not lapsed is a Conflict naming it,
+    unless forced. Lost with the daemon: the holder's next renewal claims it again."""
+
+    clock: Callable[[], float] = time.time
+    _leases: dict[str, _Lease] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _answer(self, wave_id: str, lease: _Lease, t: float, took_over: str = "") -> SupervisorLease:
+        return SupervisorLease(
+            wave_id=wave_id, holder=lease.holder, pid=lease.pid, host=lease.host,
+            held_for=max(0.0, t - lease.since), renewed_ago=max(0.0, t - lease.renewed),
+            expires_in=max(0.0, lease.renewed + lease.ttl - t), took_over=took_over,
+        )  # fmt: skip
+
+    def get(self, wave_id: str) -> SupervisorLease | None:
+        t = self.clock()
+        with self._lock:
+            lease = self._leases.get(wave_id)
+            if lease is None or t > lease.renewed + lease.ttl:
+                return None
+            return self._answer(wave_id, lease, t)
+
+    def claim(self, wave_id: str, wave_name: str, c: SupervisorClaim) -> SupervisorLease:
+        t = self.clock()
+        with self._lock:
+            old = self._leases.get(wave_id)
+            live = old is not None and t <= old.renewed + old.ttl
+            took = ""
+            if old is not None and live and old.holder != c.holder:
+                if not c.force:
+                    raise errors.Conflict(
+                        f"wave {wave_name!r} is supervised already: `fleet supervise` pid {old.pid} on"
+                        f" {old.host}, for {t - old.since:.0f}s (renewed {t - old.renewed:.0f}s ago):"
+                        " stop it first, or take over with --force (it then stops)"
+                    )
+                took = f"pid {old.pid} on {old.host}"
+            if old is not None and live and old.holder == c.holder:
+                old.renewed, old.ttl, old.pid, old.host = t, c.ttl, c.pid, c.host
+                return self._answer(wave_id, old, t)
+            lease = _Lease(holder=c.holder, pid=c.pid, host=c.host, since=t, renewed=t, ttl=c.ttl)
+            self._leases[wave_id] = lease
+            return self._answer(wave_id, lease, t, took)
+
+    def release(self, wave_id: str, holder: str) -> None:
+        with self._lock:
+            lease = self._leases.get(wave_id)
+            if lease is not None and lease.holder == holder:
+                del self._leases[wave_id]
 
 
 @dataclass
@@ -624,6 +691,7 @@ class Daemon:
         """The local daemon (docs/design.md §2): bind the port remembered in ``state/daemon.port``
         (a fresh one the first time, or when another process took it) and remember what was bound."""
         self.presence = PresenceBook(ping_ttl=ping_ttl)
+        self.supervisors = SupervisorBook()
         self.notifier = Notifier()
         self._conn = threading.local()
         """Per client connection (a thread serves one): its last feed answer (:class:`_LastFeed`)."""
@@ -1277,6 +1345,24 @@ class Daemon:
     def _close_seat(self, r: Request) -> Answer:
         return 200, SeatAnswer(seat=self._s.close_seat(r.who, r.arg, r.model(CloseSeat)))
 
+    def _supervisor(self, r: Request) -> Answer:
+        self._s.access.require_operator(r.who, "reads who supervises a wave")
+        wave = self._s.access.wave(r.who, r.arg)
+        return 200, SupervisorAnswer(lease=self.supervisors.get(str(wave["id"])))
+
+    def _claim_supervisor(self, r: Request) -> Answer:
+        self._s.access.require_operator(r.who, "supervises a wave")
+        body = r.model(SupervisorClaim)
+        wave = self._s.access.wave(r.who, r.arg)
+        return 200, SupervisorAnswer(lease=self.supervisors.claim(str(wave["id"]), str(wave["name"]), body))
+
+    def _release_supervisor(self, r: Request) -> Answer:
+        self._s.access.require_operator(r.who, "supervises a wave")
+        body = r.model(SupervisorRelease)
+        wave = self._s.access.wave(r.who, r.arg)
+        self.supervisors.release(str(wave["id"]), body.holder)
+        return 200, SupervisorAnswer(lease=self.supervisors.get(str(wave["id"])))
+
     def _memory(self, r: Request) -> Answer:
         from fleet.resident import memory
 
@@ -1452,6 +1538,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/waves/{wave}/seat", Daemon._seat),
     Route("POST", "/v1/waves/{wave}/seat", Daemon._claim_seat),
     Route("POST", "/v1/waves/{wave}/seat/close", Daemon._close_seat, rebuild=_rerun),
+    Route("GET", "/v1/waves/{wave}/supervisor", Daemon._supervisor),
+    Route("POST", "/v1/waves/{wave}/supervisor", Daemon._claim_supervisor, keyed=False),
+    Route("POST", "/v1/waves/{wave}/supervisor/release", Daemon._release_supervisor, keyed=False),
     Route("GET", "/v1/waves/{wave}/memory", Daemon._memory),
     Route("POST", "/v1/waves/{wave}/memory", Daemon._write_memory),
     Route("GET", "/v1/waves/{wave}/budgets", Daemon._budgets),

@@ -605,6 +605,52 @@ class SeatAnswer:
     seat: Seat | None = None
 
 
+@record(extra="forbid")
+class SupervisorClaim:
+    """``POST /v1/waves/{wave}/supervisor``: claim or renew the wave's supervisor lease (operator
+    only; docs/resident.md). Held by another ``holder`` and not lapsed: 409 naming it, unless
+    ``force`` takes it over."""
+
+    holder: str = field(min_length=1, max_length=MAX_SESSION_ID)
+    """An id the supervising process minted for itself; its renewals name the same."""
+    pid: int = field(ge=0)
+    host: str = field(max_length=MAX_HOST)
+    ttl: float = field(default=30.0, ge=1, le=3600)
+    """Seconds the lease lasts without a renewal."""
+    force: bool = False
+
+
+@record(extra="forbid")
+class SupervisorRelease:
+    """``POST /v1/waves/{wave}/supervisor/release``: give the lease up, if ``holder`` holds it."""
+
+    holder: str = field(min_length=1, max_length=MAX_SESSION_ID)
+
+
+@record
+class SupervisorLease:
+    """Who supervises a wave now: the lease a ``fleet supervise`` holds and renews. Kept in the
+    daemon's memory (like presence): a restarted daemon knows none until the holder renews."""
+
+    wave_id: str
+    holder: str
+    pid: int
+    host: str
+    held_for: float
+    """Seconds since this holder claimed it."""
+    renewed_ago: float
+    """Seconds since its last renewal (the daemon's clock: no clocks compared across machines)."""
+    expires_in: float
+    took_over: str = ""
+    """On a forced claim's answer: ``pid N on HOST`` of the holder it displaced ('' otherwise)."""
+
+
+@record
+class SupervisorAnswer:
+    lease: SupervisorLease | None = None
+    """None: no supervisor holds the wave (none claimed it, it was released, or it lapsed)."""
+
+
 MemoryOp = Literal["update", "add"]
 
 

@@ -23,10 +23,12 @@ owns no process. What a caller may rely on:
   Its channel resumes from its saved cursors, so delivery picks up with no gap and no repeat.
 - :class:`Supervisor` is ``fleet supervise``: a dead pane is respawned on a :class:`Ladder` (5 m,
   15 m, 45 m, the last rung repeating; back to the first once the participant posts again); an
-  operator blip that mentions a dead participant respawns it at once. Each act is posted into the
-  transcript as a ``system`` blip. A participant with no pane at all (killed, window closed) or on
-  no roster is left alone: that was somebody's decision. New blips also poke the wave's summary
-  writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer`` key), in its own thread.
+  operator blip that mentions a dead participant respawns it at once. One per wave: it holds the
+  wave's :class:`Lease` in the daemon, and stops acting once another takes it over. Each act is
+  posted into the transcript as a ``system`` blip. A participant with no pane at all (killed,
+  window closed) or on no roster is left alone: that was somebody's decision. New blips also poke
+  the wave's summary writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer``
+  key), in its own thread.
 - :func:`kill` kills a wavelet's window or a wave's session, reports the participants in it
   ``gone``, and keeps every record: ``fleet spawn`` later resumes the same sessions.
 """
@@ -34,6 +36,9 @@ owns no process. What a caller may rely on:
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +53,7 @@ from fleet import agentstate, dialogs, errors, usage, worktrees
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
+from fleet.ids import request_key
 from fleet.models import (
     OPERATOR,
     AgentState,
@@ -55,12 +61,14 @@ from fleet.models import (
     PresenceRow,
     PresenceState,
     SessionRecord,
+    SupervisorClaim,
+    SupervisorLease,
     Wave,
     Wavelet,
 )
 from fleet.paths import Paths
 from fleet.permissions import PermissionRequest
-from fleet.procs import group_running, zombie_status
+from fleet.procs import group_running, pid_alive, zombie_status
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
@@ -127,6 +135,8 @@ class StatusRow(BaseModel):
     cap_used: int | None = None
     """Pushes in this wavelet since the cap last reset; None when the state file is not on this machine."""
     cap: int | None = None
+    """The cap its deliverer runs with (0: none), as the state file records it (else the layout of its
+    recorded spawn); None when neither tells."""
     capped: bool = False
     """The cap was reached here: further blips are not pushed until the operator posts here."""
     route: str | None = None
@@ -185,11 +195,18 @@ class WaveStatus(BaseModel):
     wave: str
     wave_id: str
     tmux_session: str | None = None
+    """tmux's id of the wave's session (``$0``): what scripts target."""
+    tmux_session_name: str | None = None
+    """Its name, for people (``fleet status`` prints it)."""
     generated_at: str
     rows: list[StatusRow] = Field(default_factory=list)
     permissions: list[PermissionWait] = Field(default_factory=list)
     """The permission requests waiting now, newest first (docs/permissions.md); their participants'
     rows come first, noted ``waiting for permission: TOOL (PREVIEW)``."""
+    unpriced: list[str] = Field(default_factory=list)
+    """Models the sessions used that have no price: why a cost shows "?" (:mod:`fleet.usage`)."""
+    prices_file: str = ""
+    """The user's own price table, where a price for them is added."""
 
 
 def exit_of(pane: PaneInfo) -> str | None:
@@ -274,7 +291,7 @@ def _budgets(
 ) -> Callable[[str, str], str | None]:
     """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
     its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
-    from fleet.budgets import applies, spent_of
+    from fleet.budgets import applies, shared_cost, spent_of
 
     budgets = client.budgets(wave_id)
     counters: dict[str, usage.Counter | None] = {}
@@ -289,14 +306,17 @@ def _budgets(
                 env = usage.session_env(rec.layout, name, paths) if rec else {}
                 counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
             counter = counters[name]
-            tokens, cost = spent_of(b, counter, table) if counter is not None else (0, 0.0)
+            tokens, cost, _ = spent_of(b, counter, table) if counter is not None else (0, 0.0, [])
             if b.shared:  # judged on the members' sum
-                tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
+                tokens, cost = b.spent_tokens or 0, shared_cost(b)
             if b.tokens is not None:
                 text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
             else:
                 limit = b.cost or 1.0
-                text, share = f"${cost:.2f}/${limit:.2f}", cost / limit
+                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
+                text, share = (
+                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
+                )
             if name in (b.reached or []):
                 text, share = text + " held", share + 1e9
             if best is None or share > best[0]:
@@ -304,6 +324,22 @@ def _budgets(
         return best[1] if best else None
 
     return column
+
+
+def _cap_of(state: DeliveryState, record: SessionRecord | None, name: str, paths: Paths) -> int | None:
+    """The cap the participant's deliverer runs with: as its state file records it, else (a file
+    from before that) the cap the layout of its recorded spawn gave its channel, else unknown."""
+    if state.cap is not None:
+        return state.cap
+    if record is None or not record.layout:
+        return None
+    from fleet.layouts import load
+
+    try:
+        cap = load(record.layout, paths).profile(name).cap
+    except errors.FleetError:
+        return None
+    return DEFAULT_CAP if cap is None else cap  # spawn passes no --cap then: the channel's default
 
 
 def render_count(n: int) -> str:
@@ -403,7 +439,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     delivered=seen.delivered if seen else 0,
                     last_delivery=seen.last_delivery if seen else None,
                     cap_used=state.delivered.get(wl.id, 0) if state else None,
-                    cap=DEFAULT_CAP if state else None,
+                    cap=_cap_of(state, record, name, paths) if state else None,
                     capped=bool(state and wl.id in state.exhausted),
                     route=state.route if state else None,
                     route_why=state.route_why if state else "",
@@ -426,13 +462,17 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                 )
             )
     rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
+    session_id = tmux.find_session(wave.id)
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
-        tmux_session=tmux.find_session(wave.id),
+        tmux_session=session_id,
+        tmux_session_name=tmux.names(session_id)[0] or None if session_id else None,
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
+        unpriced=sorted({m for got in spent.values() if got is not None for m in got.total.unpriced}),
+        prices_file=str(usage.user_prices(paths)),
     )
 
 
@@ -646,6 +686,89 @@ def span(seconds: float) -> str:
 # ---------------------------------------------------------------- the supervisor
 
 
+LEASE_TTL = 30.0
+"""Seconds a supervisor's lease lasts without a renewal (another machine may take the wave once it
+lapses: a supervisor killed with -9 there holds it this long at most)."""
+
+RENEW_EVERY = 5.0
+"""Seconds between renewals of the lease (its own thread: a long respawn never lets it lapse)."""
+
+
+class Lease:
+    """One supervisor per wave: the daemon's lease (:class:`~fleet.models.SupervisorLease`).
+
+    What a caller may rely on: :meth:`claim` raises :class:`~fleet.errors.Conflict` naming the live
+    holder (pid, host) unless ``force``; a holder on this machine whose process is gone is taken
+    over without ``force``; a forced claim signals (SIGTERM) a displaced holder on this machine, and
+    one elsewhere finds out at its next renewal. :meth:`start` renews it every ``every`` seconds in
+    a thread; :attr:`lost` is set once a renewal finds another holder, and the supervisor stops
+    acting. A daemon outage is not a loss: the renewal retries, and once a restarted daemon (which
+    kept no lease) answers, it claims the lease again. :meth:`release` gives it up."""
+
+    def __init__(self, client: Client, wave_id: str, *, ttl: float = LEASE_TTL, every: float = RENEW_EVERY):
+        self.client, self.wave_id, self.ttl, self.every = client, wave_id, ttl, every
+        self.holder = request_key()
+        self.lost = threading.Event()
+        self.why = ""
+        """Who took it over (once :attr:`lost`)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _claim(self, force: bool) -> SupervisorLease:
+        req = SupervisorClaim(
+            holder=self.holder, pid=os.getpid(), host=socket.gethostname(), ttl=self.ttl, force=force
+        )
+        return self.client.claim_supervisor(self.wave_id, req)
+
+    def claim(self, force: bool = False) -> SupervisorLease:
+        here = socket.gethostname()
+        held = self.client.supervisor(self.wave_id)
+        gone = held is not None and held.host == here and not pid_alive(held.pid)
+        got = self._claim(force or gone)
+        if got.took_over and held is not None and held.host == here and pid_alive(held.pid):
+            try:
+                os.kill(held.pid, signal.SIGTERM)  # it would stop at its next renewal: this is at once
+            except OSError as exc:
+                log.warning("could not signal the supervisor taken over (pid %s): %s", held.pid, exc)
+        return got
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._renew, name="supervise-lease", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self._claim(False)
+            except errors.Conflict:
+                try:
+                    held = self.client.supervisor(self.wave_id)
+                except errors.FleetError:
+                    held = None
+                self.why = f"taken over by pid {held.pid} on {held.host}" if held else "taken over"
+                self.lost.set()
+                return
+            except errors.FleetError as exc:  # the daemon away, or restarting: next time
+                log.info("could not renew the supervisor lease: %s", exc.message)
+
+    def release(self) -> None:
+        """Stop renewing and give the lease up (unless it was lost). Never raises."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not self.lost.is_set():
+            try:
+                self.client.release_supervisor(self.wave_id, self.holder)
+            except errors.FleetError as exc:
+                log.info("could not release the supervisor lease: %s", exc.message)
+
+
+def supervised_by(client: Client, wave_id: str) -> str | None:
+    """``pid N on HOST`` of the ``fleet supervise`` holding the wave's lease; None: none does."""
+    held = client.supervisor(wave_id)
+    return f"pid {held.pid} on {held.host}" if held else None
+
+
 class SupervisorEvent(BaseModel):
     """One thing ``fleet supervise`` noticed or did (also posted as a ``system`` blip)."""
 
@@ -675,6 +798,7 @@ class Supervisor:
         tick: float = TICK,
         keeper: Keeper | None = None,
         summaries: Background | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.client = client
         self.tmux = tmux
@@ -688,12 +812,18 @@ class Supervisor:
         self.summaries = summaries
         """The wave's summary writer (the layouts' ``summarizer`` key), poked by new blips."""
         self._poked = False
+        self.lease = lease
+        """One supervisor per wave: once it is lost (taken over), :meth:`step` acts no more."""
+        self._stop = threading.Event()
 
     def step(self, wait: float = 0.0) -> list[SupervisorEvent]:
         """Read new blips (waiting up to ``wait`` s for one), look at the panes, act. Never raises for
         one participant's failure; raises :class:`~fleet.errors.DaemonUnreachable` when the daemon is."""
-        page = self.client.read_wave(self.wave.id, after=self.cursor, wait=wait)
+        after = self.cursor
+        page = self.client.read_wave(self.wave.id, after=after, wait=wait)
         self.cursor = page.cursor
+        if self._stop.is_set() or (self.lease is not None and self.lease.lost.is_set()):
+            return []  # stopping, or another supervisor holds the wave now: it acts, this one does not
         if self.summaries is not None and (page.blips or not self._poked):
             self.summaries.poke()  # its own thread: a slow summarizer never delays a respawn
             self._poked = True
@@ -742,7 +872,7 @@ class Supervisor:
             if got is not None:
                 events.append(got)
         if self.keeper is not None:
-            for kev in self.keeper.step(page.blips):
+            for kev in self.keeper.step(page.blips, after=after):  # the same page feeds its worker fold
                 if RESIDENT in records:
                     events.append(
                         SupervisorEvent(
@@ -820,9 +950,9 @@ class Supervisor:
         """Loop until ``stop`` is set. A blip wakes a round at once; otherwise tmux is looked at
         every ``tick`` seconds (sooner when a respawn falls due). A daemon outage is reported to
         ``on_outage`` and retried with backoff, never fatal."""
-        stop = stop or threading.Event()
+        stop = self._stop = stop or threading.Event()
         backoff = 1.0
-        while not stop.is_set():
+        while not stop.is_set() and not (self.lease is not None and self.lease.lost.is_set()):
             due = self.ladder.next_due_in()
             if self.keeper is not None and (beat := self.keeper.next_due_in()) is not None:
                 due = beat if due is None else min(due, beat)

@@ -296,7 +296,8 @@ def overview(waves: Sequence[WaveOverview]) -> None:
 def status_table(st: WaveStatus) -> None:
     """One wave's ``fleet status``: a header line, then one row per (wavelet, participant), who waits
     on the operator first (``!`` marks them)."""
-    where = f"tmux session {st.tmux_session}" if st.tmux_session else "no tmux session"
+    name = st.tmux_session_name or st.tmux_session
+    where = f"tmux session {name}" if name else "no tmux session"
     out(f"wave {st.wave}  ({where})")
     if not st.rows:
         out("  no agents on any roster")
@@ -304,7 +305,8 @@ def status_table(st: WaveStatus) -> None:
     rows = []
     for r in st.rows:
         pane = "-" if r.pane_id is None else f"{r.pane_id} {r.pane}" + (f" ({r.exit})" if r.exit else "")
-        cap = "-" if r.cap_used is None else f"{r.cap_used}/{r.cap}" + (" capped" if r.capped else "")
+        cap = "-" if r.cap_used is None else f"{r.cap_used}/{'?' if r.cap is None else r.cap or 'no cap'}"
+        cap += " capped" if r.capped else ""
         route = r.route or "-"
         if r.unconfirmed:
             route += f", {r.unconfirmed} unconfirmed" + (
@@ -337,6 +339,10 @@ def status_table(st: WaveStatus) -> None:
     head = ["WAVELET", "NAME", "PANE", "STATE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
             "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
+    if st.unpriced:
+        from fleet.usage import no_price_text
+
+        out(f"  cost ?: {no_price_text(st.unpriced, st.prices_file)}")
 
 
 def span(seconds: float) -> str:
@@ -353,8 +359,13 @@ def token_count(n: int) -> str:
     return f"{n / 1_000_000:.2f}M"
 
 
+def usd(value: float | None) -> str:
+    """``$0.0123``, or ``?`` for a cost that is unknown (a model with no price): never $0."""
+    return "?" if value is None else f"${value:.4f}"
+
+
 def cost(fig: Figures) -> str:
-    return "?" if fig.cost_usd is None else f"${fig.cost_usd:.4f}"
+    return usd(fig.cost_usd)
 
 
 def brief(fig: Figures) -> str:

@@ -9,11 +9,11 @@ import typer
 
 from fleet import wire
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
+from fleet.cli.common import JsonOpt, client, complete_wave
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
 from fleet.paths import get_paths
 
-WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.")]
+WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.", autocompletion=complete_wave)]
 
 resident_app = typer.Typer(
     name="resident",
@@ -35,16 +35,30 @@ def start(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Take the seat over from a live resident.")] = False,
+    supervise: Annotated[
+        bool,
+        typer.Option(
+            "--supervise",
+            help="Also start `fleet supervise WAVE` (heartbeats, crons, revival) in a tmux window"
+            " `supervise` of the wave's session, unless one keeps the wave already.",
+        ),
+    ] = False,
     socket: SocketOpt = None,
     wait: WaitOpt = 90.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Seat WAVE's resident: its own tmux window, in the sibling worktree <repo>.<wave>, seeded from
-    wave/WAVE/GOAL.md and MEMORY.md; one per wave (a second start is refused unless --force)."""
+    wave/WAVE/GOAL.md and MEMORY.md; one per wave (a second start is refused unless --force). Says
+    when no `fleet supervise` keeps the wave (--supervise starts one)."""
     from fleet.resident import seat
 
     spawner = make_spawner(socket, None, "auto", True, wait)
-    report = seat.start(client(), spawner, get_paths(), wave, agent=agent, force=force)
+    c = client()
+    report = seat.start(c, spawner, get_paths(), wave, agent=agent, force=force)
+    if supervise:
+        the_wave = c.get_wave(report.wave)
+        report.supervisor, window = seat.supervise_in_window(c, spawner.tmux, get_paths(), the_wave)
+        report.supervise_window = window or None
     if as_json:
         render.dump(report)
         return
@@ -54,6 +68,11 @@ def start(
     )
     if report.closed:
         render.note(report.closed)
+    if report.supervisor is None:
+        render.note(seat.unsupervised(report.wave))
+    else:
+        where = f" (tmux window {seat.SUPERVISE_WINDOW})" if report.supervise_window else ""
+        render.note(f"supervised by `fleet supervise` {report.supervisor}{where}")
 
 
 @resident_app.command("stop")
@@ -102,6 +121,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
                 else str(st.turns) + (f" ({st.failed_turns} failed in a row)" if st.failed_turns else ""),
             ),
             ("in flight", str(st.in_flight)),
+            ("supervisor", st.supervisor or "none"),
         ]
         rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]
         if steer is not None and steer.last is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Annotated
 
@@ -127,6 +129,10 @@ def supervise_(
             help="The respawn ladder, e.g. 5m,15m,45m (s, m, h; the last repeats).",
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Take over from the `fleet supervise` already keeping WAVE (it stops)."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Watch WAVE and bring dead agents back: on a ladder (5m, 15m, 45m, ...), or at once when the
@@ -143,12 +149,23 @@ def supervise_(
     rungs_given = supervise.Ladder(_waits(ladder)) if ladder else None
     c = client()
     the_wave = c.get_wave(name)
+    lease = supervise.Lease(c, the_wave.id)
+    held = lease.claim(force)  # one supervisor per wave: a Conflict names the one there is
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _n, _f: stop.set())  # (a --force elsewhere on this host sends it)
+    lease.start()
     keeper = Keeper(c, spawner.tmux, get_paths(), the_wave, spawner=spawner)
     summaries = Background(c, get_paths(), the_wave.name, _routing(the_wave.name))
     sup = supervise.Supervisor(
-        c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper, summaries=summaries
+        c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper, summaries=summaries, lease=lease
     )
     rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
+    if held.took_over:
+        c.post_system(
+            sup.wave.root_id,
+            f"supervise: pid {held.pid} on {held.host} took over wave {sup.wave.name} from {held.took_over}",
+        )
+        render.note(f"took over from {held.took_over}, which stops")
     render.note(f"supervising wave {sup.wave.name} (respawn ladder {rungs}, ...); Ctrl-C stops")
 
     def show(event: supervise.SupervisorEvent) -> None:
@@ -158,11 +175,16 @@ def supervise_(
             render.supervisor_event(event)
 
     try:
-        sup.run(on_event=show, on_outage=lambda why: render.note(f"{why}; retrying"))
+        sup.run(stop, on_event=show, on_outage=lambda why: render.note(f"{why}; retrying"))
     except KeyboardInterrupt:
         return
     finally:
         summaries.close()
+        lease.release()
+    if lease.lost.is_set():
+        render.note(f"stopped supervising wave {sup.wave.name}: {lease.why} (`fleet supervise --force`)")
+    elif stop.is_set():
+        render.note(f"stopped supervising wave {sup.wave.name} (SIGTERM)")
 
 
 def _waits(text: str) -> list[float]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
+from fleet.cli.common import JsonOpt, client, complete_wave
 from fleet.cli.render import cost, token_count
 from fleet.paths import get_paths
 
@@ -44,7 +44,7 @@ def show(u: WaveUsage) -> None:
         limit = f"{st.tokens:,} tokens" if st.tokens is not None else f"${st.cost or 0:.2f}"
         where = st.wavelet or u.wave
         for s in st.spent:
-            spent = f"{s.tokens:,} tokens" if st.tokens is not None else f"${s.cost_usd:.4f}"
+            spent = f"{s.tokens:,} tokens" if st.tokens is not None else render.usd(s.cost_usd)
             state = " — deliveries held" if s.reached else (" — passed" if s.passed else "")
             render.out(
                 f"budget {limit} ({st.participant or 'each'} in {where}):"
@@ -54,7 +54,12 @@ def show(u: WaveUsage) -> None:
 
 def usage(
     wave: Annotated[
-        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].")
+        str | None,
+        typer.Argument(
+            metavar="WAVE",
+            help="The wave [default: FLEET_WAVE, else every wave].",
+            autocompletion=complete_wave,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

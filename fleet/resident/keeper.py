@@ -50,7 +50,16 @@ from fleet.models import Blip, Wave
 from fleet.paths import Paths, write_private
 from fleet.resident import RESIDENT, goal, state_dir
 from fleet.resident.mind import MindReader
-from fleet.resident.seat import FAILED_TURNS, Worker, _session_env, _ts, reseat, resident_pane, workers
+from fleet.resident.seat import (
+    FAILED_TURNS,
+    Worker,
+    WorkerFold,
+    _session_env,
+    _ts,
+    reseat,
+    resident_pane,
+    workers,
+)
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import Tmux
 
@@ -127,6 +136,10 @@ class Keeper:
         deadline until something changes (a blip wakes the supervisor, its tick looks again)."""
         self.state_file = state_dir(paths, wave.id) / "keeper.json"
         self.state = self._load_state()
+        self.fold = WorkerFold()
+        """The resident's workers, folded from the pages the supervisor feeds :meth:`step`."""
+        self.fed = False
+        """The last step was fed a page (its ``after`` given): the fold is as fresh as the feeder."""
 
     # ------------------------------------------------------------ state
 
@@ -178,9 +191,14 @@ class Keeper:
 
     # ------------------------------------------------------------ the step
 
-    def step(self, blips: list[Blip]) -> list[KeeperEvent]:
+    def step(self, blips: list[Blip], after: str | None = None) -> list[KeeperEvent]:
         """One look: failure, crons, heartbeat. ``blips``: what the supervisor read since its last
-        step (anything for the mind resets its quiet time)."""
+        step (anything for the mind resets its quiet time), read after the id ``after``: the page
+        goes into the worker fold, so the heartbeat never reads the wave again. ``after`` None: the
+        caller feeds no pages, and the fold reads what is new itself when the heartbeat needs it."""
+        self.fed = after is not None
+        if after is not None:
+            self.fold.feed(blips, after)
         events: list[KeeperEvent] = []
         self.completed_turn = False
         now = self.clock()
@@ -293,7 +311,7 @@ class Keeper:
         g = self.goal
         if g.heartbeat == "off" or now - self.quiet_since < g.heartbeat_every:
             return []
-        ws = workers(self.client, self.client.get_wave(self.wave.id))
+        ws = self.workers(self.client.get_wave(self.wave.id), now)
         running = [w for w in ws if w.status == "running"]
         if g.heartbeat == "in-flight" and not running:
             self.nothing_at = self.quiet_since
@@ -321,6 +339,13 @@ class Keeper:
         event = self._say("heartbeat", text)
         self._type(pane_id, text)
         return [event]
+
+    def workers(self, wave: Wave, now: float | None = None) -> list[Worker]:
+        """The resident's workers, from the fold: read on from where it stands only when it was not
+        fed the supervisor's pages up to now (a step without ``after``, or a gap)."""
+        if not self.fed:
+            self.fold.complete = False  # nobody feeds it: what came since is read here
+        return workers(self.client, wave, self.fold, now)
 
     def revived(self, report: PaneReport) -> None:
         """The supervisor brought the mind back: the seat follows the new process."""

@@ -16,7 +16,11 @@ What a caller may rely on (docs/resident.md):
   to its system prompt. A recorded session is resumed (``--resume``): the same mind comes back.
 - :func:`status` reads the seat from the store, the pane from tmux, and the mind's state from its
   session's own transcript: ``none`` (no open seat), ``failed`` (its process is gone, or its last
-  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime.
+  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime, and who
+  supervises the wave (the daemon's lease; none: the note says heartbeats, crons and revival need
+  one). :func:`start` checks the mind's agent is on PATH before it makes anything.
+- :class:`WorkerFold` is the worker fold, exact at any size: fed the supervisor's pages, or read
+  from the wave's start in pages (:func:`workers`).
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -37,13 +42,13 @@ from fleet import errors
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
-from fleet.models import Blip, NewSeat, PresenceReport, Seat, Wave
+from fleet.models import Blip, NewSeat, PresenceReport, Seat, SessionRecord, Wave
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
 from fleet.resident.mind import MindReader
-from fleet.spawn import PaneReport, Spawner
-from fleet.supervise import AgentField, agent_state, row_text
+from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
+from fleet.supervise import AgentField, agent_state, row_text, supervised_by
 from fleet.tmux import PaneInfo, Tmux
 
 MindState = Literal[
@@ -102,6 +107,9 @@ class ResidentStatus(BaseModel):
     workers: list[Worker] = Field(default_factory=list)
     in_flight: int = 0
     closed_why: str = ""
+    supervisor: str | None = None
+    """``pid N on HOST`` of the ``fleet supervise`` keeping the wave (its lease in the daemon); None:
+    none runs, so no heartbeat, cron or revival happens (``note`` says how to start one)."""
     note: str = ""
 
 
@@ -116,6 +124,10 @@ class StartReport(BaseModel):
     closed: str = ""
     """What happened to a previous seat ('' when there was none)."""
     pane: PaneReport
+    supervisor: str | None = None
+    """``pid N on HOST`` of the ``fleet supervise`` keeping the wave; None: none runs."""
+    supervise_window: str | None = None
+    """The tmux window ``--supervise`` started it in (None: it did not)."""
 
 
 # ---------------------------------------------------------------- probes
@@ -203,6 +215,13 @@ def _wave(client: Client, ref: str) -> Wave:
         return client.get_wave(ref)
 
 
+def _require_agent(spawner: Spawner, profile: ResolvedProfile, recorded: list[SessionRecord]) -> None:
+    """The agent the mind would run (a resumed session's recorded one) is on PATH: checked before
+    start makes anything (a wave, a worktree, a roster entry, a window). ToolMissing (exit 6)."""
+    rec = recorded[0] if recorded else None
+    require_agent(agent_words(spawner.agent or (rec.agent if rec and rec.agent else profile.agent)))
+
+
 def _pane_for(tmux: Tmux, wave: Wave) -> str:
     """A pane for the resident: its old one (dead) if any, else a new window of its own."""
     old = resident_pane(tmux, wave.id)
@@ -234,7 +253,12 @@ def start(
     g = goal.load(folder / "GOAL.md")
     layout_ref = agent or g.mind or DEFAULT_LAYOUT
     profile = resident_profile(load_layout(layout_ref, paths))
-    wave = _wave(client, wave_ref)
+    try:
+        known: Wave | None = client.get_wave(wave_ref)
+    except errors.NotFound:
+        known = None
+    _require_agent(spawner, profile, client.sessions(known.id, RESIDENT) if known else [])
+    wave = known or _wave(client, wave_ref)
     closed = ""
     seat = client.seat(wave.id)
     if seat is not None and seat.closed_at is None:
@@ -267,8 +291,14 @@ def start(
     write_private(here / "origin", str(origin) + "\n")
     layout = load_layout(str(layout_file), paths)
     recorded = client.sessions(wave.id, RESIDENT)
+    made = resident_pane(tmux, wave.id) is None
     pane_id = _pane_for(tmux, wave)
-    report = spawner.launch(pane_id, wave, root, layout, RESIDENT, resume=bool(recorded))
+    try:
+        report = spawner.launch(pane_id, wave, root, layout, RESIDENT, resume=bool(recorded))
+    except errors.FleetError:
+        if made:
+            tmux.kill_pane(pane_id)  # the window this start made goes with it
+        raise
     if not report.ready:
         raise errors.FleetError(
             f"the resident did not start: {report.why} (its pane is {pane_id}: `fleet attach {wave.name}`)"
@@ -294,7 +324,62 @@ def start(
     return StartReport(
         wave=wave.name, session_id=report.session_id, pane_id=pane_id, pid=pid, worktree=str(worktree),
         layout=layout_ref, resumed=report.action == "respawned", closed=closed, pane=report,
+        supervisor=supervised_by(client, wave.id),
     )  # fmt: skip
+
+
+def unsupervised(wave: str) -> str:
+    """What ``resident start`` and ``status`` say when no ``fleet supervise`` keeps the wave."""
+    return (
+        f"no `fleet supervise {wave}` runs: heartbeats, crons and revival need one; run it (another"
+        f" terminal, a service), or `fleet resident start {wave} --supervise` starts one in a tmux window"
+    )
+
+
+SUPERVISE_WINDOW = "supervise"
+"""The tmux window ``resident start --supervise`` runs ``fleet supervise`` in (in the wave's
+session); also its ``@fleet_wavelet`` tag, which names no wavelet (as the resident's own window's)."""
+SUPERVISE_WAIT = 30.0
+"""Seconds ``--supervise`` waits for the supervisor it started to hold the wave's lease."""
+
+
+def supervise_in_window(client: Client, tmux: Tmux, paths: Paths, wave: Wave) -> tuple[str, str]:
+    """Start ``fleet supervise WAVE`` in a window of the wave's tmux session, unless one keeps the
+    wave already; returns (``pid N on HOST`` of the one keeping it, the window's id or ''). The new
+    one talks to this daemon with this process's token (a 0600 file in the wave's resident state
+    dir, named by ``FLEET_TOKEN_FILE``: no secret on a command line). Its window stays when it
+    exits (a refusal is readable there); a dead one is replaced. FleetError if it does not hold the
+    lease within :data:`SUPERVISE_WAIT` s, naming the window to look at."""
+    held = supervised_by(client, wave.id)
+    if held is not None:
+        return held, ""
+    session = tmux.find_session(wave.id)
+    if session is None:
+        raise errors.FleetError(f"wave {wave.name!r} has no tmux session to start `fleet supervise` in")
+    old = tmux.find_window(session, SUPERVISE_WINDOW)
+    if old is not None:
+        tmux.kill_window(old)  # it holds no lease (dead, or stuck): its successor takes the name
+    token = state_dir(paths, wave.id) / "supervise.token"
+    write_private(token, client.token + "\n")
+    env = {"FLEET_DAEMON": client.base_url, "FLEET_TOKEN_FILE": str(token)}
+    if os.environ.get("FLEET_HOME"):
+        env["FLEET_HOME"] = os.environ["FLEET_HOME"]
+    where = tmux.srv.socket_path or tmux.srv.socket_name
+    if where:
+        env["FLEET_TMUX_SOCKET"] = str(where)
+    # a placeholder first, then the command: the window stays when it exits (a refusal is readable)
+    window, pane = tmux.new_window(session, wave.id, SUPERVISE_WINDOW, SUPERVISE_WINDOW)
+    tmux.srv.cmd("set-option", "-p", "-t", pane, "remain-on-exit", "on")
+    tmux.respawn(pane, [sys.executable, "-m", "fleet", "supervise", wave.name], env=env)
+    deadline = time.monotonic() + SUPERVISE_WAIT
+    while (held := supervised_by(client, wave.id)) is None:
+        if time.monotonic() > deadline:
+            raise errors.FleetError(
+                f"`fleet supervise {wave.name}` started in tmux window {window} ({SUPERVISE_WINDOW}) but"
+                f" holds no lease after {SUPERVISE_WAIT:g}s: look at that window (`fleet attach {wave.name}`)"
+            )
+        time.sleep(0.1)
+    return held, window
 
 
 def reseat(client: Client, tmux: Tmux, wave: Wave, report: PaneReport) -> None:
@@ -356,31 +441,102 @@ def stop(client: Client, tmux: Tmux, wave_ref: str) -> StopReport:
 # ---------------------------------------------------------------- status
 
 
-def workers(
-    client: Client, wave: Wave, blips: list[Blip] | None = None, now: float | None = None
-) -> list[Worker]:
-    """The wavelets the resident forked, each ``running`` until it surfaces or posts ``DONE:``."""
-    now = time.time() if now is None else now
-    mine = [wl for wl in wave.wavelets if wl.created_by == RESIDENT and wl.id != wave.root_id]
-    if not mine:
-        return []
-    blips = blips if blips is not None else client.read_wave(wave.id, limit=5000).blips
-    out = []
-    for wl in mine:
-        own = [b for b in blips if b.wavelet_id == wl.id and b.kind != "system"]
-        surfaced = any(b.kind == "surface" and b.source_wavelet_id == wl.id for b in blips)
-        done = surfaced or any(b.text.startswith("DONE:") and b.author != RESIDENT for b in own)
-        last = own[-1] if own else None
-        at = _ts(last.created_at if last else wl.created_at)
-        out.append(
-            Worker(
-                wavelet=wl.path,
-                status="done" if done else "running",
-                last_blip=f"{last.author}: {last.text[:120]}" if last else "",
-                age_seconds=max(0.0, now - at),
+class _Last(NamedTuple):
+    author: str
+    text: str
+    created_at: str
+
+
+class WorkerFold:
+    """Which wavelets the resident forked still run, folded from the wave's blips as they come.
+
+    What a caller may rely on: fed every page of the wave's stream (:meth:`feed`, each with the
+    cursor it was read after, as ``fleet supervise`` reads them), :meth:`workers` is exactly what a
+    read of the whole wave would say, at any size, and costs nothing more to ask. A page read after
+    an id the fold has not reached (a gap) is not folded: :attr:`complete` turns False and
+    :func:`workers` reads the wave from :attr:`cursor` before it answers. Overlapping pages are
+    fine (a blip at or below the cursor is skipped). It keeps one entry per wavelet, not the blips.
+
+    The rule (docs/resident.md): a worker is ``running`` until a ``surface`` from its wavelet lands
+    anywhere, or a blip in it not by the resident starts with ``DONE:``; its last blip is its
+    wavelet's newest blip that is not ``system`` (replaced versions included, as the stream has them).
+    """
+
+    def __init__(self) -> None:
+        self.cursor = ""
+        """The greatest blip id folded ("" before any)."""
+        self.complete = False
+        """The fold is as far as the last page it was fed (or read): False before any, and after a
+        gap. Either way it is the exact fold of the wave up to :attr:`cursor`: it only ever moves on
+        by a page that starts at or before it."""
+        self._last: dict[str, _Last] = {}
+        self._done: set[str] = set()
+
+    def feed(self, blips: Iterable[Blip], after: str) -> None:
+        """Fold one page: ``blips`` as read after the id ``after``, oldest first."""
+        if after > self.cursor:
+            self.complete = False  # a gap: what lies between is not folded; read() fills it in
+            return
+        self.complete = True
+        for b in blips:
+            if b.id <= self.cursor:
+                continue
+            self.cursor = b.id
+            if b.kind == "surface" and b.source_wavelet_id:
+                self._done.add(b.source_wavelet_id)
+            if b.kind == "system":
+                continue
+            self._last[b.wavelet_id] = _Last(b.author, b.text[:120], b.created_at)
+            if b.author != RESIDENT and b.text.startswith("DONE:"):
+                self._done.add(b.wavelet_id)
+
+    def read(self, client: Client, wave_id: str) -> None:
+        """Read and fold the wave from :attr:`cursor` to its end, in the largest pages the daemon
+        gives; afterwards :attr:`complete` is True."""
+        while True:
+            after = self.cursor
+            page = client.read_wave(wave_id, after=after, limit=READ_PAGE)
+            self.feed(page.blips, after=after)
+            self.complete = True
+            if len(page.blips) < READ_PAGE:
+                return
+
+    def workers(self, wave: Wave, now: float | None = None) -> list[Worker]:
+        """The resident's workers in ``wave`` (its wavelets, as the store has them now), as folded."""
+        now = time.time() if now is None else now
+        out = []
+        for wl in wave.wavelets:
+            if wl.created_by != RESIDENT or wl.id == wave.root_id:
+                continue
+            last = self._last.get(wl.id)
+            out.append(
+                Worker(
+                    wavelet=wl.path,
+                    status="done" if wl.id in self._done else "running",
+                    last_blip=f"{last.author}: {last.text}" if last else "",
+                    age_seconds=max(0.0, now - _ts(last.created_at if last else wl.created_at)),
+                )
             )
-        )
-    return out
+        return out
+
+
+READ_PAGE = 5000
+"""Blips a page of :meth:`WorkerFold.read` asks for (the daemon's largest page)."""
+
+
+def workers(
+    client: Client, wave: Wave, fold: WorkerFold | None = None, now: float | None = None
+) -> list[Worker]:
+    """The wavelets the resident forked, each ``running`` until it surfaces or posts ``DONE:``
+    (:class:`WorkerFold`). ``fold``: one kept up by its caller, read on from where it stands when it
+    is not complete; without one, the whole wave is read in pages from the start. A wave whose
+    resident forked nothing is not read at all."""
+    if not any(wl.created_by == RESIDENT and wl.id != wave.root_id for wl in wave.wavelets):
+        return []
+    fold = fold if fold is not None else WorkerFold()
+    if not fold.complete:
+        fold.read(client, wave.id)
+    return fold.workers(wave, now)
 
 
 def _ts(iso: str) -> float:
@@ -414,7 +570,10 @@ def status(
     agent = agent_state(tmux, pane, seen, record)
     failed = fold.failed_since(_ts(seat.claimed_at)) if readable else None
     ws = workers(client, wave)
+    supervisor = supervised_by(client, wave.id)
     notes = []
+    if supervisor is None:
+        notes.append(unsupervised(wave.name))
     if not alive:
         notes.append("its process is gone: `fleet supervise` revives it (an operator blip does at once)")
     if failed is not None and failed >= FAILED_TURNS:
@@ -428,7 +587,7 @@ def status(
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
         turns=fold.turns if readable else None, failed_turns=failed,
         last_error=fold.last_error, workers=ws,
-        in_flight=sum(w.status == "running" for w in ws), note="; ".join(notes),
+        in_flight=sum(w.status == "running" for w in ws), supervisor=supervisor, note="; ".join(notes),
     )  # fmt: skip
 
 

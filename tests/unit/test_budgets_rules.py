@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleet import errors
-from fleet.budgets import BudgetReport, SetBudget, Spend, SpendReport
+from fleet.budgets import Budget, BudgetReport, SetBudget, Spend, SpendReport, passed, spent_of
 from fleet.client import Client
 from fleet.layouts import parse
 from fleet.paths import Paths
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, connect, dump_tables, replay
+from fleet.usage import Counter, Figures, Price, PriceTable, Tally, budget_statuses, figures
 
 OP = OPERATOR_PRINCIPAL
 
@@ -282,3 +285,74 @@ def test_a_budget_watch_given_the_feeds_budgets_asks_the_daemon_nothing(tmp_path
     given = [Budget(wave_id="W", wavelet_id="", participant="alice", tokens=10)]
     assert watch({"wl": "w/main"}, given) == frozenset()  # no transcript: nothing spent, nothing held
     assert watch({"wl": "w/main"}, []) == frozenset()
+
+
+MODELS = ["claude-a", "claude-b", "claude-c", "claude-d"]
+
+
+WAVELETS = ["", "W1", "W2"]
+
+
+tallies = st.dictionaries(
+    st.tuples(st.sampled_from(WAVELETS), st.sampled_from(MODELS)),
+    st.builds(
+        Tally,
+        input_tokens=st.integers(0, 10**7),
+        output_tokens=st.integers(0, 10**6),
+        cache_read_input_tokens=st.integers(0, 10**7),
+        cache_creation_input_tokens=st.integers(0, 10**6),
+        requests=st.integers(1, 50),
+        turns=st.integers(1, 10),
+    ),
+    max_size=8,
+)
+
+
+prices_of = st.dictionaries(
+    st.sampled_from(MODELS),
+    st.builds(
+        Price,
+        input=st.floats(0, 100),
+        output=st.floats(0, 100),
+        cache_read=st.floats(0, 10),
+        cache_creation=st.floats(0, 10),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tallies, prices_of, st.sampled_from(WAVELETS), st.floats(0.0001, 1000), st.integers(1, 10**8))
+def test_cost_is_a_number_only_when_every_model_counted_is_priced(
+    counted: dict[tuple[str, str], Tally], priced: dict[str, Price], scope: str, limit: float, tokens: int
+) -> None:
+    table = PriceTable(entries=list(priced.items()))
+    counter = Counter(tallies=counted)
+    cost_budget = Budget(wave_id="W", wavelet_id=scope, participant="alice", cost=limit)
+    in_scope = {m for (w, m) in counted if not scope or w == scope}
+    spent, cost, unpriced = spent_of(cost_budget, counter, table)
+    assert spent == sum(figures(t, None).tokens for (w, _m), t in counted.items() if not scope or w == scope)
+    assert unpriced == sorted(in_scope - set(priced))
+    if in_scope <= set(priced):
+        want = sum(
+            figures(t, priced[m]).cost_usd or 0.0 for (w, m), t in counted.items() if not scope or w == scope
+        )
+        assert cost == pytest.approx(want)
+        assert passed(cost_budget, spent, cost) == (cost is not None and cost >= limit)
+    else:
+        assert cost is None
+        assert passed(cost_budget, spent, cost)  # unknown is never under a limit: held, not free
+    # a tokens budget is judged on tokens whatever the prices
+    token_budget = Budget(wave_id="W", wavelet_id=scope, participant="alice", tokens=tokens)
+    assert passed(token_budget, spent, cost) == (spent >= tokens)
+    # the sums shown (fleet usage, status, the console) carry "unknown" up, never a partial sum
+    total = Figures()
+    for (_w, m), t in counted.items():
+        total.add(figures(t, table.price(m), m))
+    all_priced = {m for (_w, m) in counted} <= set(priced)
+    assert (total.cost_usd is not None) == all_priced
+    assert total.unpriced == sorted({m for (_w, m) in counted} - set(priced))
+    # and the budget's status (fleet budget show, fleet usage, the console) says unknown, and passed
+    (status,) = budget_statuses([cost_budget], {"alice": counter}, table)
+    (mine,) = status.spent
+    assert (mine.cost_usd is None) == bool(in_scope - set(priced))
+    assert mine.passed == passed(cost_budget, spent, cost)

@@ -9,15 +9,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_resident_fold import NOW
 
 from fleet import errors
-from fleet.models import NewSeat
-from fleet.resident import goal
+from fleet.models import Blip, NewSeat, Wave, Wavelet
+from fleet.resident import RESIDENT, goal, seat
 from fleet.resident.goal import Cron, GoalError
 from fleet.resident.mind import MindReader
-from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
-
-OP = OPERATOR_PRINCIPAL
+from fleet.resident.seat import Worker, WorkerFold
+from fleet.store import OPERATOR_PRINCIPAL as OP
+from fleet.store import Principal, Store
 
 
 def test_goal_frontmatter_is_read_with_defaults_for_what_it_leaves_out() -> None:
@@ -196,3 +199,91 @@ def test_a_push_taken_at_a_turns_end_keeps_the_mind_turning_until_its_own_turn_e
     absorbed = line(type="attachment", attachment={"type": "queued_command", "prompt": "<channel>"})
     assert seen(queue[0], queue[1], absorbed, answer)  # taken into the running turn at a tool boundary
     assert not seen(done), "an input the running turn absorbed opens no further turn"
+
+
+WAVE_ID = "0wave"
+
+
+ROOT = "0root"
+
+
+WAVELETS = ["1a", "1b", "1c", "1d"]
+"""Wavelets of the wave besides its root; the resident forked the first three."""
+
+
+def _wave() -> Wave:
+    def wl(i: str, by: str, parent: str | None) -> Wavelet:
+        return Wavelet(
+            id=i, wave_id=WAVE_ID, wave="w", name=i, parent_id=parent, private=False,
+            created_by=by, created_at="2026-12-01T00:00:00Z",
+        )  # fmt: skip
+
+    forked = [wl(i, "bob" if i == "1d" else RESIDENT, ROOT) for i in WAVELETS]
+    return Wave(
+        id=WAVE_ID, name="w", created_at="2026-12-01T00:00:00Z", root_id=ROOT,
+        wavelets=[wl(ROOT, "operator", None), *forked],
+    )  # fmt: skip
+
+
+def reference(wave: Wave, blips: list[Blip], now: float) -> list[Worker]:
+    """The fold's meaning, over the whole list at once (what ``workers`` computed when it could
+    still read every blip in one page)."""
+    out = []
+    for wl in wave.wavelets:
+        if wl.created_by != RESIDENT or wl.id == wave.root_id:
+            continue
+        own = [b for b in blips if b.wavelet_id == wl.id and b.kind != "system"]
+        surfaced = any(b.kind == "surface" and b.source_wavelet_id == wl.id for b in blips)
+        done = surfaced or any(b.text.startswith("DONE:") and b.author != RESIDENT for b in own)
+        last = own[-1] if own else None
+        at = seat._ts(last.created_at if last else wl.created_at)
+        out.append(
+            Worker(
+                wavelet=wl.path, status="done" if done else "running",
+                last_blip=f"{last.author}: {last.text[:120]}" if last else "", age_seconds=max(0.0, now - at),
+            )
+        )  # fmt: skip
+    return out
+
+
+blip_st = st.tuples(
+    st.sampled_from([ROOT, *WAVELETS]),
+    st.sampled_from(["message", "message", "system", "surface"]),
+    st.sampled_from([RESIDENT, "worker", "bob"]),
+    st.sampled_from(["progress", "DONE: finished", "DONE:", "not DONE: yet", "x" * 200]),
+    st.sampled_from([None, *WAVELETS]),
+    st.integers(0, 59),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    specs=st.lists(blip_st, max_size=60),
+    cuts=st.lists(st.integers(0, 60), max_size=12),
+    back=st.lists(st.integers(0, 5), max_size=12),
+)
+def test_the_fold_fed_in_any_page_split_equals_the_fold_over_the_whole_list(
+    specs: list[tuple[str, str, str, str, str | None, int]], cuts: list[int], back: list[int]
+) -> None:
+    """Pages as a reader's cursor gives them (each read after the previous page's end, or after an
+    earlier id: an overlap); a fold fed them equals the fold of the whole list, at every page end."""
+    blips = [
+        Blip(
+            id=f"b{i:05d}", wavelet_id=w, wave_id=WAVE_ID, author="system" if kind == "system" else author,
+            kind=kind, text=text, source_wavelet_id=src if kind == "surface" else None,  # type: ignore[arg-type]
+            created_at=f"2026-12-01T00:{sec:02d}:00Z",
+        )
+        for i, (w, kind, author, text, src, sec) in enumerate(specs)
+    ]  # fmt: skip
+    wave = _wave()
+    ends = sorted({min(c, len(blips)) for c in cuts} | {len(blips)})
+    fold = WorkerFold()
+    start = 0
+    for n, end in enumerate(ends):
+        start = max(0, start - (back[n] if n < len(back) else 0))  # a page may overlap the last
+        after = blips[start - 1].id if start else ""
+        fold.feed(blips[start:end], after=after)
+        assert fold.complete
+        assert fold.workers(wave, now=NOW) == reference(wave, blips[:end], NOW)
+        start = end
+    assert fold.cursor == (blips[-1].id if blips else "")
