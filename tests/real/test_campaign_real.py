@@ -284,6 +284,9 @@ def test_a_three_wave_campaign_retries_patches_asks_and_completes(
              "verifier-s6", "executor-w1-s7", "executor-w2-s8"]  # fmt: skip
     assert len({c.real.session_id(n, cid) for n in names}) == 8
 
+    # the loop's last bookkeeping lands in a commit of its own after the state says all_complete
+    done = f"campaign {cid}: all waves complete"
+    c.real.wait(lambda: log(c.root)[-1] == done, "the loop's last commit")
     subjects = log(c.root)
     assert subjects == [
         "the plan",
@@ -297,9 +300,10 @@ def test_a_three_wave_campaign_retries_patches_asks_and_completes(
         "wave 1: middle",
         "wave 2 (paused): user question",
         "wave 2: finish",
+        done,
     ], subjects
-    # STATE.md as each outcome committed it
-    seen = [state_at(c.root, f"HEAD~{n}", cid) for n in range(8, -1, -1)]
+    # STATE.md as each outcome committed it (HEAD is the loop's last bookkeeping)
+    seen = [state_at(c.root, f"HEAD~{n}", cid) for n in range(9, 0, -1)]
     got = [(s.current_wave, s.wave_status, s.failure_kind, s.retry_count) for s in seen]
     assert got == [
         (0, "pending", "", 0),
@@ -453,7 +457,10 @@ def test_a_loop_killed_mid_wave_resumes_exactly_when_started_again(one_wave: Cal
     c.run()
     final = c.wait_state(lambda s: s.wave_status == "all_complete" and not s.active_session_id, "resumed")
     assert final.session_count == 1, "the wave was not run twice"
-    assert log(c.root)[-1] == "wave 0: scaffold" and "crashed" not in " ".join(log(c.root))
+    done = f"campaign {c.cid}: all waves complete"  # the loop's last bookkeeping, after all_complete
+    c.real.wait(lambda: log(c.root)[-1] == done, "the loop's last commit")
+    subjects = log(c.root)
+    assert subjects[-2] == "wave 0: scaffold" and "crashed" not in " ".join(subjects)
 
 
 def test_interrupt_cancels_and_nothing_spawns_until_clear(one_wave: Callable[..., OneWave]) -> None:
