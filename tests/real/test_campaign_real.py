@@ -414,13 +414,15 @@ def test_an_executor_killed_mid_wave_is_a_crash_commit_and_a_retry(one_wave: Cal
         lambda s: s.wave_status == "all_complete" and not s.active_session_id, "the retry done"
     )
     assert final.session_count == 2
+    done = f"campaign {c.cid}: all waves complete"  # the loop's last bookkeeping, after all_complete
+    c.real.wait(lambda: log(c.root)[-1] == done, "the loop's last commit")
     subjects = log(c.root)
-    assert subjects[-2:] == ["wave 0 (crashed): session ended without state update", "wave 0: scaffold"], (
+    assert subjects[-3:-1] == ["wave 0 (crashed): session ended without state update", "wave 0: scaffold"], (
         subjects
     )
-    crashed = state_at(c.root, "HEAD~1", c.cid)
+    crashed = state_at(c.root, "HEAD~2", c.cid)
     assert (crashed.wave_status, crashed.failure_kind, crashed.retry_count) == ("failed", "crash", 1)
-    assert git(c.root, "show", "HEAD~1:a.txt") == "partial"  # the dirty tree, committed by the loop
+    assert git(c.root, "show", "HEAD~2:a.txt") == "partial"  # the dirty tree, committed by the loop
     # what the killed session left running (its Bash command's own process group) was ended too
     left = session_pids(c.cid, "executor-w0-s1")
     c.real.wait(lambda: not [p for p in left if procs.pid_alive(p)], "the killed session's Bash ended")

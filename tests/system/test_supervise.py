@@ -688,6 +688,7 @@ def test_cli_supervise_rolls_summaries_with_the_layouts_summarizer_fail_open(
     (summary,) = retry_until(lambda: operator.summaries(main.id), timeout=30, what="a summary by supervise")
     assert summary.author_kind == "summarizer" and summary.author == os.path.basename(sys.executable)
     assert summary.text.startswith("stand-in summary of ") and done.id in summary.cites
-    assert [e.outcome for e in outcomes()][-1] == "accepted"
+    # the summary is in the store before its run's outcome is in the routing log: wait for that line
+    retry_until(lambda: [e.outcome for e in outcomes()][-1:] == ["accepted"], what="the accepted run logged")
     p.send_signal(signal.SIGINT)
     assert p.wait(20) == 0
