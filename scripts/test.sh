@@ -58,11 +58,12 @@ fi
 
 # The unit tier alone first (no processes, seconds); then the other three on 3 workers: they spend
 # their time waiting on daemons, channels, tmux, Chromium and Claude Code, not on the CPU (the
-# numbers: docs/performance.md, "The test suite"). The real tier first, so its long tests start
-# early; worksteal: a worker that runs dry takes queued tests from a busy one.
+# numbers: docs/performance.md, "The test suite"). The real tier first and one test at a time to
+# whichever worker is free (--maxschedchunk 1), so the longest tests start first and the short
+# component tests fill the end (worksteal left a 90 s real test for last: +1 minute).
 say "tests: unit"
 rc=0
 run_pytest -q tests/unit || rc=$?
 say "tests: real, system, component (3 workers)"
-run_pytest -q -n 3 --dist worksteal tests/real tests/system tests/component || rc=$?
+run_pytest -q -n 3 --dist load --maxschedchunk 1 tests/real tests/system tests/component || rc=$?
 exit "$rc"
