@@ -241,7 +241,7 @@ BUDGET_REACHED = Route(
     "a channel says a budget was passed",
 )  # fmt: skip
 REPORT_SPEND = Route(
-    "report_spend", "POST", f"{W}/budgets/spend", SpendReport, BudgetList, "member", "rerun",
+    "report_spend", "POST", f"{W}/budgets/spend", SpendReport, BudgetList, "self", "rerun",
     "a channel reports its session's spend",
 )  # fmt: skip
 ASK_PERMISSION = Route(

@@ -402,9 +402,9 @@ class Transport:
         route's request record); the answer is the route's response record. ``wait``: the seconds a
         long-poll may hold the answer (added to the socket timeout). A body of another record than
         the route declares is a UsageError naming both (a client bug), before anything is sent."""
-        if (body is None) != (route.request is None) or (
-            route.request is not None and not isinstance(body, route.request)
-        ):
+        # By name, not isinstance: a module run as ``__main__`` (the permission hook) has its own
+        # copy of its record classes.
+        if type(body).__name__ != (route.request or type(None)).__name__:
             expected = route.request.__name__ if route.request is not None else "no body"
             raise errors.UsageError(f"route {route.name} takes {expected}, not {type(body).__name__}")
         return self._call(
