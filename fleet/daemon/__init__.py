@@ -18,7 +18,8 @@ What a caller may rely on (each module's docstring says more):
   :mod:`~fleet.daemon.memory`, :mod:`~fleet.daemon.permissions`, :mod:`~fleet.daemon.budgets`,
   :mod:`~fleet.daemon.tokens`.
 
-``from fleet.daemon import Daemon`` stays the way in: the names below are re-exported.
+``from fleet.daemon import Daemon`` stays the way in: the names below are re-exported (``ROUTES`` here
+is the table bound to its handlers; :data:`fleet.routes.ROUTES` is the table).
 """
 
 from __future__ import annotations

@@ -301,11 +301,15 @@ class Dispatcher:
 
     @property
     def s(self) -> Store:
+        """The open store (DaemonUnreachable once it is closed): what every handler calls."""
         if self.store is None:
             raise errors.DaemonUnreachable("the daemon is not open")
         return self.store
 
+    _s = s  # its name while the handlers were the daemon's own methods (tests still read it)
+
     def wrote(self, wave_id: str, author: str, wavelet_id: str = "") -> None:
+        """A blip by ``author`` was written in ``wavelet_id`` of ``wave_id``: wake who reads either."""
         keys = [k for k in (wavelet_id, wave_id) if k]
         if author != "system":
             self.presence.posted(wave_id, author)  # (a post says nothing of what the agent does)

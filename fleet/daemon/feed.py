@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class _LastFeed:
     """A connection's last feed answer that had blips: what its next request is expected to ask
-    (:meth:`Daemon._feed` parks that request without a fetch while nothing touched ``keys``)."""
+    (:func:`feed` parks that request without a fetch while nothing touched ``keys``)."""
 
     asked: tuple[object, ...]
     """(token id, principal, wave id, participant, limit) of the request."""
