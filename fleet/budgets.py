@@ -44,7 +44,16 @@ only then. What a caller may rely on (:class:`BudgetWatch`):
   the operator gets one blip for the budget as set, from the first member to report it. The rows
   are derived state, not in the event log: a member reports again at every check.
 - A session without a transcript (the stand-in, other CLIs) spends nothing that fleet can see, so no
-  budget stops it. A cost budget over a model the price table does not name counts what is priced.
+  budget stops it.
+- **An unpriced model never counts as free.** A model the price table does not name has an unknown
+  cost (:mod:`fleet.usage`), and a cost budget is never judged on a partial sum: spend in its scope
+  with such a model counts as *passed* (:func:`passed`), so the channel holds the scope's deliveries
+  and its one notice and one operator blip say the cost is unknown, name the model and the user's
+  ``<config>/prices.toml`` (:func:`spent_text`). Where the model is known beforehand — the
+  participant's recorded session has used it, or its layout profile names a full model id —
+  :func:`check_priced` refuses the cost budget instead (``fleet budget set``, spawn). A member of a
+  wavelet budget reports the models it could not price with its spend; the members' sum is unknown
+  while any member's is (:attr:`Budget.spent_unpriced`, :func:`shared_cost`).
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from fleet import errors
-from fleet.wire import record
+from fleet.wire import field, record
 
 if TYPE_CHECKING:
     from fleet.client import Client
@@ -94,7 +103,10 @@ class Budget:
     """A wavelet budget (``participant`` ``""``): what its members spent together on its turns, as
     their channels last reported (None for the other scopes)."""
     spent_cost: float | None = None
-    """The same in estimated USD."""
+    """The same in estimated USD, of the priced models (see :attr:`spent_unpriced`)."""
+    spent_unpriced: list[str] | None = None
+    """A wavelet budget: the models with no price some member reported spending on its turns (while
+    any is, the members' cost is unknown: :func:`shared_cost`)."""
 
     @property
     def shared(self) -> bool:
@@ -136,6 +148,9 @@ class Spend:
     wavelet_id: str
     tokens: int
     cost: float = 0.0
+    """USD of the priced models."""
+    unpriced: list[str] = field(default_factory=list)
+    """Models counted in ``tokens`` that have no price: the session's cost there is unknown."""
 
 
 @record(extra="forbid")
@@ -197,35 +212,60 @@ def applies(b: Budget, participant: str) -> bool:
     return b.participant in ("", participant)
 
 
-def spent_of(b: Budget, counter: Counter, table: PriceTable | None) -> tuple[int, float]:
-    """(tokens, USD) the counted session spent in ``b``'s scope (USD of priced models only)."""
+def spent_of(b: Budget, counter: Counter, table: PriceTable) -> tuple[int, float | None, list[str]]:
+    """(tokens, USD, unpriced models) the counted session spent in ``b``'s scope. USD is None when a
+    model counted there has no price (those models are the third item): never a partial sum."""
     from fleet.usage import figures
 
-    tokens, cost = 0, 0.0
+    tokens, cost, unpriced = 0, 0.0, set()
     for (wid, model), tally in counter.tallies.items():
         if b.wavelet_id and wid != b.wavelet_id:
             continue
-        fig = figures(tally, table.price(model) if table is not None else None)
+        price = table.price(model)
+        fig = figures(tally, price, model)
         tokens += fig.tokens
-        cost += fig.cost_usd or 0.0
-    return tokens, cost
+        if fig.cost_usd is None:
+            unpriced.add(model)
+        else:
+            cost += fig.cost_usd
+    return tokens, None if unpriced else cost, sorted(unpriced)
 
 
-def passed(b: Budget, tokens: int, cost: float) -> bool:
-    """Whether spending (``tokens``, ``cost``) passed ``b`` (reaching it exactly counts as passed)."""
+def shared_cost(b: Budget) -> float | None:
+    """A wavelet budget's members' cost together: None (unknown) while a member reported a model with
+    no price."""
+    return None if b.spent_unpriced else (b.spent_cost or 0.0)
+
+
+def passed(b: Budget, tokens: int, cost: float | None) -> bool:
+    """Whether spending (``tokens``, ``cost``) passed ``b`` (reaching it exactly counts as passed). An
+    unknown ``cost`` (None) has passed any cost budget: it is never counted as under it."""
     if b.tokens is not None:
         return tokens >= b.tokens
-    return b.cost is not None and cost >= b.cost
+    return b.cost is not None and (cost is None or cost >= b.cost)
 
 
-def spent_text(b: Budget, tokens: int, cost: float) -> str:
-    return f"{tokens:,} tokens" if b.tokens is not None else f"${cost:.2f}"
+def spent_text(
+    b: Budget, tokens: int, cost: float | None, unpriced: Iterable[str] = (), prices_file: str = ""
+) -> str:
+    """What was spent, as the notice and the operator's blip say it (``"51,234 tokens"``, ``"$2.51"``,
+    or for an unknown cost the models with no price and where to add one)."""
+    if b.tokens is not None:
+        return f"{tokens:,} tokens"
+    if cost is None:
+        named = ", ".join(sorted(set(unpriced))) or "a model"
+        where = f" in {prices_file}" if prices_file else ""
+        return (
+            f"an unknown amount ({tokens:,} tokens of {named}, which has no price{where}: add one there"
+            " and set the budget again, or budget tokens instead)"
+        )
+    return f"${cost:.2f}"
 
 
 def notice_text(b: Budget, spent: str, wave: str, held_in: str) -> str:
     """The one notice a participant gets when it passes ``b``."""
     return (
-        f"Budget reached: {limit_text(b)} for {scope_text(b, wave)}, and {spent} are spent. "
+        f"Budget reached: {limit_text(b)} for {scope_text(b, wave)} ({spent} spent). "
         f"fleet has stopped delivering blips to you {held_in}; they are held, not lost, and arrive "
         "when the operator raises the budget. The operator has been told. Do not post about it; "
         "finish what you are doing and stop."
@@ -248,6 +288,69 @@ def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
         f"{spent} spent). Deliveries to {participant} there are paused; its blips are held and "
         f"delivered once you raise it: fleet budget set {target}{who} --tokens N (or --cost USD)."
     )
+
+
+def scope_members(
+    client: Client, wave: str, wavelet: str | None, participant: str | None
+) -> tuple[str, list[str]]:
+    """(wave id, the agents a budget of this scope applies to): ``participant``, else the agents on
+    ``wavelet``'s roster, else on any roster of the wave."""
+    w = client.get_wave(wave)
+    if participant:
+        return w.id, [participant]
+    only = client.resolve(wavelet, wave=w.name).id if wavelet else None
+    names = [m.name for wl in w.wavelets if only in (None, wl.id) for m in wl.roster if m.kind == "agent"]
+    return w.id, list(dict.fromkeys(names))
+
+
+def _looks_like_model_id(model: str | None) -> bool:
+    """A full model id (``claude-sonnet-4-5-20250929``), not an alias Claude Code resolves itself
+    (``sonnet``, ``opus``): only an id can be looked up in the price table before it runs."""
+    return bool(model) and "-" in str(model)
+
+
+def check_priced(
+    client: Client,
+    paths: Paths,
+    wave_id: str,
+    participants: Iterable[str],
+    *,
+    where: str,
+    instead: str,
+    declared: Mapping[str, str | None] | None = None,
+) -> list[str]:
+    """Refuse a cost budget that cannot be judged: :class:`~fleet.errors.UsageError` naming the
+    participant, the model and the user's ``<config>/prices.toml`` when a model a participant is known
+    to use has no price — one its recorded session's transcript (on this machine) shows, or the full
+    model id its layout profile names (``declared``). Returns the participants whose model is not
+    known yet (no session, no model id): their budget is judged once their first response is seen,
+    and held while its model has no price."""
+    from fleet.usage import add_price_text, prices, read_session, session_env, user_prices
+
+    table = prices(paths)
+    records = {r.participant: r for r in client.sessions(wave_id)}
+    declared = declared or {}
+    unknown: list[str] = []
+    for name in dict.fromkeys(participants):
+        models: set[str] = set()
+        rec = records.get(name)
+        if rec is not None:
+            got = read_session(paths, rec.session_id, session_env(rec.layout, name, paths))
+            models |= {m for (_w, m) in got.counter.tallies}
+        model = declared.get(name)
+        if _looks_like_model_id(model):
+            models.add(str(model))
+        if not models:
+            unknown.append(name)
+            continue
+        missing = sorted(m for m in models if table.price(m) is None)
+        if missing:
+            raise errors.UsageError(
+                f"{where}: {name} uses model {', '.join(missing)}, which has no price: its cost is unknown,"
+                f" so a cost budget could never be judged; {add_price_text(missing, user_prices(paths))},"
+                f" or budget tokens instead ({instead})"
+            )
+    return unknown
 
 
 def apply_layout_budgets(
@@ -304,6 +407,7 @@ class BudgetWatch:
         """The wavelet ids held at the last look."""
         self._reported: set[tuple[str, str, str]] = set()
         self._prices: PriceTable | None = None
+        self._prices_stamp: int | None = None
 
     def _counter(self) -> Counter | None:
         if not self.session_id:
@@ -312,20 +416,30 @@ class BudgetWatch:
 
         return read_session(self.paths, self.session_id).counter
 
-    def _table(self) -> PriceTable | None:
-        if self._prices is None:
-            from fleet.usage import prices
+    def _table(self) -> PriceTable:
+        """The price table, read again when the user's own file changes (a price added while a
+        budget holds is used at the next delivery). One that cannot be read prices nothing: every
+        cost is unknown, so a cost budget holds rather than counting $0."""
+        from fleet.usage import PriceTable, prices, user_prices
 
+        try:
+            stamp = user_prices(self.paths).stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if self._prices is None or stamp != self._prices_stamp:
+            self._prices_stamp = stamp
             try:
                 self._prices = prices(self.paths)
             except errors.FleetError as exc:
-                log.warning("budgets: %s; cost budgets count nothing", exc.message)
-                return None
+                log.warning("budgets: %s; every cost is unknown until it is fixed", exc.message)
+                self._prices = PriceTable()
         return self._prices
 
     def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
         """``given``: the budgets the feed answer carried (:attr:`fleet.models.Feed.budgets`); None
         (an empty answer, an older daemon): asked for."""
+        from fleet.usage import user_prices
+
         try:
             if given is None:
                 given = self.client().budgets(self.wave, self.participant)
@@ -338,16 +452,18 @@ class BudgetWatch:
         if counter is not None and any(b.shared for b in budgets):
             budgets = self._report_spend(budgets, counter)
         if counter is not None:
+            table = self._table()
             for b in budgets:
                 if b.shared:
-                    tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
+                    tokens, cost, unpriced = b.spent_tokens or 0, shared_cost(b), b.spent_unpriced or []
                 else:
-                    tokens, cost = spent_of(b, counter, self._table() if b.cost is not None else None)
+                    tokens, cost, unpriced = spent_of(b, counter, table)
                 if not passed(b, tokens, cost):
                     continue
                 scope = {b.wavelet_id} & set(labels) if b.wavelet_id else set(labels)
                 held |= scope
-                self._report(b, spent_text(b, tokens, cost), labels, scope)
+                spent = spent_text(b, tokens, cost, unpriced, str(user_prices(self.paths)))
+                self._report(b, spent, labels, scope)
         self.held = frozenset(held)
         log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
         return self.held
@@ -370,12 +486,12 @@ class BudgetWatch:
         """Report this session's spend on each wavelet with a shared budget; the budgets as the
         daemon answers (with the members' sums). On failure, the budgets as they were (the sums
         of the last look)."""
-        table = self._table() if any(b.shared and b.cost is not None for b in budgets) else None
+        table = self._table()
         spend = []
         for wid in sorted({b.wavelet_id for b in budgets if b.shared}):
             probe = Budget(wave_id="", wavelet_id=wid, participant=self.participant)
-            tokens, cost = spent_of(probe, counter, table)
-            spend.append(Spend(wavelet_id=wid, tokens=tokens, cost=cost))
+            tokens, cost, unpriced = spent_of(probe, counter, table)
+            spend.append(Spend(wavelet_id=wid, tokens=tokens, cost=cost or 0.0, unpriced=unpriced))
         report = SpendReport(participant=self.participant, session_id=self.session_id, spend=spend)
         try:
             got = self.client().report_spend(self.wave, report)

@@ -47,7 +47,7 @@ from pydantic import BaseModel, Field
 
 from fleet import dialogs, errors, worktrees
 from fleet.agentstate import hook_entries, hook_file
-from fleet.budgets import apply_layout_budgets
+from fleet.budgets import apply_layout_budgets, check_priced
 from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
@@ -448,6 +448,13 @@ class Spawner:
                 require_agent(agent_words(rec.agent if rec and rec.agent else layout.profile(name).agent))
         main = layout.main_pane(roster)
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
+        costed = list(roster) if layout.budget and layout.budget.cost is not None else []
+        costed += [n for n in roster if (b := layout.profile(n).budget) and b.cost is not None]
+        if costed:  # before anything is made: a cost budget over a model with no price is refused
+            check_priced(
+                self.client, self.paths, wave.id, costed, where=f"layout {layout.source or layout.name}",
+                instead="budget = { tokens = N }", declared={n: layout.profile(n).model for n in costed},
+            )  # fmt: skip
         apply_layout_budgets(self.client, wave.id, wl.id, layout, roster)  # before any pane delivers
 
         panes = self.tmux.fleet_panes(wave.id)

@@ -135,6 +135,8 @@ class StatusRow(BaseModel):
     cap_used: int | None = None
     """Pushes in this wavelet since the cap last reset; None when the state file is not on this machine."""
     cap: int | None = None
+    """The cap its deliverer runs with (0: none), as the state file records it (else the layout of its
+    recorded spawn); None when neither tells."""
     capped: bool = False
     """The cap was reached here: further blips are not pushed until the operator posts here."""
     route: str | None = None
@@ -198,6 +200,10 @@ class WaveStatus(BaseModel):
     permissions: list[PermissionWait] = Field(default_factory=list)
     """The permission requests waiting now, newest first (docs/permissions.md); their participants'
     rows come first, noted ``waiting for permission: TOOL (PREVIEW)``."""
+    unpriced: list[str] = Field(default_factory=list)
+    """Models the sessions used that have no price: why a cost shows "?" (:mod:`fleet.usage`)."""
+    prices_file: str = ""
+    """The user's own price table, where a price for them is added."""
 
 
 def exit_of(pane: PaneInfo) -> str | None:
@@ -282,7 +288,7 @@ def _budgets(
 ) -> Callable[[str, str], str | None]:
     """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
     its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
-    from fleet.budgets import applies, spent_of
+    from fleet.budgets import applies, shared_cost, spent_of
 
     budgets = client.budgets(wave_id)
     counters: dict[str, usage.Counter | None] = {}
@@ -297,14 +303,17 @@ def _budgets(
                 env = usage.session_env(rec.layout, name, paths) if rec else {}
                 counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
             counter = counters[name]
-            tokens, cost = spent_of(b, counter, table) if counter is not None else (0, 0.0)
+            tokens, cost, _ = spent_of(b, counter, table) if counter is not None else (0, 0.0, [])
             if b.shared:  # judged on the members' sum
-                tokens, cost = b.spent_tokens or 0, b.spent_cost or 0.0
+                tokens, cost = b.spent_tokens or 0, shared_cost(b)
             if b.tokens is not None:
                 text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
             else:
                 limit = b.cost or 1.0
-                text, share = f"${cost:.2f}/${limit:.2f}", cost / limit
+                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
+                text, share = (
+                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
+                )
             if name in (b.reached or []):
                 text, share = text + " held", share + 1e9
             if best is None or share > best[0]:
@@ -312,6 +321,22 @@ def _budgets(
         return best[1] if best else None
 
     return column
+
+
+def _cap_of(state: DeliveryState, record: SessionRecord | None, name: str, paths: Paths) -> int | None:
+    """The cap the participant's deliverer runs with: as its state file records it, else (a file
+    from before that) the cap the layout of its recorded spawn gave its channel, else unknown."""
+    if state.cap is not None:
+        return state.cap
+    if record is None or not record.layout:
+        return None
+    from fleet.layouts import load
+
+    try:
+        cap = load(record.layout, paths).profile(name).cap
+    except errors.FleetError:
+        return None
+    return DEFAULT_CAP if cap is None else cap  # spawn passes no --cap then: the channel's default
 
 
 def render_count(n: int) -> str:
@@ -411,7 +436,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     delivered=seen.delivered if seen else 0,
                     last_delivery=seen.last_delivery if seen else None,
                     cap_used=state.delivered.get(wl.id, 0) if state else None,
-                    cap=DEFAULT_CAP if state else None,
+                    cap=_cap_of(state, record, name, paths) if state else None,
                     capped=bool(state and wl.id in state.exhausted),
                     route=state.route if state else None,
                     route_why=state.route_why if state else "",
@@ -441,6 +466,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
+        unpriced=sorted({m for got in spent.values() if got is not None for m in got.total.unpriced}),
+        prices_file=str(usage.user_prices(paths)),
     )
 
 

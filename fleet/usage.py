@@ -23,7 +23,10 @@ What a caller may rely on:
   session in ``<state>/usage/<session-id>.json`` (0600): each call costs what was appended since.
 - **Cost** is an estimate from a price table (USD per million tokens, per model):
   ``fleet/prices.toml``, overridden entry by entry by ``<config>/prices.toml``. A model in neither
-  gets no cost and is named in :attr:`WaveUsage.unpriced` (the figures are still exact).
+  has an **unknown** cost, never $0: every sum it enters (:attr:`Figures.cost_usd`) is None and
+  names it (:attr:`Figures.unpriced`), so a cost is a number only when every model counted in it is
+  priced (the token figures are exact either way). :func:`no_price_text` says so and where to add a
+  price: the user's own ``<config>/prices.toml``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,7 +272,9 @@ class Figures(BaseModel):
     turns: int = 0
     requests: int = 0
     cost_usd: float | None = 0.0
-    """None when a model counted here has no price (:attr:`WaveUsage.unpriced`)."""
+    """None when a model counted here has no price (named in :attr:`unpriced`): never a partial sum."""
+    unpriced: list[str] = Field(default_factory=list)
+    """The models counted here that have no price: why :attr:`cost_usd` is None."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -287,9 +292,13 @@ class Figures(BaseModel):
         self.cost_usd = (
             None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
         )
+        if other.unpriced:
+            self.unpriced = sorted({*self.unpriced, *other.unpriced})
 
 
-def figures(tally: Tally, price: Price | None) -> Figures:
+def figures(tally: Tally, price: Price | None, model: str = "") -> Figures:
+    """The figures of one (wavelet, model) tally; ``price`` None: cost unknown (``model`` named in
+    :attr:`Figures.unpriced`)."""
     cost = None
     if price is not None:
         cost = (
@@ -306,6 +315,7 @@ def figures(tally: Tally, price: Price | None) -> Figures:
         turns=tally.turns,
         requests=tally.requests,
         cost_usd=cost,
+        unpriced=[model] if price is None and model else [],
     )
 
 
@@ -325,8 +335,9 @@ class BudgetSpent(BaseModel):
 
     participant: str
     tokens: int = 0
-    cost_usd: float = 0.0
-    """Of the priced models only."""
+    cost_usd: float | None = 0.0
+    """None when a model counted in the scope has no price (named in :attr:`unpriced`)."""
+    unpriced: list[str] = Field(default_factory=list)
     passed: bool = False
     """The spend is at or over the budget now."""
     reached: bool = False
@@ -360,17 +371,32 @@ class WaveUsage(BaseModel):
     unpriced: list[str] = Field(default_factory=list)
     """Models counted that the price table does not name (their cost is unknown)."""
     price_tables: list[str] = Field(default_factory=list)
+    prices_file: str = ""
+    """The user's own price table (``<config>/prices.toml``, which may not exist yet): where a
+    price is added."""
     budgets: list[BudgetStatus] = Field(default_factory=list)
 
     @property
     def unpriced_message(self) -> str:
-        if not self.unpriced:
-            return ""
-        return (
-            f"no price for model {', '.join(self.unpriced)} in the price table: cost is unknown where it is"
-            f" used; add a [[model]] entry (match, input, output, cache_read, cache_creation in USD per"
-            f" million tokens) to {self.price_tables[0] if self.price_tables else 'prices.toml'}"
-        )
+        return no_price_text(self.unpriced, self.prices_file) if self.unpriced else ""
+
+
+def add_price_text(models: Iterable[str], prices_file: Path | str) -> str:
+    """How to price ``models``: the entry to add to the user's own table."""
+    named = sorted(set(models))
+    return (
+        f'add a [[model]] entry (match = "{named[0] if named else "MODEL"}*", input, output, cache_read,'
+        f" cache_creation in USD per million tokens) to {prices_file}"
+    )
+
+
+def no_price_text(models: Iterable[str], prices_file: Path | str) -> str:
+    """Why a cost is unknown and what to do: the models with no price, and the user's own table."""
+    named = sorted(set(models))
+    return (
+        f"no price for model {', '.join(named)}: its cost is unknown (shown as ?), never counted as $0;"
+        f" {add_price_text(named, prices_file)}"
+    )
 
 
 # ---------------------------------------------------------------- reading sessions
@@ -425,7 +451,7 @@ def participant_usage(
         price = table.price(model)
         if price is None:
             unpriced.add(model)
-        fig = figures(tally, price)
+        fig = figures(tally, price, model)
         label = got.counter.labels.get(wid, wid)
         out.wavelets.setdefault(label, Figures()).add(fig)
         out.total.add(fig)
@@ -451,7 +477,7 @@ def wave_usage(client: Any, paths: Paths, wave_ref: str) -> WaveUsage:
     wave = client.get_wave(wave_ref)
     table = prices(paths)
     unpriced: set[str] = set()
-    out = WaveUsage(wave=wave.name, price_tables=table.sources)
+    out = WaveUsage(wave=wave.name, price_tables=table.sources, prices_file=str(user_prices(paths)))
     counters: dict[str, Counter] = {}
     for rec in sorted(client.sessions(wave.id), key=lambda r: r.participant):
         got = read_session(paths, rec.session_id, session_env(rec.layout, rec.participant, paths))
@@ -470,28 +496,29 @@ def budget_statuses(
     budgets: list[Any], counters: Mapping[str, Counter], table: PriceTable
 ) -> list[BudgetStatus]:
     """Each budget with the spend of every participant it applies to (those with a session)."""
-    from fleet.budgets import applies, passed, spent_of
+    from fleet.budgets import applies, passed, shared_cost, spent_of
 
     out = []
     for b in budgets:
-        sum_over = b.shared and passed(b, b.spent_tokens or 0, b.spent_cost or 0.0)
+        sum_over = b.shared and passed(b, b.spent_tokens or 0, shared_cost(b))
         st = BudgetStatus(
             wavelet=b.wavelet, participant=b.participant, tokens=b.tokens, cost=b.cost, source=b.source,
             set_at=b.set_at,
         )  # fmt: skip
         for name, counter in sorted(counters.items()):
             if applies(b, name):
-                tokens, cost = spent_of(b, counter, table)
+                tokens, cost, unpriced = spent_of(b, counter, table)
                 over = sum_over or passed(b, tokens, cost)
                 st.spent.append(
                     BudgetSpent(
-                        participant=name, tokens=tokens, cost_usd=cost, passed=over,
+                        participant=name, tokens=tokens, cost_usd=cost, unpriced=unpriced, passed=over,
                         reached=name in (b.reached or []),
                     )
                 )  # fmt: skip
         if b.shared:
             st.together = BudgetSpent(
-                participant="", tokens=b.spent_tokens or 0, cost_usd=b.spent_cost or 0.0, passed=sum_over
-            )
+                participant="", tokens=b.spent_tokens or 0, cost_usd=shared_cost(b),
+                unpriced=b.spent_unpriced or [], passed=sum_over,
+            )  # fmt: skip
         out.append(st)
     return out

@@ -931,6 +931,7 @@ def test_the_console_shows_each_participants_usage_from_its_transcript(
             "participant": "alice",
             "tokens": 376,
             "cost_usd": pytest.approx(0.0015, abs=1e-4),
+            "unpriced": [],
             "passed": True,
             "reached": True,
         }

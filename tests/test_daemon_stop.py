@@ -147,3 +147,54 @@ def test_stop_gives_up_clearly_when_the_daemon_shows_no_progress(
     assert proc.wait(30) == 0
     assert read_endpoint(fleet_env) is None
     assert not fleet_env.daemon_stopping.exists()
+
+
+def test_stop_says_which_agents_are_connected_and_what_becomes_of_them(
+    daemon_proc: tuple[subprocess.Popen[bytes], Endpoint], fleet_env: Paths, tmp_path: Path
+) -> None:
+    """Stopping is the user's call (no --force): it goes ahead, and says who was connected, that their
+    channels keep their place and wait for a daemon at the same address, and how to bring it back."""
+    from mcphelp import RawMcp, channel_argv, minted_token_file
+
+    proc, endpoint = daemon_proc
+    op = Client(endpoint.url, fleet_env.operator_token.read_text().strip())
+    op.create_wave("w", ["alice", "bob"])
+    op.create_wave("x", ["carol"])
+    chans = [
+        RawMcp(channel_argv(who, wave, endpoint.url, minted_token_file(op, wave, who, tmp_path)), who=who)
+        for wave, who in (("w", "alice"), ("w", "bob"), ("x", "carol"))
+    ]
+    try:
+        for ch in chans:
+            ch.handshake()
+        retry_until(
+            lambda: sum(p.state == "live" for w in ("w", "x") for p in op.presence(w)) == 3,
+            20, 0.05, "three channels heard",
+        )  # fmt: skip
+        stopped = subprocess.run(
+            [sys.executable, "-m", "fleet", "daemon", "stop"], env=env(), capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(10) is not None
+        said = stopped.stdout + stopped.stderr
+        assert "3 agents were connected" in said and "w: alice, bob" in said and "x: carol" in said, said
+        assert endpoint.url in said and "fleet daemon start" in said and "reconnect" in said, said
+        assert all(ch.proc.poll() is None for ch in chans)  # the channels wait; nothing killed them
+    finally:
+        for ch in chans:
+            ch.close()
+
+
+def test_stop_with_no_agents_connected_says_only_that_it_stopped(
+    daemon_proc: tuple[subprocess.Popen[bytes], Endpoint],
+) -> None:
+    stopped = subprocess.run(
+        [sys.executable, "-m", "fleet", "daemon", "stop"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("stopped the local daemon") and "connected" not in stopped.stdout

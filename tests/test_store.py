@@ -56,6 +56,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0010_budget_spend",
         "0011_request_keys",
         "0012_permissions",
+        "0013_budget_spend_unpriced",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

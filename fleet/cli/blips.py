@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import time
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +20,9 @@ from fleet.cli.common import (
     wavelet,
 )
 from fleet.models import Blip, BlipPage
+
+if TYPE_CHECKING:
+    from fleet.client import Client
 
 WaveletArg = Annotated[
     str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
@@ -115,10 +119,36 @@ def read(
                     render.dump(blip, compact=True)
                 else:
                     render.out(render.blip_line(blip, with_id=ids))
-            page = c.read(wl.id, after=cursor, wait=FOLLOW_WAIT, limit=PAGE, history=history)
+            c, page = _next_page(c, wl.id, cursor, history)
             backlog, cursor = page.blips, page.cursor or cursor
     except KeyboardInterrupt:
         return  # Ctrl-C is how --follow ends: not an error
+
+
+def _next_page(c: Client, wavelet_id: str, cursor: str | None, history: bool) -> tuple[Client, BlipPage]:
+    """The next long-poll of ``read --follow``, through a daemon outage: while the daemon is away
+    it waits (jittered backoff to 5 s) and finds the daemon again as a new command would (the
+    endpoint file, FLEET_DAEMON), never starting one; one line on stderr when it goes, one when it
+    answers again. The page is asked from ``cursor``, so nothing is printed twice or skipped.
+    Returns the client that answered."""
+    from fleet.client import connect
+    from fleet.delivery.engine import Backoff
+
+    while True:
+        try:
+            return c, c.read(wavelet_id, after=cursor, wait=FOLLOW_WAIT, limit=PAGE, history=history)
+        except errors.DaemonUnreachable as exc:
+            render.note(f"daemon gone ({exc.message}); reconnecting… (Ctrl-C stops)")
+        backoff = Backoff(first=0.2, limit=5.0)
+        while True:  # the daemon this environment means now (its address may have changed)
+            time.sleep(backoff.delay())
+            try:
+                c = connect(autostart=False)
+                c.health()  # answering, not only announced (FLEET_DAEMON is not probed by connect)
+                break
+            except errors.DaemonUnreachable:
+                continue  # none answers yet: wait on
+        render.note(f"reconnected to the daemon at {c.url}; following from where it stopped")
 
 
 def surface(

@@ -67,15 +67,28 @@ def set_(
     as_json: JsonOpt = False,
 ) -> None:
     """Set a budget (raising one resumes the deliveries it held, nothing lost). Operator only."""
-    from fleet.budgets import SetBudget, check_limit
+    from fleet.budgets import SetBudget, check_limit, check_priced, scope_members
+    from fleet.usage import user_prices
 
     if tokens is None and cost is None:
         raise errors.UsageError("give --tokens N or --cost USD (to remove a budget: fleet budget clear)")
     check_limit(tokens, cost, "fleet budget set")
     wave, wavelet = _target(target)
-    got = client().set_budget(
-        wave, SetBudget(wavelet=wavelet, participant=participant, tokens=tokens, cost=cost)
-    )
+    c = client()
+    unknown: list[str] = []
+    if cost is not None:  # an unpriced model's cost is unknown: refuse what could never be judged
+        wave_id, names = scope_members(c, wave, wavelet, participant)
+        unknown = check_priced(
+            c, get_paths(), wave_id, names, where="fleet budget set",
+            instead=f"fleet budget set {target}{' ' + participant if participant else ''} --tokens N",
+        )  # fmt: skip
+    got = c.set_budget(wave, SetBudget(wavelet=wavelet, participant=participant, tokens=tokens, cost=cost))
+    if unknown:
+        render.note(
+            f"{', '.join(unknown)}: no session on this machine yet, so its model is not known yet; if that"
+            " model has no price, its first response holds deliveries (cost unknown, never $0) until you"
+            f" add one to {user_prices(get_paths())} and set the budget again"
+        )
     if as_json:
         render.dump(got)
         return
@@ -103,7 +116,7 @@ def show(
 ) -> None:
     """Each budget of the wave and what every participant it applies to spent (from the sessions'
     transcripts on this machine); `held` marks deliveries stopped by it."""
-    from fleet.usage import wave_usage
+    from fleet.usage import no_price_text, wave_usage
 
     named = wave or os.environ.get("FLEET_WAVE")
     if not named:
@@ -121,10 +134,13 @@ def show(
         if not st.spent:
             rows.append([scope, _limit(st), st.source, "-", "no session yet"])
         for s in st.spent:
-            spent = token_count(s.tokens) if st.tokens is not None else f"${s.cost_usd:.4f}"
+            spent = token_count(s.tokens) if st.tokens is not None else render.usd(s.cost_usd)
             state = "held" if s.reached else ("passed" if s.passed else "ok")
             rows.append([scope, _limit(st), st.source, f"{s.participant} {spent}", state])
     render.table(["SCOPE", "BUDGET", "SET BY", "SPENT", "DELIVERY"], rows)
+    unknown = sorted({m for st in u.budgets if st.cost is not None for s in st.spent for m in s.unpriced})
+    if unknown:
+        render.note(no_price_text(unknown, u.prices_file))
 
 
 def register(root: typer.Typer) -> None:

@@ -127,12 +127,26 @@ def stop(
     ] = 10.0,
 ) -> None:
     """Stop the local daemon (SIGTERM: in-flight writes finish first). Waits as long as the stop
-    makes progress (each phase is written to state/daemon.stopping); exit 1 once it stalls."""
-    stopped = fleet_client.stop_local_daemon(get_paths(), timeout=timeout)
+    makes progress (each phase is written to state/daemon.stopping); exit 1 once it stalls.
+
+    Agents connected to it are named: their channels keep their place and reconnect about every
+    second, receiving nothing until a daemon answers at the same address again."""
+    paths = get_paths()
+    connected = fleet_client.connected_agents(paths)
+    stopped = fleet_client.stop_local_daemon(paths, timeout=timeout)
     if stopped is None:
         render.out("no local daemon is running")
-    else:
-        render.out(f"stopped the local daemon at {stopped.url} (pid {stopped.pid})")
+        return
+    render.out(f"stopped the local daemon at {stopped.url} (pid {stopped.pid})")
+    if connected:
+        n = sum(len(names) for names in connected.values())
+        who = "; ".join(f"{wave}: {', '.join(names)}" for wave, names in connected.items())
+        render.out(
+            f"{n} agent{'s were' if n != 1 else ' was'} connected ({who}): their channels keep their place"
+            f" and reconnect about every second, but receive nothing and their fleet tools report the"
+            f" daemon unreachable until one answers at {stopped.url} again: `fleet daemon start`"
+            " brings it back there"
+        )
 
 
 @app.command()

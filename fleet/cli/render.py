@@ -304,7 +304,8 @@ def status_table(st: WaveStatus) -> None:
     rows = []
     for r in st.rows:
         pane = "-" if r.pane_id is None else f"{r.pane_id} {r.pane}" + (f" ({r.exit})" if r.exit else "")
-        cap = "-" if r.cap_used is None else f"{r.cap_used}/{r.cap}" + (" capped" if r.capped else "")
+        cap = "-" if r.cap_used is None else f"{r.cap_used}/{'?' if r.cap is None else r.cap or 'no cap'}"
+        cap += " capped" if r.capped else ""
         route = r.route or "-"
         if r.unconfirmed:
             route += f", {r.unconfirmed} unconfirmed" + (
@@ -337,6 +338,10 @@ def status_table(st: WaveStatus) -> None:
     head = ["WAVELET", "NAME", "PANE", "STATE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
             "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
+    if st.unpriced:
+        from fleet.usage import no_price_text
+
+        out(f"  cost ?: {no_price_text(st.unpriced, st.prices_file)}")
 
 
 def span(seconds: float) -> str:
@@ -353,8 +358,13 @@ def token_count(n: int) -> str:
     return f"{n / 1_000_000:.2f}M"
 
 
+def usd(value: float | None) -> str:
+    """``$0.0123``, or ``?`` for a cost that is unknown (a model with no price): never $0."""
+    return "?" if value is None else f"${value:.4f}"
+
+
 def cost(fig: Figures) -> str:
-    return "?" if fig.cost_usd is None else f"${fig.cost_usd:.4f}"
+    return usd(fig.cost_usd)
 
 
 def brief(fig: Figures) -> str:

@@ -44,7 +44,7 @@ def show(u: WaveUsage) -> None:
         limit = f"{st.tokens:,} tokens" if st.tokens is not None else f"${st.cost or 0:.2f}"
         where = st.wavelet or u.wave
         for s in st.spent:
-            spent = f"{s.tokens:,} tokens" if st.tokens is not None else f"${s.cost_usd:.4f}"
+            spent = f"{s.tokens:,} tokens" if st.tokens is not None else render.usd(s.cost_usd)
             state = " — deliveries held" if s.reached else (" — passed" if s.passed else "")
             render.out(
                 f"budget {limit} ({st.participant or 'each'} in {where}):"

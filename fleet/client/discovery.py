@@ -281,6 +281,25 @@ def start_local_daemon(paths: Paths, *, announce: bool = False) -> tuple[Endpoin
     return endpoint, True
 
 
+def connected_agents(paths: Paths) -> dict[str, list[str]] | None:
+    """The participants whose channels the local daemon hears now (presence ``live``), by wave name;
+    None when it cannot be asked (not running, not answering within a few seconds, no operator
+    token). What ``fleet daemon stop`` says before stopping it."""
+    endpoint = read_endpoint(paths)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    try:
+        with Client(endpoint_url(endpoint), _operator_token(paths), timeout=3.0, retries=0) as c:
+            live = {
+                w.name: sorted(p.participant for p in c.presence(w.id) if p.state == "live")
+                for w in c.list_waves()
+            }
+    except errors.FleetError as exc:
+        log.debug("cannot ask the daemon who is connected: %s", exc.message)
+        return None
+    return {wave: names for wave, names in sorted(live.items()) if names}
+
+
 def stop_local_daemon(paths: Paths, timeout: float = 10.0) -> Endpoint | None:
     """SIGTERM the local daemon and wait until its process is gone; returns what was stopped.
 

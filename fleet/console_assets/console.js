@@ -33,6 +33,7 @@
     presence: new Map(),
     waiting: new Map(),
     usage: new Map(), // participant -> its usage totals (fleet usage)
+    pricesFile: "", // the user's own price table (fleet usage: prices_file), named where a cost is unknown
     held: new Map(), // participant -> the budget that holds its deliveries (docs/budgets.md)
     mention: { items: [], index: 0 },
   };
@@ -252,6 +253,7 @@
       const u = await api("GET", `/api/console/waves/${enc(ref)}/usage`);
       if (S.waveRef !== ref) return;
       S.usage = new Map(u.participants.map((p) => [p.participant, p.total]));
+      S.pricesFile = u.prices_file || "";
       S.held = new Map();
       for (const b of u.budgets || []) {
         const limit = b.tokens !== null ? `${b.tokens} tokens` : `$${b.cost}`;
@@ -628,7 +630,10 @@
       const spent = S.usage.get(r.participant);
       const usage = el("span", "usage", spent ? spentText(spent) : "");
       if (spent) usage.title = `${spent.turns} turns, ${spent.input_tokens} in, ${spent.output_tokens} out, ` +
-        `${spent.cache_read_tokens} cache read, ${spent.cache_creation_tokens} cache write`;
+        `${spent.cache_read_tokens} cache read, ${spent.cache_creation_tokens} cache write` +
+        (spent.cost_usd === null && (spent.unpriced || []).length
+          ? `; cost unknown: no price for ${spent.unpriced.join(", ")} (add it to ${S.pricesFile || "<config>/prices.toml"})`
+          : "");
       const held = S.held.get(r.participant);
       const budget = el("span", "budget", held ? "held: budget spent" : "");
       if (held) budget.title = `budget ${held} reached: deliveries wait until the operator raises it (fleet budget set)`;

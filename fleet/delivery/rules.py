@@ -287,6 +287,9 @@ class Delivery:
         self.roots: frozenset[str] = frozenset()
         """Resident attention: the ids of the wave's root wavelet(s) (the transport sets them from
         each feed's wavelets); their blips go in full."""
+        # recorded for `fleet status` (which cannot know what cap was passed), saved with the next
+        # change: a start alone writes nothing
+        state.cap = cap
         self._routed: list[Routed] = []
         self._held: dict[str, list[Blip]] = {}
         self._held_since: dict[str, float] = {}

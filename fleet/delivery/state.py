@@ -80,6 +80,9 @@ class DeliveryState:
     route_why: str = ""
     receipts_problem: str = ""
     """Why receipts cannot be read now ('' when they can)."""
+    cap: int | None = None
+    """The cap the deliverer that last saved the file runs with (0: none): ``fleet status``'s CAP.
+    None in a file written before deliverers recorded it."""
     notices: list[Frame] = field(default_factory=list)
     """Notices owed to the hook's next arm (a budget notice on the hook route, :mod:`fleet.budgets`):
     handed once with whatever else the arm takes, then dropped (they stand in for no blip, so no

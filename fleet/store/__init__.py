@@ -1165,11 +1165,13 @@ class Store:
             budget = rows.budget(b, label, reached)
             if budget.shared:
                 total = r.execute(
-                    "SELECT COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0.0) AS cost"
+                    "SELECT COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(cost), 0.0) AS cost,"
+                    " GROUP_CONCAT(NULLIF(unpriced, '')) AS unpriced"
                     " FROM budget_spend WHERE wave_id = ? AND wavelet_id = ?",
                     (w["id"], b["wavelet_id"]),
                 ).fetchone()
                 budget.spent_tokens, budget.spent_cost = int(total["tokens"]), float(total["cost"])
+                budget.spent_unpriced = sorted({m for m in (total["unpriced"] or "").split(",") if m})
             out.append(budget)
         return out
 
@@ -1185,13 +1187,19 @@ class Store:
             for sp in rep.spend[:1000]:
                 if sp.tokens < 0 or not sp.cost >= 0:
                     raise errors.UsageError(f"spend on {sp.wavelet_id!r}: tokens and cost must be 0 or more")
+                # the unpriced models are the latest report's: a price added since clears them
+                unpriced = ",".join(sorted({m[:200] for m in sp.unpriced[:50] if m and "," not in m}))
                 conn.execute(
                     "INSERT INTO budget_spend(wave_id, wavelet_id, participant, session_id, tokens, cost,"
-                    " reported_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT(wave_id, wavelet_id, participant,"
-                    " session_id) DO UPDATE SET tokens = MAX(tokens, excluded.tokens),"
-                    " cost = MAX(cost, excluded.cost), reported_at = excluded.reported_at",
-                    (w["id"], sp.wavelet_id, rep.participant, rep.session_id[:200], sp.tokens, sp.cost, at),
-                )
+                    " reported_at, unpriced) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(wave_id, wavelet_id,"
+                    " participant, session_id) DO UPDATE SET tokens = MAX(tokens, excluded.tokens),"
+                    " cost = MAX(cost, excluded.cost), reported_at = excluded.reported_at,"
+                    " unpriced = excluded.unpriced",
+                    (
+                        w["id"], sp.wavelet_id, rep.participant, rep.session_id[:200], sp.tokens, sp.cost, at,
+                        unpriced,
+                    ),
+                )  # fmt: skip
         return self.budgets(who, w["id"], rep.participant)
 
     def set_budget(self, who: Principal, wave: str, req: SetBudget) -> Budget | None:
@@ -1263,7 +1271,7 @@ class Store:
             wl = conn.execute("SELECT * FROM wavelets WHERE id = ?", (where,)).fetchone()
             label = f"{w['name']}/{wl['name']}" if rep.wavelet_id else ""
             budget = rows.budget(b, label, [])
-            text = operator_text(rep.participant, budget, rep.spent[:200], w["name"])
+            text = operator_text(rep.participant, budget, rep.spent[:600], w["name"])
             at = now()
             told = (
                 budget.shared

@@ -337,6 +337,12 @@ def _m0012_permissions(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m0013_budget_spend_unpriced(conn: sqlite3.Connection) -> None:
+    """The models with no price a session's spend report counted (comma-separated, '' for none): while
+    a member's row names one, the members' cost is unknown, never the priced part alone (issue 26)."""
+    conn.execute("ALTER TABLE budget_spend ADD COLUMN unpriced TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -350,6 +356,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0010_budget_spend", _m0010_budget_spend),
     ("0011_request_keys", _m0011_request_keys),
     ("0012_permissions", _m0012_permissions),
+    ("0013_budget_spend_unpriced", _m0013_budget_spend_unpriced),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 
