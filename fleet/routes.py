@@ -91,8 +91,11 @@ Auth = Literal["none", "token", "member", "self", "resident", "operator", "opera
 """Who may call a route: ``none`` no token at all; ``token`` any token (what it sees is its own:
 a participant its wave, a private wavelet only on its roster); ``member`` a member of the wavelet (or
 the operator); ``self`` the participant the body names, with its own token, or the operator;
-``resident`` the operator or the wave's seated resident; ``operator`` the operator token or a machine
-token within its waves; ``operator-token`` the operator token itself."""
+``resident`` the operator or the wave's seated resident; ``operator`` the operator token, or a machine
+token within its waves (what is in no wave, such as creating one, is the operator token's);
+``operator-token`` the operator token itself. ``tests/test_routes.py`` checks it against the daemon: a
+participant's token is refused on every ``operator``, ``operator-token`` and ``resident`` route, a
+machine token on every ``operator-token`` one, and no token on all but ``none``."""
 
 Idempotency = Literal["read", "unkeyed", "keyed", "rerun", "rebuild", "exact", "secret"]
 """How the daemon treats a request key (``Idempotency-Key``) on the route:
