@@ -200,13 +200,14 @@ def test_docs_document_every_route_with_its_query_and_nothing_that_is_not_a_rout
 
 
 def test_a_real_daemon_serves_every_route_of_the_table_and_no_other(daemon: Daemon) -> None:
-    """Each route reaches its handler (never 'no such endpoint', never 405); a path beside them is 404."""
+    """Each route reaches its handler (never 'no such endpoint', never 405), which reads the body the
+    table declares (never the 500 of another record); a path beside them is 404."""
     http = Http(daemon.url, daemon.operator_token)
     http.new_wave("w", ["alice"]).ok(201)
     for route in ROUTES:
         path = route.path.format(wave="w", wavelet="nosuch", blip="nosuch", request="nosuch")
         got = http.get(path) if route.method == "GET" else http.post(path, {})
-        assert got.status != 405, route.name
+        assert got.status not in (405, 500), (route.name, got.raw[:200])
         assert "no such endpoint" not in got.raw.decode(), route.name
     assert "no such endpoint" in http.get("/v1/waves/w/nothing").error["message"]
 

@@ -64,6 +64,14 @@ class Request:
         return (self._raw(name) or "0") not in ("", "0", "false")
 
     def model(self, cls: type[M]) -> M:
+        """The body as ``cls``, the record the route declares (another is the daemon's bug, a 500
+        naming both), or UsageError naming what is wrong with it."""
+        if self.route.request is not cls:
+            declared = self.route.request.__name__ if self.route.request is not None else "no body"
+            raise errors.FleetError(
+                f"the daemon's handler {self.route.name} reads its body as {cls.__name__}, but"
+                f" fleet/routes.py declares {declared}"
+            )
         try:
             self.body.decode("utf-8")
         except UnicodeDecodeError as exc:
