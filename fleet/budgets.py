@@ -59,12 +59,22 @@ only then. What a caller may rely on (:class:`BudgetWatch`):
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from fleet import errors
-from fleet.wire import field, record
+from fleet.records.budgets import (
+    Budget,
+    BudgetReport,
+    SetBudget,
+    Spend,
+    SpendReport,
+    applies,
+    limit_text,
+    passed,
+    scope_text,
+    shared_cost,
+)
 
 if TYPE_CHECKING:
     from fleet.client import Client
@@ -74,175 +84,6 @@ if TYPE_CHECKING:
     from fleet.usage import Counter, PriceTable
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- records (the wire)
-
-
-@record
-class Budget:
-    """One budget as the store keeps it."""
-
-    wave_id: str
-    wavelet_id: str
-    """``""``: the whole wave."""
-    participant: str
-    """``""``: every participant (each measured on its own spend)."""
-    tokens: int | None = None
-    cost: float | None = None
-    """USD, estimated from the price table."""
-    source: str = "operator"
-    """``operator`` (``fleet budget set``) or ``layout`` (applied at spawn)."""
-    set_by: str = ""
-    set_at: str = ""
-    wavelet: str = ""
-    """WAVE/WAVELET of ``wavelet_id`` (``""`` for the whole wave)."""
-    reached: list[str] | None = None
-    """Participants that reached it since it was set (their deliveries in the scope are held)."""
-    spent_tokens: int | None = None
-    """A wavelet budget (``participant`` ``""``): what its members spent together on its turns, as
-    their channels last reported (None for the other scopes)."""
-    spent_cost: float | None = None
-    """The same in estimated USD, of the priced models (see :attr:`spent_unpriced`)."""
-    spent_unpriced: list[str] | None = None
-    """A wavelet budget: the models with no price some member reported spending on its turns (while
-    any is, the members' cost is unknown: :func:`shared_cost`)."""
-
-    @property
-    def shared(self) -> bool:
-        """Judged on the members' sum: a wavelet's budget for everyone on it."""
-        return bool(self.wavelet_id) and not self.participant
-
-
-@record(extra="forbid")
-class SetBudget:
-    """``POST /v1/waves/{wave}/budgets`` (operator only). Neither ``tokens`` nor ``cost``: clear it."""
-
-    wavelet: str | None = None
-    """A wavelet reference (WAVE/NAME, NAME in this wave, or id); None: the whole wave."""
-    participant: str | None = None
-    tokens: int | None = None
-    cost: float | None = None
-    source: str = "operator"
-
-
-@record(extra="forbid")
-class BudgetReport:
-    """``POST /v1/waves/{wave}/budgets/reached``: a participant's channel says it passed a budget."""
-
-    participant: str
-    wavelet_id: str
-    """The budget's scope (``""``: the whole wave)."""
-    scope: str
-    """The budget's participant field (``""``: everyone)."""
-    set_at: str
-    """Which setting of the budget was passed (a report about an older one is ignored)."""
-    spent: str
-    """What was spent, as the notice says it (``"51,234 tokens"``)."""
-
-
-@record(extra="forbid")
-class Spend:
-    """One session's spend on one wavelet's turns."""
-
-    wavelet_id: str
-    tokens: int
-    cost: float = 0.0
-    """USD of the priced models."""
-    unpriced: list[str] = field(default_factory=list)
-    """Models counted in ``tokens`` that have no price: the session's cost there is unknown."""
-
-
-@record(extra="forbid")
-class SpendReport:
-    """``POST /v1/waves/{wave}/budgets/spend``: a member's channel reports its session's spend on the
-    wavelets that have a shared budget; answered with :class:`BudgetList` (the budgets that apply to
-    ``participant``, sums included)."""
-
-    participant: str
-    session_id: str
-    spend: list[Spend]
-
-
-@record
-class BudgetList:
-    budgets: list[Budget]
-
-
-@record
-class BudgetReached:
-    first: bool
-    """True only for the first report of this budget as set: the one that posted the blip."""
-    blip_id: str | None = None
-    wavelet_id: str | None = None
-    """Where the blip naming the operator went."""
-
-
-# ---------------------------------------------------------------- values
-
-
-def check_limit(tokens: int | None, cost: float | None, where: str = "a budget") -> None:
-    """UsageError unless at most one of ``tokens`` (a whole number > 0) and ``cost`` (USD > 0) is set."""
-    if tokens is not None and cost is not None:
-        raise errors.UsageError(f"{where}: give tokens or cost, not both")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
-        raise errors.UsageError(f"{where}: tokens must be a whole number above 0, not {tokens!r}")
-    if cost is not None and (
-        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost <= 0
-    ):
-        raise errors.UsageError(f"{where}: cost must be a number of USD above 0, not {cost!r}")
-
-
-def limit_text(b: Budget) -> str:
-    if b.tokens is not None:
-        return f"{b.tokens:,} tokens"
-    return f"${b.cost:.2f}" if b.cost is not None else "none"
-
-
-def scope_text(b: Budget, wave: str) -> str:
-    where = b.wavelet or wave
-    if b.participant:
-        return f"{b.participant} in {where}"
-    if b.shared:
-        return f"the members of {where} together"
-    return f"each participant in {where}"
-
-
-def applies(b: Budget, participant: str) -> bool:
-    return b.participant in ("", participant)
-
-
-def spent_of(b: Budget, counter: Counter, table: PriceTable) -> tuple[int, float | None, list[str]]:
-    """(tokens, USD, unpriced models) the counted session spent in ``b``'s scope. USD is None when a
-    model counted there has no price (those models are the third item): never a partial sum."""
-    from fleet.usage import figures
-
-    tokens, cost, unpriced = 0, 0.0, set()
-    for (wid, model), tally in counter.tallies.items():
-        if b.wavelet_id and wid != b.wavelet_id:
-            continue
-        price = table.price(model)
-        fig = figures(tally, price, model)
-        tokens += fig.tokens
-        if fig.cost_usd is None:
-            unpriced.add(model)
-        else:
-            cost += fig.cost_usd
-    return tokens, None if unpriced else cost, sorted(unpriced)
-
-
-def shared_cost(b: Budget) -> float | None:
-    """A wavelet budget's members' cost together: None (unknown) while a member reported a model with
-    no price."""
-    return None if b.spent_unpriced else (b.spent_cost or 0.0)
-
-
-def passed(b: Budget, tokens: int, cost: float | None) -> bool:
-    """Whether spending (``tokens``, ``cost``) passed ``b`` (reaching it exactly counts as passed). An
-    unknown ``cost`` (None) has passed any cost budget: it is never counted as under it."""
-    if b.tokens is not None:
-        return tokens >= b.tokens
-    return b.cost is not None and (cost is None or cost >= b.cost)
 
 
 def spent_text(
@@ -269,24 +110,6 @@ def notice_text(b: Budget, spent: str, wave: str, held_in: str) -> str:
         f"fleet has stopped delivering blips to you {held_in}; they are held, not lost, and arrive "
         "when the operator raises the budget. The operator has been told. Do not post about it; "
         "finish what you are doing and stop."
-    )
-
-
-def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
-    """The one blip naming the operator when ``participant`` passes ``b``."""
-    target = b.wavelet or wave
-    who = "" if b.shared else f" {b.participant or participant}"
-    if b.shared:
-        return (
-            f"operator: the members of {target} reached their budget together ({limit_text(b)}; "
-            f"{spent} spent, by {participant}'s report). Deliveries to each member there are paused; "
-            f"their blips are held and delivered once you raise it: fleet budget set {target} "
-            "--tokens N (or --cost USD)."
-        )
-    return (
-        f"operator: {participant} reached its budget ({limit_text(b)} for {scope_text(b, wave)}; "
-        f"{spent} spent). Deliveries to {participant} there are paused; its blips are held and "
-        f"delivered once you raise it: fleet budget set {target}{who} --tokens N (or --cost USD)."
     )
 
 
@@ -438,7 +261,7 @@ class BudgetWatch:
     def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
         """``given``: the budgets the feed answer carried (:attr:`fleet.models.Feed.budgets`); None
         (an empty answer, an older daemon): asked for."""
-        from fleet.usage import user_prices
+        from fleet.usage import spent_of, user_prices
 
         try:
             if given is None:
@@ -486,6 +309,8 @@ class BudgetWatch:
         """Report this session's spend on each wavelet with a shared budget; the budgets as the
         daemon answers (with the members' sums). On failure, the budgets as they were (the sums
         of the last look)."""
+        from fleet.usage import spent_of
+
         table = self._table()
         spend = []
         for wid in sorted({b.wavelet_id for b in budgets if b.shared}):

@@ -44,7 +44,6 @@ from urllib.parse import quote, urlencode, urlsplit
 import fleet
 from fleet import errors
 from fleet.allocator import daemon_env
-from fleet.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
 from fleet.ids import request_key
 from fleet.models import (
     Blip,
@@ -104,14 +103,15 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, get_paths
-from fleet.permissions import (
+from fleet.procs import looks_like_fleet, pid_alive
+from fleet.records.budgets import Budget, BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
     PermissionList,
     PermissionRequest,
     PermissionSettled,
 )
-from fleet.procs import looks_like_fleet, pid_alive
 from fleet.wire import RecordError, dumps, loads, record
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors, hangup
-from fleet.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
 from fleet.console import Console, presence_key, tree_key
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, json_bytes, parse_listen
 from fleet.models import (
@@ -98,8 +97,9 @@ from fleet.models import (
     Whoami,
 )
 from fleet.paths import Paths, ensure_private_dir, write_private
-from fleet.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
-from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
+from fleet.records.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
+from fleet.records.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
+from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, open_store
 from fleet.store.events import (
     BlipPosted,
     BlipReplaced,
@@ -114,7 +114,7 @@ from fleet.store.events import (
     WaveletForked,
     parse,
 )
-from fleet.store.faults import open_store, storage_faults
+from fleet.store.faults import storage_faults
 from fleet.store.keys import Claim, Found, Run, check_key, fingerprint, scope_of
 from fleet.store.lock import StoreLock
 from fleet.store.rows import blip_of

@@ -67,8 +67,8 @@ from fleet.models import (
     Wavelet,
 )
 from fleet.paths import Paths
-from fleet.permissions import PermissionRequest
 from fleet.procs import group_running, pid_alive, zombie_status
+from fleet.records.permissions import PermissionRequest
 from fleet.resident import RESIDENT
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
@@ -288,7 +288,8 @@ def _budgets(
 ) -> Callable[[str, str], str | None]:
     """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
     its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
-    from fleet.budgets import applies, shared_cost, spent_of
+    from fleet.records.budgets import applies, shared_cost
+    from fleet.usage import spent_of
 
     budgets = client.budgets(wave_id)
     counters: dict[str, usage.Counter | None] = {}

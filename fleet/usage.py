@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field, computed_field
 from fleet import errors
 from fleet.delivery.receipts import Transcript, transcript_of
 from fleet.paths import Paths, write_private
+from fleet.records.budgets import Budget, applies, passed, shared_cost
 
 log = logging.getLogger(__name__)
 
@@ -492,12 +493,27 @@ def wave_usage(client: Any, paths: Paths, wave_ref: str) -> WaveUsage:
     return out
 
 
+def spent_of(b: Budget, counter: Counter, table: PriceTable) -> tuple[int, float | None, list[str]]:
+    """(tokens, USD, unpriced models) the counted session spent in ``b``'s scope. USD is None when a
+    model counted there has no price (those models are the third item): never a partial sum."""
+    tokens, cost, unpriced = 0, 0.0, set()
+    for (wid, model), tally in counter.tallies.items():
+        if b.wavelet_id and wid != b.wavelet_id:
+            continue
+        price = table.price(model)
+        fig = figures(tally, price, model)
+        tokens += fig.tokens
+        if fig.cost_usd is None:
+            unpriced.add(model)
+        else:
+            cost += fig.cost_usd
+    return tokens, None if unpriced else cost, sorted(unpriced)
+
+
 def budget_statuses(
-    budgets: list[Any], counters: Mapping[str, Counter], table: PriceTable
+    budgets: list[Budget], counters: Mapping[str, Counter], table: PriceTable
 ) -> list[BudgetStatus]:
     """Each budget with the spend of every participant it applies to (those with a session)."""
-    from fleet.budgets import applies, passed, shared_cost, spent_of
-
     out = []
     for b in budgets:
         sum_over = b.shared and passed(b, b.spent_tokens or 0, shared_cost(b))

@@ -180,13 +180,7 @@ def test_no_import_circle() -> None:
 
 def test_core_imports_no_feature() -> None:
     edges = graph(modules())
-    bad = {
-        (m, t)
-        for m, got in edges.items()
-        if under(m, CORE)
-        for t in got
-        if under(t, FEATURES)
-    }
+    bad = {(m, t) for m, got in edges.items() if under(m, CORE) for t in got if under(t, FEATURES)}
     new = sorted(bad - set(KNOWN))
     assert not new, "core modules importing a feature (plug the feature into a seam instead): " + ", ".join(
         f"{m} -> {t}" for m, t in new

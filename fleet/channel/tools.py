@@ -573,7 +573,7 @@ class Tools:
 
     def _permission(self, args: PermissionArgs) -> ToolResult:
         """The operator's channel answers an agent's permission prompt (docs/permissions.md)."""
-        from fleet.permissions import PermissionAnswer, PermissionRequest, pending_note
+        from fleet.records.permissions import PermissionAnswer, PermissionRequest, pending_note
 
         def out(r: PermissionRequest) -> PermissionOut:
             return PermissionOut(
