@@ -62,7 +62,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from fleet import errors
+from fleet import errors, seams
 from fleet.records.budgets import (
     Budget,
     BudgetReport,
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.delivery.frames import Frame
     from fleet.layouts import Layout
+    from fleet.models import Wave, Wavelet
     from fleet.paths import Paths
     from fleet.usage import Counter, PriceTable
 
@@ -291,6 +292,10 @@ class BudgetWatch:
         log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
         return self.held
 
+    def start(self) -> None:
+        """The channel's start: :meth:`report_spend`."""
+        self.report_spend()
+
     def report_spend(self) -> None:
         """Report this session's spend on the wavelets with a shared budget now (the channel does at
         its start, so the members' sum counts a member before its next delivery)."""
@@ -369,3 +374,32 @@ class BudgetWatch:
                 created_at="",
             )
         )
+
+
+# ---------------------------------------------------------------- on the core's seams
+
+
+def _hold_back(who: seams.Participant) -> BudgetWatch | None:
+    """A session with a transcript only: without one, fleet sees no spend."""
+    if not who.session_id:
+        return None
+    return BudgetWatch(who.client, who.wave, who.participant, who.session_id, who.paths, who.notify)
+
+
+def _before_spawn(
+    client: Client, paths: Paths, wave: Wave, wavelet: Wavelet, layout: Layout, roster: list[str]
+) -> None:
+    """A cost budget over a model with no price is refused before anything is made; then the
+    layout's budgets are recorded, before any pane delivers."""
+    costed = list(roster) if layout.budget and layout.budget.cost is not None else []
+    costed += [n for n in roster if (b := layout.profile(n).budget) and b.cost is not None]
+    if costed:
+        check_priced(
+            client, paths, wave.id, costed, where=f"layout {layout.source or layout.name}",
+            instead="budget = { tokens = N }", declared={n: layout.profile(n).model for n in costed},
+        )  # fmt: skip
+    apply_layout_budgets(client, wave.id, wavelet.id, layout, roster)
+
+
+seams.hold_backs.add(__name__, _hold_back)
+seams.spawn_checks.add(__name__, _before_spawn)

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from fleet import seams
 from fleet.records.permissions import (
     HOOK_WAIT,
     TOOL_MAX,
@@ -373,3 +374,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------- on the core's seams
+
+
+def _settings(launch: seams.Launch) -> dict[str, list[dict[str, Any]]]:
+    """Every Claude session spawned gets the hook: its prompts can be answered from anywhere."""
+    return hook_entry(
+        launch.participant, launch.wave.name, launch.base_url, launch.token_file, notify=launch.notify
+    )
+
+
+seams.launch_settings.add(__name__, _settings)

@@ -47,15 +47,14 @@ from pydantic import BaseModel, Field
 
 from fleet import dialogs, errors, worktrees
 from fleet.agentstate import hook_entries, hook_file
-from fleet.budgets import apply_layout_budgets, check_priced
 from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
-from fleet.permissions import hook_entry as permission_hook
 from fleet.procs import zombie_status
+from fleet.seams import Launch, launch_settings, prompt_parts, spawn_checks
 from fleet.tmux import PaneInfo, Tmux, check_length
 
 log = logging.getLogger(__name__)
@@ -380,19 +379,21 @@ class Spawner:
                 cap=profile.cap,
                 gate=transport == "auto",
             )
+        prompt = None
         if claude:
+            seen = Launch(
+                self.paths, self.client.base_url, wave, wl, participant, token_file, notify=profile.notify
+            )
             hook = settings_json(
                 hook,
                 # what the transcript does not say (a prompt waiting, a failure, the end)
                 state_hooks(self.paths, session_id),
-                # its permission prompts can be answered from anywhere (docs/permissions.md)
-                permission_hook(
-                    participant, wave.name, self.client.base_url, token_file, notify=profile.notify
-                ),
+                # the features' own (permissions: its prompts answered from anywhere, docs/permissions.md)
+                *[got for settings in launch_settings if (got := settings(seen)) is not None],
             )
-        prompt = instructions(participant, wave.name, profile.attention) if claude else None
-        if prompt is not None:
-            prompt += _resident_prompt(self.paths, wave, participant)
+            # the channel's instructions, then the features' parts (the resident's operating prompt)
+            prompt = instructions(participant, wave.name, profile.attention)
+            prompt += "".join(part(seen) for part in prompt_parts)
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
             resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
@@ -448,14 +449,8 @@ class Spawner:
                 require_agent(agent_words(rec.agent if rec and rec.agent else layout.profile(name).agent))
         main = layout.main_pane(roster)
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
-        costed = list(roster) if layout.budget and layout.budget.cost is not None else []
-        costed += [n for n in roster if (b := layout.profile(n).budget) and b.cost is not None]
-        if costed:  # before anything is made: a cost budget over a model with no price is refused
-            check_priced(
-                self.client, self.paths, wave.id, costed, where=f"layout {layout.source or layout.name}",
-                instead="budget = { tokens = N }", declared={n: layout.profile(n).model for n in costed},
-            )  # fmt: skip
-        apply_layout_budgets(self.client, wave.id, wl.id, layout, roster)  # before any pane delivers
+        for check in spawn_checks:  # before anything is made (budgets: a cost budget over no price)
+            check(self.client, self.paths, wave, wl, layout, roster)
 
         panes = self.tmux.fleet_panes(wave.id)
         live_names = {p.participant for p in panes if p.alive}
@@ -873,18 +868,6 @@ class Spawner:
         return f"the agent exited with status {status or 'unknown'}" + (
             ": " + " | ".join(tail) if tail else ""
         )
-
-
-def _resident_prompt(paths: Paths, wave: Wave, participant: str) -> str:
-    """The wave's resident's operating prompt (docs/resident.md), '' for anyone else."""
-    from fleet.resident import RESIDENT, prompt_path
-
-    if participant != RESIDENT:
-        return ""
-    try:
-        return "\n" + prompt_path(paths, wave.id).read_text(encoding="utf-8")
-    except OSError:
-        return ""
 
 
 def _has_conversation(session_id: str, env: dict[str, str]) -> bool:

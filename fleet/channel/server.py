@@ -30,13 +30,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import fleet
 from fleet import errors
 from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
-from fleet.budgets import BudgetWatch
 from fleet.channel.tools import (
     TOOL_PATIENCE,
     DeliveryOut,
@@ -59,10 +58,12 @@ from fleet.mcpwire import Server, ServerInfo
 from fleet.models import AgentState
 from fleet.paths import get_paths
 from fleet.procs import identity
+from fleet.seams import HoldBack, Participant, hold_backs
 from fleet.wire import copy, dump
 
 if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
     from fleet.delivery.attention import Attendant, RoutingLog
+    from fleet.records.budgets import Budget
 
 log = logging.getLogger(__name__)
 
@@ -541,9 +542,9 @@ class Channel:
         if self.receipts:
             self._start_receipts(state)
         core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
-        watch = self._budget_watch()
-        if watch is not None:  # a wavelet budget is the members' sum: count this one from the start
-            watch.report_spend()
+        watch = self._hold_back()
+        if watch is not None:  # e.g. a wavelet budget is the members' sum: count this one from the start
+            watch.start()
         return Engine(
             core,
             self.client(feed=True),
@@ -554,14 +555,14 @@ class Channel:
             hold_back=watch,
         )
 
-    def _budget_watch(self) -> BudgetWatch | None:
-        """The participant's budgets, checked at each delivery (:mod:`fleet.budgets`): a session
-        with a transcript only (without one, fleet sees no spend)."""
-        if not self.session_id:
-            return None
-        return BudgetWatch(
+    def _hold_back(self) -> HoldBack | None:
+        """What holds the participant's deliveries back, checked at each one (:data:`fleet.seams.hold_backs`:
+        budgets' watch, :mod:`fleet.budgets`), or None when no feature holds anything."""
+        who = Participant(
             self.client, self.wave, self.participant, self.session_id, get_paths(), self._budget_notice
         )
+        made = [hb for factory in hold_backs if (hb := factory(who)) is not None]
+        return made[0] if len(made) == 1 else (_Both(made) if made else None)
 
     def _budget_notice(self, frame: Frame) -> None:
         """The one budget notice, on the route that wakes the session: pushed once Claude Code takes
@@ -723,3 +724,17 @@ class Channel:
                 log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
                 if self.engine is not None:
                     self.engine.core.dirty = True
+
+
+class _Both:
+    """Several hold-backs as one: a wavelet is held while any of them holds it."""
+
+    def __init__(self, parts: list[HoldBack]) -> None:
+        self.parts = parts
+
+    def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
+        return frozenset().union(*(hb(labels, given) for hb in self.parts))
+
+    def start(self) -> None:
+        for hb in self.parts:
+            hb.start()
