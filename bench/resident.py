@@ -123,7 +123,7 @@ def run(
                 keeper.next_due_in = lambda: max(  # type: ignore[method-assign]
                     0.0, keeper.quiet_since + keeper.goal.heartbeat_every - keeper.clock()
                 )
-            sup = Supervisor(op, tmux, spawner, "w", keeper=keeper)
+            sup = Supervisor(op, tmux, spawner, "w", watchers=[keeper])
             rounds = 0
             step = sup.step
 

@@ -401,5 +401,59 @@ def _before_spawn(
     apply_layout_budgets(client, wave.id, wavelet.id, layout, roster)
 
 
+class StatusColumns:
+    """``fleet status``'s budget column (:data:`fleet.seams.status_columns`): for each row, the
+    applicable budget nearest its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
+
+    def __init__(self, read: seams.StatusRead) -> None:
+        self.paths, self.records = read.paths, read.records
+        self.budgets = read.client.budgets(read.wave.id)
+        self._counters: dict[str, Counter | None] = {}
+        self._table: PriceTable | None = None
+
+    def _counter(self, name: str) -> Counter | None:
+        from fleet.usage import read_session, session_env
+
+        if name not in self._counters:
+            rec = self.records.get(name)
+            env = session_env(rec.layout, name, self.paths) if rec else {}
+            self._counters[name] = read_session(self.paths, rec.session_id, env).counter if rec else None
+        return self._counters[name]
+
+    def row(self, wavelet: Wavelet, participant: str) -> dict[str, object]:
+        from fleet.supervise import render_count
+        from fleet.usage import prices, spent_of
+
+        name, best = participant, None
+        for b in self.budgets:
+            if not applies(b, name) or b.wavelet_id not in ("", wavelet.id):
+                continue
+            counter = self._counter(name)
+            if counter is not None and self._table is None:
+                self._table = prices(self.paths)
+            tokens, cost, _ = (
+                spent_of(b, counter, self._table) if counter is not None and self._table else (0, 0.0, [])
+            )
+            if b.shared:  # judged on the members' sum
+                tokens, cost = b.spent_tokens or 0, shared_cost(b)
+            if b.tokens is not None:
+                text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
+            else:
+                limit = b.cost or 1.0
+                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
+                text, share = (
+                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
+                )
+            if name in (b.reached or []):
+                text, share = text + " held", share + 1e9
+            if best is None or share > best[0]:
+                best = (share, text)
+        return {"budget": best[1] if best else None}
+
+    def wave(self) -> dict[str, object]:
+        return {}
+
+
 seams.hold_backs.add(__name__, _hold_back)
+seams.status_columns.add(__name__, StatusColumns)
 seams.spawn_checks.add(__name__, _before_spawn)

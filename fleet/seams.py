@@ -19,10 +19,16 @@ seam                      the core calls it                         plugged in b
 :data:`spawn_checks`      spawn, before any pane is made            budgets (a cost budget over
                           (a refusal leaves nothing made)           an unpriced model; the
                                                                     layout's budgets recorded)
+:data:`workspaces`        spawn, for a profile that asks for a      worktrees (a git worktree
+                          worktree, before any pane is made          per participant or wave)
 :data:`hold_backs`        the channel, per delivery: wavelets       budgets (the watch)
                           whose blips are held, not dropped
 :data:`fork_spawners`     the channel's ``wavelet_fork`` tool,      the resident (a worker per
                           when it is asked to ``spawn``             forked wavelet)
+:data:`status_columns`    ``fleet status`` (and the console),       worktrees, usage, budgets
+                          each row's feature columns
+:class:`Watcher`          the supervisor, each round, with the      the resident's keeper, the
+                          round's blips (given by its maker)        summary writer
 ========================  ========================================  ===========================
 
 What a caller may rely on: a seam with no entry changes nothing (the core runs as if the feature
@@ -34,18 +40,20 @@ does not run twice).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.delivery.frames import Frame
-    from fleet.layouts import Layout
-    from fleet.models import Wave, Wavelet
+    from fleet.layouts import Layout, ResolvedProfile
+    from fleet.models import Blip, SessionRecord, Wave, Wavelet
     from fleet.paths import Paths
     from fleet.records.budgets import Budget
+    from fleet.spawn import PaneReport
 
 T = TypeVar("T")
 
@@ -55,12 +63,18 @@ class Seam(Generic[T]):
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self._entries: dict[str, T] = {}
+        self._entries: dict[str, T | str] = {}
 
     def add(self, name: str, entry: T) -> T:
         """Plug ``entry`` in as ``name`` (the feature's module name, say); the same name again replaces."""
         self._entries[name] = entry
         return entry
+
+    def lazy(self, name: str, target: str) -> None:
+        """Plug in ``target`` (``"module:attribute"``, an entry point's form), imported the first time
+        the core iterates the seam: a feature whose module is costly to import (pydantic) is not
+        loaded by a process that never reaches the seam (``fleet post``)."""
+        self._entries[name] = target
 
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)
@@ -69,7 +83,11 @@ class Seam(Generic[T]):
         return list(self._entries)
 
     def __iter__(self) -> Iterator[T]:
-        return iter(list(self._entries.values()))
+        for name, entry in list(self._entries.items()):
+            if isinstance(entry, str):
+                module, _, attr = entry.partition(":")
+                entry = self._entries[name] = getattr(importlib.import_module(module), attr)
+            yield cast(T, entry)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -112,9 +130,44 @@ class SpawnCheck(Protocol):
     ) -> None: ...
 
 
+class Workspace(Protocol):
+    """Where one or more panes work (a git worktree): planned before any pane exists, then made."""
+
+    path: Path
+    branch: str
+    participants: list[str]
+    """Who works in it (a wave's shared worktree is planned, and made, once)."""
+
+    @property
+    def cwd(self) -> Path:
+        """Where the pane starts, inside :attr:`path`."""
+        ...
+
+    def make(self) -> str | None:
+        """Make it ready (or reuse it); why it failed (its ``setup``'s output), or None."""
+        ...
+
+
+class WorkspacePlanner(Protocol):
+    """The workspace of ``name``, whose profile asks for one (``worktree`` is not ``"none"``): reused
+    from its recorded session's ``cwd`` on a respawn, else planned; raise a
+    :class:`~fleet.errors.FleetError` to refuse the spawn before anything is made (not a repository,
+    a branch taken). None: this planner makes none for it (the next one is asked)."""
+
+    def __call__(
+        self,
+        wave: Wave,
+        profile: ResolvedProfile,
+        name: str,
+        record: SessionRecord | None,
+        facts: dict[tuple[str, ...], Any] | None,
+    ) -> Workspace | None: ...
+
+
 prompt_parts: Seam[PromptPart] = Seam("spawn: system prompt parts")
 launch_settings: Seam[SettingsHook] = Seam("spawn: settings hooks")
 spawn_checks: Seam[SpawnCheck] = Seam("spawn: checks before anything is made")
+workspaces: Seam[WorkspacePlanner] = Seam("spawn: where a pane works (a worktree)")
 
 
 # ---------------------------------------------------------------- the channel
@@ -150,6 +203,25 @@ HoldBackFactory = Callable[[Participant], "HoldBack | None"]
 hold_backs: Seam[HoldBackFactory] = Seam("channel: delivery hold-backs")
 
 
+def hold_back_for(who: Participant) -> HoldBack | None:
+    """The participant's hold-back: every feature's as one (a wavelet is held while any holds it),
+    or None when none has anything to hold (the engine then asks nothing)."""
+    made = [hb for factory in hold_backs if (hb := factory(who)) is not None]
+    return made[0] if len(made) == 1 else (_Every(made) if made else None)
+
+
+class _Every:
+    def __init__(self, parts: list[HoldBack]) -> None:
+        self.parts = parts
+
+    def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
+        return frozenset().union(*(hb(labels, given) for hb in self.parts))
+
+    def start(self) -> None:
+        for hb in self.parts:
+            hb.start()
+
+
 class ForkSpawn(Protocol):
     """A checked request to start a worker on a wavelet about to be forked."""
 
@@ -174,6 +246,76 @@ ForkSpawner = Callable[[ToolHost, str, list[str]], ForkSpawn]
 :class:`~fleet.errors.FleetError` to refuse before anything is forked."""
 
 fork_spawners: Seam[ForkSpawner] = Seam("channel: wavelet_fork's spawn")
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+class WatchEvent(Protocol):
+    """One thing a watcher did, posted like the supervisor's own acts."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+class Watcher(Protocol):
+    """Run by :class:`fleet.supervise.Supervisor` each round, after the panes, with the round's page
+    of the wave's blips (the resident's keeper; the summary writer). Given to the supervisor by
+    whoever makes it (``fleet supervise``): the supervisor imports none of them."""
+
+    @property
+    def keeps(self) -> str:
+        """The participant it looks after (``""``: none): an operator blip brings it back at once,
+        its events are that participant's, a turn it completed resets that one's respawn ladder,
+        and it is told when that one is respawned (:meth:`revived`)."""
+        ...
+
+    @property
+    def completed_turn(self) -> bool:
+        """The last :meth:`step` saw its participant complete a turn."""
+        ...
+
+    def step(self, blips: list[Blip], after: str | None = None) -> Sequence[WatchEvent]:
+        """One round; ``after``: the cursor the page was read after (None: not fed pages)."""
+        ...
+
+    def revived(self, report: PaneReport) -> None:
+        """The supervisor respawned :attr:`keeps` (ready)."""
+        ...
+
+    def next_due_in(self) -> float | None:
+        """Seconds until it wants a round whatever happens (a deadline), or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class StatusRead:
+    """One ``fleet status`` read of a wave, as a feature's columns are made for it."""
+
+    client: Client
+    paths: Paths
+    wave: Wave
+    records: dict[str, SessionRecord]
+    """The wave's recorded sessions by participant."""
+
+
+class StatusColumns(Protocol):
+    """A feature's columns of :class:`fleet.supervise.StatusRow` (and fields of ``WaveStatus``)."""
+
+    def row(self, wavelet: Wavelet, participant: str) -> Mapping[str, Any]:
+        """The row's fields this feature fills (``worktree``, ``usage``, ``budget``...), by name."""
+        ...
+
+    def wave(self) -> Mapping[str, Any]:
+        """The wave's fields this feature fills, once every row is made (``{}``: none)."""
+        ...
+
+
+StatusColumnsFactory = Callable[[StatusRead], StatusColumns]
+status_columns: Seam[StatusColumnsFactory] = Seam("status: columns of a wave's rows")
 
 
 def first(seam: Seam[T]) -> T | None:

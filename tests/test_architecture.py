@@ -32,6 +32,7 @@ CORE = (
     "fleet.client",
     "fleet.delivery",
     "fleet.channel",
+    "fleet.watch",  # the hook transport: the channel's sibling
     "fleet.spawn",
     "fleet.supervise",
     "fleet.models",
@@ -56,9 +57,15 @@ FEATURES = (
 """Modules (and packages) that plug into the core's seams; only the edges (CLI, fleet.features) and
 other features import them."""
 
-KNOWN: dict[tuple[str, str], str] = {}
-"""Core → feature imports still to be cut, each with who cuts it. Empty is the goal; an entry here is
-a debt named, never a new import allowed silently (a stale entry fails too)."""
+KNOWN: dict[tuple[str, str], str] = {
+    ("fleet.daemon", "fleet.resident.memory"): (
+        "the memory routes' handlers (GET/POST /v1/waves/{wave}/memory) write MEMORY.md with their own"
+        " access check: the route-table work (branch routes27) moves them out of the daemon's core"
+    ),
+}
+"""Core → feature imports still to be cut (core prefix, feature prefix: a package split of either
+still matches), each with who cuts it. Empty is the goal; an entry is a debt named, never a new
+import allowed silently, and a stale entry fails too."""
 
 
 def modules() -> dict[str, Path]:
@@ -181,11 +188,15 @@ def test_no_import_circle() -> None:
 def test_core_imports_no_feature() -> None:
     edges = graph(modules())
     bad = {(m, t) for m, got in edges.items() if under(m, CORE) for t in got if under(t, FEATURES)}
-    new = sorted(bad - set(KNOWN))
+
+    def known(edge: tuple[str, str]) -> tuple[str, str] | None:
+        return next((k for k in KNOWN if under(edge[0], (k[0],)) and under(edge[1], (k[1],))), None)
+
+    new = sorted(e for e in bad if known(e) is None)
     assert not new, "core modules importing a feature (plug the feature into a seam instead): " + ", ".join(
         f"{m} -> {t}" for m, t in new
     )
-    stale = sorted(set(KNOWN) - bad)
+    stale = sorted(set(KNOWN) - {known(e) for e in bad})
     assert not stale, f"KNOWN lists imports that are gone (remove them): {stale}"
 
 

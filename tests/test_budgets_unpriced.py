@@ -27,17 +27,8 @@ from fleet.daemon import Daemon
 from fleet.models import NewSession
 from fleet.paths import Paths
 from fleet.records.budgets import Budget, SetBudget, passed
-from fleet.usage import (
-    Counter,
-    Figures,
-    Price,
-    PriceTable,
-    Tally,
-    budget_statuses,
-    figures,
-    spent_of,
-    user_prices,
-)
+from fleet.records.usage import Figures
+from fleet.usage import Counter, Price, PriceTable, Tally, budget_statuses, figures, spent_of, user_prices
 
 SID = "2f0c6d1e-8a4b-4c1d-9e2f-3a4b5c6d7e8f"
 UNPRICED = "claude-opus-5-5"

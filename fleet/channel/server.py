@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import fleet
@@ -58,12 +58,11 @@ from fleet.mcpwire import Server, ServerInfo
 from fleet.models import AgentState
 from fleet.paths import get_paths
 from fleet.procs import identity
-from fleet.seams import HoldBack, Participant, hold_backs
+from fleet.seams import HoldBack, Participant, hold_back_for
 from fleet.wire import copy, dump
 
 if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
     from fleet.delivery.attention import Attendant, RoutingLog
-    from fleet.records.budgets import Budget
 
 log = logging.getLogger(__name__)
 
@@ -561,8 +560,7 @@ class Channel:
         who = Participant(
             self.client, self.wave, self.participant, self.session_id, get_paths(), self._budget_notice
         )
-        made = [hb for factory in hold_backs if (hb := factory(who)) is not None]
-        return made[0] if len(made) == 1 else (_Both(made) if made else None)
+        return hold_back_for(who)
 
     def _budget_notice(self, frame: Frame) -> None:
         """The one budget notice, on the route that wakes the session: pushed once Claude Code takes
@@ -724,17 +722,3 @@ class Channel:
                 log.error("cannot save the delivery state to %s: %s", self.state_file.path, exc)
                 if self.engine is not None:
                     self.engine.core.dirty = True
-
-
-class _Both:
-    """Several hold-backs as one: a wavelet is held while any of them holds it."""
-
-    def __init__(self, parts: list[HoldBack]) -> None:
-        self.parts = parts
-
-    def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
-        return frozenset().union(*(hb(labels, given) for hb in self.parts))
-
-    def start(self) -> None:
-        for hb in self.parts:
-            hb.start()

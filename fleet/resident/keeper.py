@@ -97,7 +97,11 @@ def fold_text(ws: list[Worker]) -> str:
 
 
 class Keeper:
-    """One wave's resident scheduler (see the module docstring). ``clock``: Unix time, injectable."""
+    """One wave's resident scheduler (see the module docstring). ``clock``: Unix time, injectable.
+
+    A supervisor's watcher (:class:`fleet.seams.Watcher`) keeping the participant ``resident``."""
+
+    keeps = RESIDENT
 
     def __init__(
         self,
