@@ -1,48 +1,31 @@
-"""The extension points the core declares, and the features that plug into them (docs/design.md, "Seams").
+"""The extension points the core declares, which the features plug into (docs/design.md §8).
 
-The core (store, daemon, client, delivery, channel, spawn, supervise, models, layouts, tmux) never
-imports a feature (budgets, usage, worktrees, summaries, permissions, resident, campaigns); each
-feature appends its entries here when its module is imported, and one place imports the built-in
-features (:mod:`fleet.features`, called by the CLI and the channel's entry point). A third-party
-feature would plug in the same way — the habit of llm, whose built-in commands register through the
-same hook specs as its plugins — without pluggy: a seam is a typed list the core iterates, in the
-order features were loaded.
+The core (store, daemon, client, delivery, channel, watch, spawn, supervise, models, layouts, tmux)
+imports no feature (budgets, usage, worktrees, summaries, permissions, resident, campaigns:
+tests/test_architecture.py). A feature adds its entries to a seam here when its module is imported;
+:mod:`fleet.features` is the one place that loads the built-ins (the CLI all of them, the channel
+its own two). A third-party feature would plug in the same way — llm's habit, whose built-in
+commands register through the same hook specs as its plugins — without pluggy: a seam is a typed,
+named list the core iterates in the order entries were added.
 
-========================  ========================================  ===========================
-seam                      the core calls it                         plugged in by
-========================  ========================================  ===========================
-:data:`prompt_parts`      spawn, building a Claude session's        the resident (its operating
-                          system prompt after the channel's          prompt, for ``resident``)
-                          instructions
-:data:`launch_settings`   spawn, building a Claude session's        permissions (the
-                          ``--settings`` hooks                      PermissionRequest hook)
-:data:`spawn_checks`      spawn, before any pane is made            budgets (a cost budget over
-                          (a refusal leaves nothing made)           an unpriced model; the
-                                                                    layout's budgets recorded)
-:data:`workspaces`        spawn, for a profile that asks for a      worktrees (a git worktree
-                          worktree, before any pane is made          per participant or wave)
-:data:`hold_backs`        the channel, per delivery: wavelets       budgets (the watch)
-                          whose blips are held, not dropped
-:data:`fork_spawners`     the channel's ``wavelet_fork`` tool,      the resident (a worker per
-                          when it is asked to ``spawn``             forked wavelet)
-:data:`status_columns`    ``fleet status`` (and the console),       worktrees, usage, budgets
-                          each row's feature columns
-:class:`Watcher`          the supervisor, each round, with the      the resident's keeper, the
-                          round's blips (given by its maker)        summary writer
-========================  ========================================  ===========================
+Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
+:data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
+(budgets' watch; ``fleet watch --hook`` too), :data:`fork_spawners` (the resident's workers).
+``fleet status``: :data:`status_columns` (worktrees, usage, budgets). The supervisor takes its
+:class:`Watcher` list from whoever makes it (the resident's keeper, the summary writer), and
+:func:`fleet.supervise.kill` its ``Pruner`` (worktrees) the same way.
 
-What a caller may rely on: a seam with no entry changes nothing (the core runs as if the feature
-were absent: no hook, no hold, no prompt part); an entry's exception is the caller's to name (the
-core does not swallow a feature's refusal: a spawn check's :class:`~fleet.errors.UsageError` stops the
-spawn before anything is made). Registering twice under the same name replaces (a reloaded module
-does not run twice).
+What a caller may rely on: a seam with no entry changes nothing (no hook, no hold, no prompt part,
+no column) — except :data:`workspaces`, where a profile asking for a worktree with no planner
+loaded is refused, named, rather than run in the wrong folder. An entry's exception is the
+caller's (a spawn check's :class:`~fleet.errors.UsageError` stops the spawn before anything is
+made). Adding under a name already there replaces (a module imported twice does not plug in twice).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
@@ -99,19 +82,26 @@ class Seam(Generic[T]):
 # ---------------------------------------------------------------- spawn
 
 
-@dataclass(frozen=True)
 class Launch:
-    """One Claude session about to be launched in a pane: what a prompt part or a settings hook may read."""
+    """One Claude session about to be launched in a pane: what a prompt part or a settings hook may
+    read. ``token_file``: the participant's token (mode 0600), for a hook that calls the daemon as
+    it; ``notify``: its layout asks for desktop notifications."""
 
-    paths: Paths
-    base_url: str
-    wave: Wave
-    wavelet: Wavelet
-    participant: str
-    token_file: Path
-    """The participant's token (mode 0600), for a hook that calls the daemon as it."""
-    notify: bool = False
-    """The participant's layout asks for desktop notifications."""
+    # (plain classes, not dataclasses: the channel imports this module, and a dataclass costs ~0.5 ms)
+    __slots__ = ("base_url", "notify", "participant", "paths", "token_file", "wave", "wavelet")
+
+    def __init__(
+        self,
+        paths: Paths,
+        base_url: str,
+        wave: Wave,
+        wavelet: Wavelet,
+        participant: str,
+        token_file: Path,
+        notify: bool = False,
+    ) -> None:
+        self.paths, self.base_url, self.wave, self.wavelet = paths, base_url, wave, wavelet
+        self.participant, self.token_file, self.notify = participant, token_file, notify
 
 
 PromptPart = Callable[[Launch], str]
@@ -126,7 +116,13 @@ class SpawnCheck(Protocol):
     is made: raise a :class:`~fleet.errors.FleetError` to refuse the spawn (nothing is made)."""
 
     def __call__(
-        self, client: Client, paths: Paths, wave: Wave, wavelet: Wavelet, layout: Layout, roster: list[str]
+        self,
+        client: Client,
+        paths: Paths,
+        wave: Wave,
+        wavelet: Wavelet,
+        layout: Layout,
+        roster: list[str],
     ) -> None: ...
 
 
@@ -173,17 +169,23 @@ workspaces: Seam[WorkspacePlanner] = Seam("spawn: where a pane works (a worktree
 # ---------------------------------------------------------------- the channel
 
 
-@dataclass(frozen=True)
 class Participant:
-    """The channel's participant, as a hold-back is made for it."""
+    """The channel's participant, as a hold-back is made for it. ``notify`` hands one notice to the
+    participant on the route that wakes it."""
 
-    client: Callable[[], Client]
-    wave: str
-    participant: str
-    session_id: str
-    paths: Paths
-    notify: Callable[[Frame], object]
-    """Hands one notice to the participant on the route that wakes it."""
+    __slots__ = ("client", "notify", "participant", "paths", "session_id", "wave")
+
+    def __init__(
+        self,
+        client: Callable[[], Client],
+        wave: str,
+        participant: str,
+        session_id: str,
+        paths: Paths,
+        notify: Callable[[Frame], object],
+    ) -> None:
+        self.client, self.wave, self.participant, self.session_id = client, wave, participant, session_id
+        self.paths, self.notify = paths, notify
 
 
 class HoldBack(Protocol):
@@ -291,15 +293,14 @@ class Watcher(Protocol):
         ...
 
 
-@dataclass(frozen=True)
 class StatusRead:
-    """One ``fleet status`` read of a wave, as a feature's columns are made for it."""
+    """One ``fleet status`` read of a wave, as a feature's columns are made for it (``records``: the
+    wave's recorded sessions by participant)."""
 
-    client: Client
-    paths: Paths
-    wave: Wave
-    records: dict[str, SessionRecord]
-    """The wave's recorded sessions by participant."""
+    __slots__ = ("client", "paths", "records", "wave")
+
+    def __init__(self, client: Client, paths: Paths, wave: Wave, records: dict[str, SessionRecord]) -> None:
+        self.client, self.paths, self.wave, self.records = client, paths, wave, records
 
 
 class StatusColumns(Protocol):
