@@ -1,0 +1,118 @@
+"""The core's seams (fleet/seams.py) and who loads the features onto them (fleet/features.py).
+
+A seam keeps its entries in order, a name added again replaces, a lazy entry (``module:attr``) is
+imported only when the seam is first used; the hold-backs of several features hold a wavelet while
+any of them holds it. The channel's entry point loads the features that plug into the channel and
+none of the others (measured on a real ``python -X importtime -m fleet channel`` run).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleet import seams
+from fleet.records.budgets import Budget
+
+
+def test_a_seam_keeps_order_replaces_by_name_and_removes() -> None:
+    seam: seams.Seam[int] = seams.Seam("test")
+    assert list(seam) == [] and seams.first(seam) is None
+    seam.add("a", 1)
+    seam.add("b", 2)
+    seam.add("a", 3)  # the same module imported again does not plug in twice
+    assert list(seam) == [3, 2] and seam.names() == ["a", "b"] and len(seam) == 2
+    seam.remove("a")
+    seam.remove("nothing")
+    assert list(seam) == [2]
+
+
+def test_a_lazy_entry_is_imported_when_the_seam_is_first_used() -> None:
+    seam: seams.Seam[object] = seams.Seam("test")
+    seam.lazy("json", "json:dumps")
+    import json
+
+    assert list(seam) == [json.dumps]
+    assert seam._entries["json"] is json.dumps  # resolved once, kept
+
+
+class _Holds:
+    def __init__(self, held: set[str]) -> None:
+        self.held = frozenset(held)
+        self.started = 0
+
+    def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
+        return self.held & frozenset(labels)
+
+    def start(self) -> None:
+        self.started += 1
+
+
+@given(st.lists(st.sets(st.sampled_from("abcdef")), max_size=4), st.sets(st.sampled_from("abcdef")))
+def test_hold_backs_hold_a_wavelet_while_any_holds_it(parts: list[set[str]], labels: set[str]) -> None:
+    saved = dict(seams.hold_backs._entries)
+    made = [_Holds(p) for p in parts]
+    try:
+        seams.hold_backs._entries.clear()
+        for i, hb in enumerate(made):
+            seams.hold_backs.add(f"f{i}", lambda _who, hb=hb: hb)
+        who = seams.Participant(lambda: None, "w", "alice", "s", None, print)  # type: ignore[arg-type]
+        got = seams.hold_back_for(who)
+        if not made:
+            assert got is None  # no feature: the engine asks nothing
+            return
+        assert got is not None
+        got.start()
+        assert all(hb.started == 1 for hb in made)
+        expected = frozenset().union(*parts) & frozenset(labels)
+        assert got({w: w for w in labels}) == expected
+    finally:
+        seams.hold_backs._entries.clear()
+        seams.hold_backs._entries.update(saved)
+
+
+def test_the_cli_loads_every_built_in_onto_its_seam() -> None:
+    import fleet.cli  # noqa: F401  (loads the features, as `fleet` does)
+
+    assert "fleet.budgets" in seams.spawn_checks.names()
+    assert "fleet.budgets" in seams.hold_backs.names()
+    assert "fleet.permissions" in seams.launch_settings.names()
+    assert "fleet.resident.plug" in seams.prompt_parts.names()
+    assert "fleet.resident.plug" in seams.fork_spawners.names()
+    assert "fleet.worktrees" in seams.workspaces.names()
+    assert {"fleet.budgets", "fleet.usage", "fleet.worktrees"} <= set(seams.status_columns.names())
+
+
+def imported(*argv: str) -> set[str]:
+    """The modules a ``python -X importtime ARGV`` run imported."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return {
+        line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")
+    }
+
+
+UNUSED_BY_A_CHANNEL = {
+    "fleet.permissions",
+    "fleet.usage",
+    "fleet.worktrees",
+    "fleet.summaries",
+    "fleet.resident.dispatch",
+    "fleet.spawn",
+}
+
+
+def test_a_channel_loads_its_features_and_no_others() -> None:
+    """The entry point plugs in budgets and the resident's plug; the channel's server, with them
+    loaded, imports no other feature (a fork's spawn imports the dispatch only when asked)."""
+    entry = imported("-m", "fleet", "channel", "--help")
+    assert {"fleet.budgets", "fleet.resident.plug", "fleet.seams"} <= entry
+    served = imported("-c", "import fleet.features as f; f.load_channel(); import fleet.channel.server")
+    assert {"fleet.channel.server", "fleet.budgets", "fleet.resident.plug"} <= served
+    assert served & UNUSED_BY_A_CHANNEL == set(), "the channel imported features it does not use"
