@@ -429,11 +429,12 @@ class StatusColumns:
             if not applies(b, name) or b.wavelet_id not in ("", wavelet.id):
                 continue
             counter = self._counter(name)
-            if counter is not None and self._table is None:
-                self._table = prices(self.paths)
-            tokens, cost, _ = (
-                spent_of(b, counter, self._table) if counter is not None and self._table else (0, 0.0, [])
-            )
+            tokens: int = 0
+            cost: float | None = 0.0
+            if counter is not None:
+                if self._table is None:
+                    self._table = prices(self.paths)
+                tokens, cost, _ = spent_of(b, counter, self._table)
             if b.shared:  # judged on the members' sum
                 tokens, cost = b.spent_tokens or 0, shared_cost(b)
             if b.tokens is not None:
