@@ -67,7 +67,7 @@ def assert_nothing_left(sandbox: Path, socket: str, user: Paths) -> None:
                 "wave 1's first attempt failed and was committed",
                 "a fresh session retried wave 1 and completed it",
                 "wave 2 completed: the campaign is done",
-                "demo campaign smoke: ok (5 commits)",
+                "demo campaign smoke: ok (6 commits)",
             ],
         ),
     ],

@@ -69,13 +69,40 @@ def head(root: Path) -> str:
     return git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).strip()
 
 
-def commit_all(root: Path, message: str) -> str:
-    """Stage everything (``.gitignore`` respected) and commit; the new short sha ('' if nothing)."""
+def fingerprint(root: Path, paths: list[str]) -> dict[str, str]:
+    """Each path's content as git hashes it ('' for one that does not exist)."""
+    present = [p for p in paths if (root / p).is_file()]
+    hashes = git(root, "hash-object", "--", *present).split() if present else []
+    out = dict.fromkeys(paths, "")
+    out.update(zip(present, hashes, strict=True))
+    return out
+
+
+def commit_all(root: Path, message: str, *, leave: list[str] | None = None) -> str:
+    """Stage everything (``.gitignore`` respected) but ``leave`` and commit; the new short sha ('' if
+    nothing). What ``leave`` names is left as it is in the work tree, uncommitted."""
     git(root, "add", "-A")
+    if leave:
+        git(root, "reset", "-q", "--", *leave)
     if not git(root, "diff", "--cached", "--name-only").strip():
         return ""
     git(root, "commit", "-q", "--no-verify", "-m", message)
     return git(root, "rev-parse", "--short", "HEAD").strip()
+
+
+def commit_paths(root: Path, paths: list[Path], message: str) -> str:
+    """Commit ``paths`` alone (whatever else is changed or staged stays as it is); the new short sha
+    ('' if they hold nothing new)."""
+    names = [str(p) for p in paths]
+    git(root, "add", "--", *names)
+    if not git(root, "diff", "--cached", "--name-only", "--", *names).strip():
+        return ""
+    git(root, "commit", "-q", "--no-verify", "-m", message, "--", *names)
+    return git(root, "rev-parse", "--short", "HEAD").strip()
+
+
+def subject(root: Path, rev: str = "HEAD") -> str:
+    return git(root, "log", "-1", "--format=%s", rev, check=False).strip()
 
 
 def short(root: Path, sha: str) -> str:
@@ -120,13 +147,21 @@ class Campaign:
 
     def read(self) -> st.State:
         try:
-            text = self.state_file.read_text(encoding="utf-8")
+            text = st.decode(self.state_file.read_bytes())
         except FileNotFoundError:
             raise errors.NotFound(
                 f"campaign {self.id!r} has no STATE.md ({self.state_file}): plan it first"
                 " (`fleet campaign plan PLAN.md`)"
             ) from None
-        return st.parse(text)
+        state = st.parse(text)
+        for n in range(state.total_waves):
+            if not self.wave_dir(n).joinpath("WAVE.md").is_file():
+                raise st.StateError(
+                    f"STATE.md line {state.lines.get('total_waves', 1)}: total_waves: {state.total_waves}"
+                    f" but {self.rel(self.wave_dir(n) / 'WAVE.md')} does not exist: every wave needs its"
+                    " WAVE.md (or lower total_waves)"
+                )
+        return state
 
     def write(self, state: st.State) -> None:
         state.last_updated = today()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import fnmatch
 import hashlib
 import json
 import logging
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fleet import errors
 from fleet.campaign import disk, machine, registry
@@ -75,10 +76,22 @@ class Owned:
     verify_floor: int = 0
     """verify_count never goes below the verifier sessions the loop saw settle."""
     last_error: str = ""
+    preexisting: dict[str, str] = field(default_factory=dict)
+    """Paths outside ``.wave/`` already changed when the active session started, with their content
+    then: the user's, left out of the loop's commits for the session while they stay so."""
+    keep_out: list[str] = field(default_factory=list)
+    """Globs of paths (relative to the repository; ``dir/`` for all under it) the loop never stages
+    in any commit, nor counts as a dirty tree: the user's own (``fleet campaign run --keep-out``)."""
+    launching: dict[str, Any] = field(default_factory=dict)
+    """A session being started (kind, wave, session_count, participant, what the marks replaced),
+    from before the launch until its start is recorded: a loop killed in between finishes it."""
     cancelled: bool = False
     """The operator cancelled the current wave (`interrupt`, `dismiss`): failure_kind stays
     ``cancelled`` whatever an agent writes (a late write of the interrupted session included), until
     `clear`."""
+    cancelled_status: st.WaveStatus | Literal[""] = ""
+    """The wave_status held while cancelled: ``failed`` (an executor's wave, the seed's), or what the
+    wave was when its verifier was interrupted (the verifier does not run the wave)."""
 
 
 def socket_path(c: Campaign) -> Path:
@@ -154,11 +167,45 @@ def running(c: Campaign) -> bool:
         return False
 
 
+def kept_out(paths: list[str], globs: list[str]) -> list[str]:
+    """Those of ``paths`` that ``--keep-out`` globs match (``dir/`` matches everything under it)."""
+
+    def out(p: str) -> bool:
+        return any(p.startswith(g) if g.endswith("/") else fnmatch.fnmatchcase(p, g) for g in globs)
+
+    return [p for p in paths if out(p)]
+
+
+def users_paths(c: Campaign, o: Owned) -> list[str]:
+    """What the loop leaves out of a session's commit: the paths that were changed before the
+    session started and are unchanged since, and whatever ``--keep-out`` names (otherwise a path
+    changed while the session ran cannot be told from its own work: that is committed with it,
+    docs/campaigns.md says so)."""
+    left: set[str] = set(kept_out(disk.dirty(c.root), o.keep_out)) if o.keep_out else set()
+    if o.preexisting:
+        now = disk.fingerprint(c.root, list(o.preexisting))
+        left |= {p for p, h in o.preexisting.items() if now.get(p) == h}
+    return sorted(left)
+
+
+def dirty_outside(c: Campaign, o: Owned) -> list[str]:
+    """Changed paths of the tree outside ``.wave/`` that ``--keep-out`` does not name: what makes a
+    tree dirty for arming the loop."""
+    dirty = disk.dirty(c.root)
+    kept = set(kept_out(dirty, o.keep_out))
+    return [p for p in dirty if p not in kept]
+
+
+def commit_session(c: Campaign, o: Owned, message: str) -> str:
+    return disk.commit_all(c.root, message, leave=users_paths(c, o))
+
+
 def dirty_message(c: Campaign, dirty: list[str]) -> str:
     more = " …" if len(dirty) > 5 else ""
     return (
         f"the work tree of {c.root} has uncommitted changes ({', '.join(dirty[:5])}{more}): commit or"
-        " stash them first, so each wave starts from a clean tree (nothing was started)"
+        " stash them first, so each wave starts from a clean tree, or name files you keep editing with"
+        " `fleet campaign run --keep-out GLOB` (never committed); nothing was started"
     )
 
 
@@ -202,7 +249,7 @@ def overrule(s: st.State, o: Owned) -> st.State:
     s.active_session_kind = o.active_session_kind
     s.verify_count = max(s.verify_count, o.verify_floor)
     if o.cancelled:
-        s.wave_status = "failed"
+        s.wave_status = o.cancelled_status or "failed"
         s.failure_kind = "cancelled"
     return s
 
@@ -214,6 +261,7 @@ def read_state(c: Campaign) -> tuple[st.State, Owned]:
         o = Owned(
             s.loop_state, s.active_session_id, s.active_session_kind, verify_floor=s.verify_count,
             cancelled=s.failure_kind == "cancelled",
+            cancelled_status=s.wave_status if s.failure_kind == "cancelled" else "",
         )  # fmt: skip
     return overrule(s, o), o
 
@@ -238,7 +286,13 @@ def offline(c: Campaign, op: str) -> str:
     lock = LoopLock(c)
     lock.acquire()  # no loop may start meanwhile
     try:
-        s, o = read_state(c)
+        got = read_or_owned(c, op)
+        if isinstance(got, st.StateError):
+            o = load_owned(c) or Owned()
+            msg = transition(c, None, o, op, kill=None)
+            save_owned(c, o)
+            return msg + unreadable_note(got)
+        s, o = got
         msg = transition(c, s, o, op, kill=None)
         c.write(overrule(s, o))
         save_owned(c, o)
@@ -247,8 +301,33 @@ def offline(c: Campaign, op: str) -> str:
         lock.release()
 
 
-def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owned], None] | None) -> str:
-    """The control commands' effect on the state (spawning is the loop's, after this)."""
+NEEDS_NO_STATE = ("pause", "resume", "stop", "interrupt")
+"""Control commands that act on the loop's own record alone when STATE.md cannot be read, so the
+operator keeps control of a loop whose file an agent (or a hand) broke."""
+
+
+def read_or_owned(c: Campaign, op: str) -> tuple[st.State, Owned] | st.StateError:
+    """The state for ``op``, or the reason STATE.md cannot be read if ``op`` can do without it."""
+    try:
+        return read_state(c)
+    except st.StateError as exc:
+        if op not in NEEDS_NO_STATE:
+            raise
+        return exc
+
+
+def unreadable_note(exc: st.StateError) -> str:
+    return (
+        f" (STATE.md was not read: {exc.message}; nothing is spawned and nothing committed until it parses)"
+    )
+
+
+def transition(
+    c: Campaign, s: st.State | None, o: Owned, op: str, kill: Callable[[Owned], None] | None
+) -> str:
+    """The control commands' effect on the state (spawning is the loop's, after this). ``s`` is None
+    when STATE.md cannot be read: only :data:`NEEDS_NO_STATE` commands come here then, and they
+    change only what the loop owns."""
     if op == "pause":
         o.loop_state = "paused"
         return "paused: no new session is spawned; the active one carries on"
@@ -258,35 +337,82 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
     if op == "stop":
         o.loop_state = "idle"
         return "stopped"
+    if s is None:
+        if op != "interrupt":
+            raise errors.UsageError(f"`{op}` needs STATE.md")
+        was = (
+            o.participant
+            or o.active_session_id
+            or (o.launching.get("participant", "") if o.launching else "")
+        )
+        kind = o.active_session_kind or (o.launching.get("kind", "") if o.launching else "")
+        if kill and o.active_session_id:
+            kill(o)
+        o_wavelet = o.wavelet
+        _clear_active(o)
+        o.loop_state = "idle"
+        o.cancelled = True
+        # a verifier's wave keeps whatever status the file will hold; an executor's is failed
+        o.cancelled_status = "" if kind == "verifier" else "failed"
+        return "wave cancelled" + _ended(was, o_wavelet, kill)
     if op == "clear":
         if s.failure_kind != "cancelled":
             raise errors.UsageError(
                 f"wave {s.current_wave} is not cancelled (failure_kind {s.failure_kind or 'empty'}):"
                 " nothing to clear"
             )
+        held = o.cancelled_status or "failed"
         o.cancelled = False
+        o.cancelled_status = ""
         s.failure_kind = ""
-        s.wave_status = "pending"
-        s.row(s.current_wave).set("Status", "pending")
+        s.wave_status = "pending" if held == "failed" else held
+        if s.row(s.current_wave).get("Status") == "cancelled":
+            s.row(s.current_wave).set("Status", "pending")
         return f"wave {s.current_wave} cleared: pending (resume or run the loop to try it again)"
     if op == "interrupt":
+        starting = o.launching.get("participant", "") if o.launching else ""
+        was = o.participant or o.active_session_id or starting
+        if not was and s.wave_status == "all_complete":
+            return f"campaign {s.campaign_id} is complete and nothing runs: nothing to interrupt"
+        if not was and o.cancelled:
+            return (
+                f"wave {s.current_wave} is already cancelled and nothing runs: nothing to interrupt"
+                " (`fleet campaign clear` to try it again)"
+            )
+        kind = o.active_session_kind or (o.launching.get("kind", "") if o.launching else "")
         if kill and o.active_session_id:
             kill(o)
-        was = o.participant or o.active_session_id
-        o_wavelet = o.wavelet
+        o_wavelet = o.wavelet or (f"{s.campaign_id}/{starting}" if starting else "")
+        users = Owned(preexisting=dict(o.preexisting))
         _clear_active(o)
-        s.wave_status = "failed"
+        # a verifier checks the plan, it does not run the wave: its wave keeps its status (the
+        # initial check's wave 0 did not fail); an executor's wave is the seed's failed/cancelled
+        hold: st.WaveStatus = s.wave_status if kind == "verifier" else "failed"
+        s.wave_status = hold
         s.failure_kind = "cancelled"
         s.user_question = ""
         o.loop_state = "idle"
         o.cancelled = True
-        s.row(s.current_wave).set("Status", "cancelled")
+        o.cancelled_status = hold
+        if kind != "verifier":
+            s.row(s.current_wave).set("Status", "cancelled")
         save_owned(c, o)  # before the commit: the cancellation is in it, and holds if we die here
         c.write(overrule(s, o))
-        sha = disk.commit_all(c.root, f"wave {s.current_wave} (failed): cancelled by the operator")
-        if sha:
-            s.row(s.current_wave).set("Commit", sha)
-        return f"wave {s.current_wave} cancelled" + _ended(was, o_wavelet, kill)
+        if was:  # a session was ended mid-turn: its work is committed; with none there is nothing to
+            message = (
+                "wave verify: cancelled by the operator"
+                if kind == "verifier"
+                else f"wave {s.current_wave} (failed): cancelled by the operator"
+            )
+            sha = commit_session(c, users, message)
+            if sha and kind != "verifier":
+                s.row(s.current_wave).set("Commit", sha)
+        what = (
+            f"the verifier of wave {s.current_wave} cancelled"
+            if kind == "verifier"
+            else (f"wave {s.current_wave} cancelled")
+        )
+        return what + _ended(was, o_wavelet, kill)
     if op == "dismiss":
         if s.wave_status != "awaiting_user":
             raise errors.UsageError(
@@ -301,6 +427,7 @@ def transition(c: Campaign, s: st.State, o: Owned, op: str, kill: Callable[[Owne
         s.user_question = ""
         o.loop_state = "idle"
         o.cancelled = True
+        o.cancelled_status = "failed"
         s.row(s.current_wave).set("Status", "cancelled")
         return f"question dismissed: wave {s.current_wave} cancelled and the loop stopped" + _ended(
             was, o_wavelet, kill
@@ -323,6 +450,8 @@ def _clear_active(o: Owned) -> None:
     o.active_session_kind = ""
     o.participant = o.wavelet = o.pane_id = o.head_at_spawn = ""
     o.spawned_on = {}
+    o.launching = {}
+    o.preexisting = {}
 
 
 # ---------------------------------------------------------------- the loop process
@@ -331,9 +460,20 @@ def _clear_active(o: Owned) -> None:
 class Loop:
     """One campaign's loop (see the module docstring). ``launcher`` spawns sessions."""
 
-    def __init__(self, c: Campaign, launcher: Launcher, *, layout: str = "") -> None:
+    def __init__(
+        self,
+        c: Campaign,
+        launcher: Launcher,
+        *,
+        layout: str = "",
+        keep_out: list[str] | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        """``keep_out`` None keeps what an earlier run of the loop was given (owned.json)."""
         self.c = c
+        self.keep_out = keep_out
         self.launcher = launcher
+        self._say = say
         self.lock = LoopLock(c)
         self.layout = layout
         self.sock: socket.socket | None = None
@@ -341,15 +481,24 @@ class Loop:
         self.pidfd_of = ""
         self.quit = False
 
+    def say(self, line: str) -> None:
+        """One line of progress (a spawn, a settle, a commit, the end) for whoever runs the loop in
+        the foreground; nothing when no one asked."""
+        log.info("campaign %s: %s", self.c.id, line)
+        if self._say is not None:
+            self._say(line)
+
     # ------------------------------------------------------------ lifecycle
 
     def start(self, *, arm: bool) -> None:
         self.lock.acquire()
         try:
             s, o = read_state(self.c)
+            if self.keep_out is not None:
+                o.keep_out = list(self.keep_out)
             if arm:
-                dirty = disk.dirty(self.c.root)
-                if dirty and not o.active_session_id:
+                dirty = dirty_outside(self.c, o)
+                if dirty and not o.active_session_id and not o.launching:
                     raise errors.UsageError(dirty_message(self.c, dirty))
             if self.layout:
                 o.layout = self.layout
@@ -478,7 +627,8 @@ class Loop:
             return {"ok": True, "pid": os.getpid()}
         answer = self._command(op)
         o = load_owned(self.c)
-        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED):
+        unread = "STATE.md was not read" in str(answer.get("message", ""))
+        if o is not None and o.last_error and not o.last_error.startswith(SPAWN_FAILED) and not unread:
             o.last_error = ""  # the trouble is over: this command read and wrote STATE.md
             save_owned(self.c, o)
         return answer
@@ -496,9 +646,18 @@ class Loop:
                 raise errors.Conflict(f"nothing to spawn: {d.why}")
             self.step(force=True)
             return {"ok": True, "message": f"spawned the {d.spawn or 'escalation'} ({d.why})"}
-        s, o = read_state(self.c)
+        got = read_or_owned(self.c, op)
+        if isinstance(got, st.StateError):  # the operator keeps control of a loop whose file broke
+            o = load_owned(self.c) or Owned()
+            msg = transition(self.c, None, o, op, kill=self.launcher.kill)
+            save_owned(self.c, o)
+            self.quit = op == "stop"
+            self.say(msg)
+            return {"ok": True, "message": msg + unreadable_note(got)}
+        s, o = got
         msg = transition(self.c, s, o, op, kill=self.launcher.kill)
         self._commit_state(s, o)
+        self.say(msg)
         if op == "stop":
             self.quit = True
         else:
@@ -578,11 +737,15 @@ class Loop:
         row.set("Session", o.participant)
         if result == "crashed":
             machine.apply_crash(s)
-            self._append_crash_notes(wave, o, pane_exited)
             row.set("Status", "crashed")
             self.c.write(overrule(s, o))
-            sha = disk.commit_all(self.c.root, f"wave {wave} (crashed): session ended without state update")
-            row.set("Commit", sha or disk.short(self.c.root, "HEAD"))
+            message = f"wave {wave} (crashed): session ended without state update"
+            sha = commit_session(self.c, o, message) or disk.short(self.c.root, "HEAD")
+            self.say(f"committed {sha} {message}")
+            # after the commit, so it names it: the note lands with the next outcome's commit, like
+            # the loop's other bookkeeping (a commit cannot hold its own sha)
+            self._append_crash_notes(wave, o, pane_exited, sha)
+            row.set("Commit", sha)
         elif result == "verifier_crashed":
             machine.apply_verifier_crash(s, before)
             o.verify_floor = max(o.verify_floor, s.verify_count)
@@ -612,26 +775,45 @@ class Loop:
                     row.set("Notes", f"{reason} (said {phrase[:40]!r}, STATE.md says {s.wave_status})")
         machine.normalize(s)
         self.launcher.end(o)
+        who = o.participant
         _clear_active(o)
         self._commit_state(s, o)
+        self.say(
+            f"settled {who}: {result.replace('_', ' ')} (wave {wave};"
+            f" now wave {s.current_wave} {s.wave_status})"
+        )
+        if s.wave_status == "all_complete":
+            # there is no next outcome for the loop's last bookkeeping to land with
+            sha = disk.commit_paths(self.c.root, [self.c.dir], f"campaign {self.c.id}: all waves complete")
+            if sha:
+                self.say(f"committed {sha} campaign {self.c.id}: all waves complete")
+            self.say(f"campaign {self.c.id} complete: all {s.total_waves} waves done")
 
     def _ensure_commit(self, s: st.State, o: Owned, message: str) -> str:
         """The agent's commit if it made one and left the tree clean, else the loop's."""
         self.c.write(overrule(s, o))
-        others = disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),))
+        users = set(users_paths(self.c, o))
+        others = [
+            p for p in disk.dirty(self.c.root, ignore=(self.c.rel(self.c.state_file),)) if p not in users
+        ]
         moved = disk.head(self.c.root) != o.head_at_spawn
         if moved and not others:
-            return disk.short(self.c.root, "HEAD")
-        return disk.commit_all(self.c.root, message) or disk.short(self.c.root, "HEAD")
+            sha = disk.short(self.c.root, "HEAD")
+            self.say(f"{sha} committed by the session: {disk.subject(self.c.root)}")
+            return sha
+        made = commit_session(self.c, o, message)
+        if made:
+            self.say(f"committed {made} {message}")
+        return made or disk.short(self.c.root, "HEAD")
 
-    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool) -> None:
+    def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool, sha: str) -> None:
         notes = self.c.notes(wave)
         text = notes.read_text(encoding="utf-8") if notes.exists() else ""
         k = text.count("\n## Attempt ") + text.startswith("## Attempt ") + 1
         how = "its pane's process exited" if pane_exited else "its turn ended"
         section = (
             f"## Attempt {k} — crashed\n**Session:** {o.active_session_id} ({o.participant})\n"
-            "**Commit:** (this attempt's crash commit)\n"
+            f"**Commit:** {sha}\n"
             f"**Date:** {disk.today()}\n**Decision on entry:** unknown\n\n"
             f"### What happened\nThe session ended without updating STATE.md ({how}); the loop"
             " committed the work tree as it was.\n\n### Recommendation\nRetry; read the session's"
@@ -645,8 +827,12 @@ class Loop:
     # ------------------------------------------------------------ deciding and spawning
 
     def step(self, *, force: bool = False) -> None:
-        """Spawn per the state if armed (or ``force``: `next`)."""
+        """Spawn per the state if armed (or ``force``: `next`). A start the loop was killed in the
+        middle of is finished first, armed or not (its session may be running)."""
         s, o = read_state(self.c)
+        if o.launching and not o.active_session_id:
+            self._resume_start(s, o)
+            return
         if o.loop_state != "armed" and not force:
             return
         machine.normalize(s)
@@ -658,40 +844,94 @@ class Loop:
         if d.spawn is None:
             self._commit_state(s, o)
             return
-        s.session_count += 1
         wave = s.current_wave
+        was = {"wave_status": s.wave_status, "row": s.row(wave).get("Status")}
+        s.session_count += 1
         if d.spawn == "executor":
             s.wave_status = "running"
             s.row(wave).set("Status", "running")
         o.head_at_spawn = disk.head(self.c.root)
+        o.preexisting = disk.fingerprint(self.c.root, dirty_outside(self.c, o))
+        # the marks and the intent on disk before anything starts: a loop killed from here on finds
+        # them and finishes this start (the same session count, so the same participant and wavelet)
+        o.launching = {"kind": d.spawn, "wave": wave, "session_count": s.session_count,
+                       "participant": participant_name(d.spawn, s), "was": was}  # fmt: skip
+        self._commit_state(s, o)
+        die_at("marked")
+        self._start(s, o)
+
+    def _resume_start(self, s: st.State, o: Owned) -> None:
+        """Finish the start recorded in ``o.launching`` (the loop died in it): the launcher adopts
+        the session if its pane runs, else starts it, so nothing is run twice."""
+        todo = o.launching
+        s.session_count = max(s.session_count, int(todo["session_count"]))
+        if todo["kind"] == "executor":
+            s.wave_status = "running"
+            s.row(int(todo["wave"])).set("Status", "running")
+        log.info("campaign %s: finishing the start of %s", self.c.id, todo.get("participant"))
+        self._start(s, o)
+
+    def _start(self, s: st.State, o: Owned) -> None:
+        todo = o.launching
+        kind: machine.Spawn = todo["kind"]
+        wave = int(todo["wave"])
         try:
-            started = self.launcher.launch(self.c, s, d.spawn, o.layout)
+            started = self.launcher.launch(self.c, s, kind, o.layout)
         except errors.FleetError as exc:
             s.session_count -= 1
-            if d.spawn == "executor":
-                s.wave_status = "pending" if s.retry_count == 0 and s.failure_kind == "" else "failed"
+            was = todo.get("was") or {}
+            if kind == "executor":
+                s.wave_status = was.get("wave_status", "pending")
+                s.row(wave).set("Status", was.get("row", "pending"))
+            o.launching = {}
             o.loop_state = "paused"
-            o.last_error = f"{SPAWN_FAILED}{d.spawn} failed: {exc.message}"
+            o.last_error = f"{SPAWN_FAILED}{kind} failed: {exc.message}"
             self._commit_state(s, o)
             log.error("%s", o.last_error)
+            self.say(f"spawning {todo.get('participant')} failed: {exc.message}; the loop is paused")
             self._tell_operator(
                 f"{o.last_error}. The loop is paused and spawns nothing: fix that, then"
                 f" `{self._cli('resume')}` (`{self._cli('status')}` shows the error)"
             )
             return
         o.active_session_id = started.session_id
-        o.active_session_kind = d.spawn
+        o.active_session_kind = kind
         o.participant = started.participant
         o.wavelet = started.wavelet
         o.pane_id = started.pane_id
         o.last_error = ""
+        o.launching = {}
         o.spawned_on = snapshot(overrule(s, o))
+        s = self._as_written(s)
         s.row(wave).set("Session", started.participant)
-        self._commit_state(s, o)
+        # STATE.md first: killed before owned.json says so, the start is still `launching` and the
+        # next loop adopts the session again, writing the same
+        self.c.write(overrule(s, o))
+        die_at("recorded")
+        save_owned(self.c, o)
+        how = " (adopted: it had started before the loop was killed)" if started.adopted else ""
+        self.say(f"spawned {started.participant} for wave {wave}{how}")
+
+    def _as_written(self, s: st.State) -> st.State:
+        """STATE.md as it is now, or ``s`` where it does not read: a session quick off the mark may
+        have written it while its launch ran (seconds), and writing ``s`` back, read before the
+        launch, would undo that; the loop's own fields go back in with :func:`overrule`. (A write
+        of the session in the moment between this read and the loop's write is still lost.)"""
+        try:
+            return self.c.read()
+        except errors.FleetError:
+            return s
 
     def _commit_state(self, s: st.State, o: Owned) -> None:
         save_owned(self.c, o)
         self.c.write(overrule(s, o))
+
+
+def die_at(point: str) -> None:
+    """A crash-consistency seam: ``FLEET_CAMPAIGN_DIE_AT=<point>`` kills this process with SIGKILL at
+    that point of starting a session (tests/test_campaign_recovery.py kills the loop at each)."""
+    if os.environ.get("FLEET_CAMPAIGN_DIE_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _terminate(*_: object) -> None:
@@ -718,6 +958,15 @@ class Started:
     participant: str
     wavelet: str
     pane_id: str
+    adopted: bool = False
+    """The session was already running (started by a loop killed before it recorded the start)."""
+
+
+def participant_name(kind: str, s: st.State) -> str:
+    """The participant a ``kind`` session spawned on ``s`` is (``s.session_count`` already counts it)."""
+    if kind == "executor":
+        return f"executor-w{s.current_wave}-s{s.session_count}"
+    return f"{kind}-s{s.session_count}"
 
 
 class Launcher:
@@ -743,20 +992,22 @@ class Launcher:
         from fleet.spawn import Spawner
 
         wave = self._wave(c)
-        name = (
-            f"executor-w{s.current_wave}-s{s.session_count}"
-            if kind == "executor"
-            else f"{kind}-s{s.session_count}"
-        )
-        try:  # a launch that failed before left its wavelet and kickoff (the same session count)
+        name = participant_name(kind, s)
+        try:  # a launch that failed (or a loop killed in it) left its wavelet (the same session count)
             wl = self.client.resolve(f"{wave.name}/{name}")
         except errors.NotFound:
             main = self.client.resolve(f"{wave.name}/main")
             wl = self.client.fork(main.id, name, with_=[name])
-            # before the session starts: its first turn carries it. Posted after, the fork's
-            # system blip could reach the session alone and be a turn of its own, which the loop
-            # (or the planner's wait) would take for the session's whole work (a crash, a retry)
+            die_at("forked")
+        # before the session starts: its first turn carries it. Posted after, the fork's system
+        # blip could reach the session alone and be a turn of its own, which the loop (or the
+        # planner's wait) would take for the session's whole work (a crash, a retry). Posted once:
+        # a start finished again finds it there
+        if not any(b.kind == "message" and b.author == OPERATOR for b in self.client.read(wl.id).blips):
             self.client.post(wl.id, kickoff or kickoff_text(c, s, name))
+        adopted = self._running(wave.id, name, wl.path)
+        if adopted is not None:
+            return adopted
         base = load_layout(layout_ref or DEFAULT_LAYOUT, self.paths)
         profile_name = s.executor_agent if kind == "executor" else kind
         own = base.participants.get(profile_name) or base.participants.get(s.executor_agent) or Profile()
@@ -773,12 +1024,31 @@ class Launcher:
             self.client, self.tmux, self.paths, transport="auto", ready_timeout=self.ready_timeout,
             hook_settings=self._hook_settings(c, planner=kind == "planner"),
         )  # fmt: skip
+        die_at("kicked")
         report = spawner.spawn(wl.path, layout)
+        die_at("spawned")
         pane = report.panes[0]
         if not pane.ready:
             self.tmux.kill_window(report.window_id)
             raise errors.FleetError(f"{name} did not start: {pane.why}")
         return Started(pane.session_id, name, wl.path, pane.pane_id)
+
+    def _running(self, wave_id: str, name: str, wavelet: str) -> Started | None:
+        """``name``'s session if its pane already runs it (a loop killed after the pane started);
+        a pane tagged ``name`` that runs something else (the placeholder it had before its agent)
+        is taken away, so the spawner starts the session afresh."""
+        live = [p for p in self.tmux.fleet_panes(wave_id) if p.participant == name and p.alive]
+        if not live:
+            return None
+        records = self.client.sessions(wave_id, name)
+        for p in live:
+            for r in records:
+                if r.session_id and r.session_id in p.start_command:
+                    return Started(r.session_id, name, wavelet, p.pane_id, adopted=True)
+        for p in live:
+            with contextlib.suppress(errors.FleetError):
+                self.tmux.kill_pane(p.pane_id)
+        return None
 
     def _hook_settings(self, c: Campaign, *, planner: bool = False) -> Any:
         from fleet.watch import hook_settings

@@ -152,11 +152,12 @@ def validate(c: Campaign) -> st.State:
     problems: list[str] = []
     state_rel = c.rel(c.state_file)
     try:
-        text = c.state_file.read_text(encoding="utf-8")
+        data = c.state_file.read_bytes()
     except FileNotFoundError:
         raise errors.UsageError(f"the planner left no {state_rel}: {_leftover(c)}") from None
     try:
-        state = st.parse(text)
+        text = st.decode(data)
+        state = st.parse(text, checked=False)  # every problem is listed below, not only the first
     except st.StateError as exc:
         raise errors.UsageError(f"{c.rel(c.dir)}/{exc.message}: {_leftover(c)}") from None
     lines = text.splitlines()
@@ -225,6 +226,11 @@ def validate(c: Campaign) -> st.State:
                 f"{state_rel} line {at}: wave {num}'s"
                 f" status is {r.get('Status')!r}; a new campaign's waves are pending"
             )
+    if not problems:  # what a new campaign's own checks above do not cover (a session id alone, …)
+        try:
+            st.check(state)
+        except st.StateError as exc:
+            problems.append(f"{c.rel(c.dir)}/{exc.message}")
     if problems:
         raise errors.UsageError(
             "the planner's campaign is not valid:\n  " + "\n  ".join(problems) + f"\n{_leftover(c)}"

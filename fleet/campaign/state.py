@@ -50,9 +50,10 @@ class StateError(errors.UsageError):
 
 @dataclass
 class Row:
-    """One wave's row of the table: its cells by header."""
+    """One wave's row of the table: its cells by header (``line``: where it was read, 0 if made)."""
 
     cells: dict[str, str]
+    line: int = field(default=0, compare=False)
 
     def get(self, header: str) -> str:
         return self.cells.get(header, "")
@@ -87,6 +88,8 @@ class State:
     rows: list[Row] = field(default_factory=list)
     before_table: list[str] = field(default_factory=list)
     after_table: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict, compare=False)
+    """The line each cursor key was read from (what :func:`check` names)."""
 
     def row(self, wave: int) -> Row:
         """The table row of ``wave`` (created, and the table with it, when missing)."""
@@ -135,9 +138,14 @@ def _scalar(raw: str, key: str, line: int) -> str | int | None:
     return v
 
 
-def parse(text: str) -> State:
-    """A STATE.md's state; :class:`StateError` naming the line of the first problem."""
-    lines = text.splitlines()
+def parse(text: str, *, checked: bool = True) -> State:
+    """A STATE.md's state; :class:`StateError` naming the line of the first problem. ``checked``:
+    also refuse a state that parses but makes no sense (:func:`check`)."""
+    # lines as an editor counts them: "\n" alone ends one (str.splitlines also splits on form feeds,
+    # \x1c-\x1e, \x85, U+2028…, which would name the wrong line)
+    lines = [ln.removesuffix("\r") for ln in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
     if not lines or lines[0].strip() != "---":
         raise StateError("STATE.md line 1: expected `---` opening the cursor block")
     try:
@@ -188,9 +196,112 @@ def parse(text: str) -> State:
                 shown = ", ".join(a or '""' for a in get_args(allowed))
                 raise StateError(f"STATE.md line {line}: {key}: {value!r} is not one of {shown}")
         kw[key] = value
-    state = State(**kw, extra=extra)  # type: ignore[arg-type]
+    state = State(**kw, extra=extra, lines=dict(where))  # type: ignore[arg-type]
     _parse_table(state, lines[close + 1 :], close + 1)
+    if checked:
+        check(state)
     return state
+
+
+def decode(data: bytes) -> str:
+    """STATE.md's bytes as text; :class:`StateError` naming the line of a byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise StateError(
+            f"STATE.md line {line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8:"
+            " save the file as UTF-8 text"
+        ) from None
+
+
+IN_FAILURE: dict[str, set[str]] = {
+    # failure_kind → the wave_status values it can go with (awaiting_user keeps whatever failed)
+    "": {"pending", "running", "complete", "all_complete", "awaiting_user", "failed"},
+    # a retry runs with the failure it retries
+    "transient": {"failed", "awaiting_user", "running"},
+    "crash": {"failed", "awaiting_user", "running"},
+    "undoable": {"plan_undoable", "awaiting_user"},
+    # the seed's failed; pending or plan_undoable where the interrupted session was the verifier
+    "cancelled": {"failed", "pending", "plan_undoable", "awaiting_user"},
+}
+
+
+def check(s: State) -> None:
+    """Refuse a state that parses but makes no sense (naming the line that says so): a cursor past
+    the waves, a wave count the table does not have, rows that say a wave ran when the cursor says
+    it cannot have (or never ran when the cursor went past it), a failure kind that does not go with
+    the status, a session id without its kind. Every state the loop writes passes."""
+
+    def at(key: str) -> int:
+        return s.lines.get(key, 1)
+
+    def refuse(key: str, what: str) -> StateError:
+        return StateError(f"STATE.md line {at(key)}: {what}")
+
+    n, cur = s.total_waves, s.current_wave
+    if s.rows and len(s.rows) != n:
+        raise refuse(
+            "total_waves", f"total_waves: {n} but the wave table has {len(s.rows)} rows: make them agree"
+        )
+    if n == 0:
+        if cur != 0 or s.wave_status not in ("pending", "running"):
+            raise refuse(
+                "current_wave" if cur else "wave_status",
+                f"the campaign has no waves (total_waves 0) but its cursor says wave {cur} {s.wave_status}",
+            )
+    elif cur > n:
+        raise refuse("current_wave", f"current_wave: {cur} is past the last wave ({n - 1}; total_waves {n})")
+    elif cur == n and s.wave_status not in ("all_complete", "pending"):
+        raise refuse(
+            "wave_status",
+            f"wave_status: {s.wave_status} but current_wave {cur} is past the last wave: only all_complete"
+            " fits",
+        )
+    elif cur < n and s.wave_status == "all_complete":
+        raise refuse(
+            "wave_status", f"wave_status: all_complete but current_wave {cur} of {n} waves has not run"
+        )
+    for i, r in enumerate(s.rows):
+        where = f"STATE.md line {r.line or at('total_waves')}"
+        if r.get("#") != str(i):
+            raise StateError(f"{where}: the wave table's row {i + 1} is numbered {r.get('#')!r}, not {i}")
+        status = r.get("Status")
+        if status not in ROW_STATUSES:
+            shown = ", ".join(sorted(ROW_STATUSES))
+            raise StateError(f"{where}: wave {i}'s Status {status!r} is not one of {shown}")
+        if i > cur and status != "pending":
+            raise StateError(
+                f"{where}: wave {i} is {status} but current_wave is {cur} (line {at('current_wave')}):"
+                " a wave after the cursor has not run; set its Status to pending or move the cursor"
+            )
+        if i < cur and status == "pending":
+            raise StateError(
+                f"{where}: wave {i} never ran (Status pending) but current_wave is {cur} (line"
+                f" {at('current_wave')}): the cursor cannot skip a wave; set the row complete to skip it"
+            )
+        if i == cur and status == "complete" and s.wave_status not in ("complete", "all_complete"):
+            raise StateError(
+                f"{where}: wave {i} is complete but it is current_wave with wave_status {s.wave_status}"
+                f" (line {at('wave_status')}): advance current_wave, or set the row to what the wave is"
+            )
+    if s.wave_status not in IN_FAILURE[s.failure_kind]:
+        kind = s.failure_kind or '""'
+        raise refuse(
+            "failure_kind",
+            f"failure_kind: {kind} does not go with wave_status {s.wave_status} (line {at('wave_status')})",
+        )
+    if s.wave_status in ("failed", "plan_undoable") and not s.failure_kind:
+        raise refuse(
+            "failure_kind",
+            f"wave_status {s.wave_status} needs a failure_kind (transient, crash, undoable, cancelled)",
+        )
+    if s.wave_status == "all_complete" and s.retry_count:
+        raise refuse("retry_count", f"retry_count: {s.retry_count} but every wave is complete: it is 0")
+    if bool(s.active_session_id) != bool(s.active_session_kind):
+        key = "active_session_kind" if s.active_session_id else "active_session_id"
+        raise refuse(key, "active_session_id and active_session_kind go together: set both or neither")
 
 
 def _cells(line: str) -> list[str]:
@@ -223,7 +334,7 @@ def _parse_table(state: State, body: list[str], offset: int) -> None:
                 f"STATE.md line {offset + start + 3 + j}: {len(cells)} cells where the table has"
                 f" {len(headers)} columns"
             )
-        rows.append(Row(dict(zip(headers, cells, strict=True))))
+        rows.append(Row(dict(zip(headers, cells, strict=True)), line=offset + start + 3 + j))
     state.headers, state.rows = headers, rows
     state.before_table, state.after_table = body[:start], body[end:]
 

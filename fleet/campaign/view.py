@@ -43,6 +43,9 @@ def status(c: Campaign) -> dict[str, Any]:
             "error": o.last_error,
             "wavelet": o.wavelet,
             "participant": o.participant,
+            "starting": o.launching.get("participant", "") if o.launching else "",
+            "left_out": lp.users_paths(c, o) if o.active_session_id else [],
+            "keep_out": list(o.keep_out),
         },
         "attention": attention,
         "rows": rows,
@@ -73,7 +76,25 @@ def lines(view: dict[str, Any], *, colour: bool = False) -> list[str]:
         strip.append(
             f"active {view['loop']['participant'] or s['active_session_id']} [{s['active_session_kind']}]"
         )
+    starting = view["loop"].get("starting", "")
+    if starting and not s["active_session_id"]:
+        strip.append(f"starting {starting}")
     out.append(" · ".join(strip))
+    if not view["loop"]["running"] and (starting or s["active_session_id"]):
+        what = f"while starting {starting}" if starting else "with a session active"
+        out.append(
+            f"the loop stopped {what}: `fleet campaign run` carries on"
+            + (" (it takes over the session if it started, else starts it)" if starting else "")
+        )
+    left = view["loop"].get("left_out") or []
+    if left:
+        more = " …" if len(left) > 5 else ""
+        out.append(
+            f"left out of this session's commit (changed before it started): {', '.join(left[:5])}{more};"
+            " whatever else changes while it runs is committed with it (`--keep-out GLOB` keeps paths out)"
+        )
+    if view["loop"].get("keep_out"):
+        out.append(f"never committed (--keep-out): {', '.join(view['loop']['keep_out'])}")
     if view["loop"]["error"]:
         out.append(paint(f"loop error: {view['loop']['error']}", "red"))
     att = view["attention"]

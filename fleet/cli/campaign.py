@@ -154,14 +154,24 @@ def status(
         for ln in view.lines(view.status(c), colour=colour):
             render.out(ln)
         return
-    seen = -1.0
+    seen: float | None = -1.0
     while True:  # a viewer for a person; the loop itself never polls
-        mtime = c.state_file.stat().st_mtime
+        try:
+            mtime: float | None = c.state_file.stat().st_mtime
+        except FileNotFoundError:
+            mtime = None
         if mtime != seen:
             seen = mtime
+            try:
+                shown = view.lines(view.status(c), colour=colour)
+            except errors.FleetError as exc:  # an agent or a hand broke the file: say so, keep watching
+                shown = [
+                    f"campaign {c.id}: {exc.message}",
+                    "(still watching: the dashboard comes back once it is fixed)",
+                ]
             if colour:
                 typer.echo("\x1b[H\x1b[2J", nl=False)
-            for ln in view.lines(view.status(c), colour=colour):
+            for ln in shown:
                 render.out(ln)
         time.sleep(0.5)
 
@@ -195,14 +205,24 @@ def run(
     wait: Annotated[
         float, typer.Option("--wait", metavar="SECONDS", help="How long a session may take to start.")
     ] = 90.0,
+    keep_out: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-out",
+            metavar="GLOB",
+            help="Never commit paths matching GLOB (repeatable; DIR/ for all under it): files you edit "
+            "while the campaign runs. Kept for restarts; `--keep-out ''` clears the list.",
+        ),
+    ] = None,
 ) -> None:
     """Arm the loop and run it (in the foreground, or --detach into a tmux window)."""
     from fleet.campaign import loop as lp
 
+    globs = None if keep_out is None else [g for g in keep_out if g]
     c = _campaign(repo, campaign)
-    _preflight(c)
+    _preflight(c, globs)
     if detach:
-        _detach(c, layout, socket, wait)
+        _detach(c, layout, socket, wait, globs)
         return
     from fleet.cli.common import client
     from fleet.paths import get_paths
@@ -210,31 +230,33 @@ def run(
     from fleet.tmux import server as tmux_server
 
     launcher = lp.Launcher(client(), Tmux(tmux_server(socket)), get_paths(), ready_timeout=wait)
-    loop = lp.Loop(c, launcher, layout=layout)
+    loop = lp.Loop(c, launcher, layout=layout, keep_out=globs, say=render.out)
     loop.start(arm=True)
     render.note(f"loop armed for campaign {c.id} (pid {os.getpid()}); `fleet campaign stop` ends it")
     try:
         loop.run()
     finally:
         loop.close()
+        render.out(f"loop of campaign {c.id} ended")
 
 
-def _preflight(c: Campaign) -> None:
+def _preflight(c: Campaign, keep_out: list[str] | None) -> None:
     """What `run` refuses before it starts anything: a STATE.md that does not parse, a loop that
     already runs, a dirty work tree (checked again by the loop under its lock)."""
-    from fleet.campaign import disk
     from fleet.campaign import loop as lp
 
     _s, o = lp.read_state(c)
     probe = lp.LoopLock(c)
     probe.acquire()
     probe.release()
-    dirty = disk.dirty(c.root)
-    if dirty and not o.active_session_id:
+    if keep_out is not None:
+        o.keep_out = keep_out
+    dirty = lp.dirty_outside(c, o)
+    if dirty and not o.active_session_id and not o.launching:
         raise errors.UsageError(lp.dirty_message(c, dirty))
 
 
-def _detach(c: Campaign, layout: str, socket: str | None, wait: float) -> None:
+def _detach(c: Campaign, layout: str, socket: str | None, wait: float, keep_out: list[str] | None) -> None:
     from fleet.campaign import loop as lp
     from fleet.cli.common import client
     from fleet.tmux import Tmux
@@ -254,6 +276,8 @@ def _detach(c: Campaign, layout: str, socket: str | None, wait: float) -> None:
         _wid, pane = tmux.new_window(sid, wave.id, "campaign-loop", main.id)
     argv = [sys.executable, "-m", "fleet", "campaign", "run", "--repo", str(c.root), "--campaign", c.id,
             "--wait", str(wait)] + (["--layout", layout] if layout else [])  # fmt: skip
+    if keep_out is not None:
+        argv += [a for g in keep_out or [""] for a in ("--keep-out", g)]
     env = {k: os.environ[k] for k in ("FLEET_HOME", "FLEET_DAEMON", "FLEET_TOKEN", "FLEET_TOKEN_FILE",
                                       "FLEET_TMUX_SOCKET", "PATH") if os.environ.get(k)}  # fmt: skip
     if socket:
@@ -274,8 +298,7 @@ def _detach(c: Campaign, layout: str, socket: str | None, wait: float) -> None:
 def _control(op: str, campaign: str | None, repo: Path | None) -> None:
     from fleet.campaign import loop as lp
 
-    c = _campaign(repo, campaign)
-    c.read()
+    c = _campaign(repo, campaign)  # STATE.md is not read here: a broken one must not lock the operator out
     try:
         answer = lp.send(c, {"op": op}, timeout=lp.CONTROL_TIMEOUT)
     except TimeoutError:

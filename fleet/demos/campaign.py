@@ -197,7 +197,7 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
     )
     g.milestone(
         "wave 2 completed: the campaign is done",
-        lambda: committed("wave 2: Farewell") and c.read().wave_status == "all_complete",
+        lambda: committed("wave 2: Farewell") and committed(f"campaign {c.id}: all waves complete"),
         patience,
         tick=tick,
     )
@@ -217,6 +217,7 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
         f"wave {FAIL_FIRST} (failed)",
         "wave 1: Greeting",
         "wave 2: Farewell",
+        f"campaign {c.id}: all waves complete",  # its last bookkeeping
     ]
     got = [next((s for s in shown if s.startswith(w)), "") for w in want]
     if statuses != ["complete"] * 3 or greeter != LINES or "" in got:
