@@ -16,6 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleet import seams
+from fleet.client import Client
+from fleet.paths import get_paths
 from fleet.records.budgets import Budget
 
 
@@ -52,6 +54,14 @@ class _Holds:
         self.started += 1
 
 
+def _factory(hb: _Holds) -> seams.HoldBackFactory:
+    return lambda _who: hb
+
+
+def _no_client() -> Client:
+    raise AssertionError("a hold-back under test asks no daemon")
+
+
 @given(st.lists(st.sets(st.sampled_from("abcdef")), max_size=4), st.sets(st.sampled_from("abcdef")))
 def test_hold_backs_hold_a_wavelet_while_any_holds_it(parts: list[set[str]], labels: set[str]) -> None:
     saved = dict(seams.hold_backs._entries)
@@ -59,8 +69,8 @@ def test_hold_backs_hold_a_wavelet_while_any_holds_it(parts: list[set[str]], lab
     try:
         seams.hold_backs._entries.clear()
         for i, hb in enumerate(made):
-            seams.hold_backs.add(f"f{i}", lambda _who, hb=hb: hb)
-        who = seams.Participant(lambda: None, "w", "alice", "s", None, print)  # type: ignore[arg-type]
+            seams.hold_backs.add(f"f{i}", _factory(hb))
+        who = seams.Participant(_no_client, "w", "alice", "s", get_paths(), print)
         got = seams.hold_back_for(who)
         if not made:
             assert got is None  # no feature: the engine asks nothing
