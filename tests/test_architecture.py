@@ -2,18 +2,18 @@
 
 The graph is read statically (``ast``) from every module under ``fleet/``, imports inside functions
 included: a lazy import is how a circle hides (it loads fine in one order and breaks in another, and
-it still ties the two modules together). Two kinds of import are left out of the cycle check, each
-for a stated reason:
+it still ties the two modules together).
 
-- ``if TYPE_CHECKING:`` imports. They never run, so they cannot make a load order fail; a feature
-  naming the core's ``Client`` in an annotation is the feature depending on the core, which is the
-  direction wanted. They *are* counted for core → feature: the core must not even name a feature.
-- A package's ``__init__`` importing its own submodules while they import back from it — none is
-  allowed today (the store's ``faults`` ↔ ``__init__`` knot was untied by moving ``open_store`` to
-  the package); the test allows no exception, so a new one fails here.
+- ``if TYPE_CHECKING:`` imports are left out of the cycle check: they never run, so they cannot
+  make a load order fail, and a feature naming the core's ``Client`` in an annotation is the feature
+  depending on the core, the direction wanted. They *are* counted for core → feature: the core must
+  not even name a feature.
+- No exception inside a package: a package's ``__init__`` importing its submodules while one imports
+  back from it is a circle like any other (the store had one, ``faults`` ↔ ``__init__``, untied by
+  moving ``open_store`` into the package).
 
 The core (:data:`CORE`) and the features (:data:`FEATURES`) are declared below; the seams the core
-offers the features are in :mod:`fleet.seams` (docs/design.md, "Seams").
+offers the features are in :mod:`fleet.seams` (docs/design.md §8, "Features on seams").
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ FEATURES = (
     "fleet.resident",
     "fleet.campaign",
 )
-"""Modules (and packages) that plug into the core's seams; only the edges (CLI, fleet.features) and
-other features import them."""
+"""Modules (and packages) that plug into the core's seams: the core never imports them; the edges
+(the CLI, the console, :mod:`fleet.features`) and other features may."""
 
 KNOWN: dict[tuple[str, str], str] = {
     ("fleet.daemon", "fleet.resident.memory"): (
