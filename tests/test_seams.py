@@ -12,10 +12,11 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet import seams
+from fleet import errors, seams
 from fleet.client import Client
 from fleet.paths import get_paths
 from fleet.records.budgets import Budget
@@ -126,3 +127,22 @@ def test_a_channel_loads_its_features_and_no_others() -> None:
     served = imported("-c", "import fleet.features as f; f.load_channel(); import fleet.channel.server")
     assert {"fleet.channel.server", "fleet.budgets", "fleet.resident.plug"} <= served
     assert served & UNUSED_BY_A_CHANNEL == set(), "the channel imported features it does not use"
+
+
+def test_a_worktree_asked_for_with_no_planner_loaded_is_refused_by_name() -> None:
+    """Spawn never runs a pane in the wrong folder because the worktrees feature is not plugged in."""
+    from fleet.layouts import parse
+    from fleet.models import Wave
+    from fleet.spawn import Spawner
+
+    layout = parse('[participants.alice]\nworktree = "participant"\n', "test.toml", "test")
+    wave = Wave(id="w1", name="w", root_id="r1", created_at="", wavelets=[])
+    spawner = Spawner.__new__(Spawner)  # (_plan reads the layout and the seams only)
+    saved = dict(seams.workspaces._entries)
+    try:
+        seams.workspaces._entries.clear()
+        with pytest.raises(errors.UsageError, match=r"alice's profile asks for a worktree \(participant\)"):
+            spawner._plan(wave, layout, "alice", None)
+        assert spawner._plan(wave, layout, "bob", None) is None  # no worktree asked: nothing to plan
+    finally:
+        seams.workspaces._entries.update(saved)
