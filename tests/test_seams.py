@@ -146,3 +146,24 @@ def test_a_worktree_asked_for_with_no_planner_loaded_is_refused_by_name() -> Non
         assert spawner._plan(wave, layout, "bob", None) is None  # no worktree asked: nothing to plan
     finally:
         seams.workspaces._entries.update(saved)
+
+
+def test_a_worker_spawned_from_a_channel_gets_the_same_seams_as_the_clis() -> None:
+    """The resident's fork spawns workers from inside its channel (which loads only its own features):
+    the dispatch plugs in what a spawn needs, so a worker gets the permission hook and its worktree."""
+    code = (
+        "import fleet.features as f; f.load_channel()\n"
+        "from fleet.resident.plug import fork_spawner\n"
+        "import fleet.resident.dispatch\n"
+        "from fleet import seams\n"
+        "print(sorted(seams.launch_settings.names()), sorted(seams.workspaces.names()),"
+        " sorted(seams.spawn_checks.names()), sorted(seams.prompt_parts.names()))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [
+        "['fleet.permissions']",
+        "['fleet.worktrees']",
+        "['fleet.budgets']",
+        "['fleet.resident.plug']",
+    ]

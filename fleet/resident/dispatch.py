@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet import errors, worktrees
+# permissions and worktrees plug into spawn here too: this spawns from the channel, which loads only
+# its own features (fleet.features), and a worker must get the permission hook and its worktree
+from fleet import errors, permissions, worktrees  # noqa: F401
 from fleet.client import Client
 from fleet.layouts import Layout, Profile, available
 from fleet.layouts import load as load_layout
