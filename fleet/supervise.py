@@ -193,6 +193,9 @@ class WaveStatus(BaseModel):
     wave: str
     wave_id: str
     tmux_session: str | None = None
+    """tmux's id of the wave's session (``$0``): what scripts target."""
+    tmux_session_name: str | None = None
+    """Its name, for people (``fleet status`` prints it)."""
     generated_at: str
     rows: list[StatusRow] = Field(default_factory=list)
     permissions: list[PermissionWait] = Field(default_factory=list)
@@ -381,10 +384,12 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                 )
             )
     rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
+    session_id = tmux.find_session(wave.id)
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
-        tmux_session=tmux.find_session(wave.id),
+        tmux_session=session_id,
+        tmux_session_name=tmux.names(session_id)[0] or None if session_id else None,
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],

@@ -575,7 +575,7 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
     table = fleet(env, "status", "demo")
     assert table.returncode == 0
     lines = table.stdout.splitlines()
-    assert lines[0].startswith("wave demo  (tmux session $")
+    assert lines[0] == "wave demo  (tmux session demo)", lines[0]  # its name, not tmux's $N
     assert lines[1].split() == [
         "WAVELET", "NAME", "PANE", "STATE", "WOKEN", "BY", "LAST", "BLIP", "DELIVERED", "CAP", "SESSION",
         "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"

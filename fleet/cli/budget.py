@@ -9,7 +9,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
+from fleet.cli.common import JsonOpt, client, complete_wave, complete_wavelet
 from fleet.cli.render import token_count
 from fleet.paths import get_paths
 
@@ -28,6 +28,7 @@ TargetArg = Annotated[
         metavar="TARGET",
         help="WAVE (the whole wave) or WAVE/WAVELET (its members' spend on its turns, summed).",
         show_default=False,
+        autocompletion=complete_wavelet,
     ),
 ]
 ParticipantArg = Annotated[
@@ -111,7 +112,8 @@ def clear(target: TargetArg, participant: ParticipantArg = None) -> None:
 @app.command("show")
 def show(
     wave: Annotated[
-        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].")
+        str | None,
+        typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE].", autocompletion=complete_wave),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -55,6 +55,7 @@ def run(client: Client, tmux: Tmux, paths: Paths, *, timeout: float = 60.0) -> i
     if done != set(AGENTS):
         missing = ", ".join(sorted(set(AGENTS) - done))
         raise errors.FleetError(f"{missing} did not finish within {timeout:g}s: `{report.attach}` to look")
-    render.out(f"all three agents finished. Watch them: {report.attach}")
-    render.out(f"Read it again: fleet read {plan.path}   Clean up: fleet kill {name}")
+    render.out(f"all three agents finished. Watch them: {render.command(report.attach)}")
+    again, clean = render.command(f"fleet read {plan.path}"), render.command(f"fleet kill {name}")
+    render.out(f"Read it again: {again}   Clean up: {clean}")
     return 0

@@ -296,7 +296,8 @@ def overview(waves: Sequence[WaveOverview]) -> None:
 def status_table(st: WaveStatus) -> None:
     """One wave's ``fleet status``: a header line, then one row per (wavelet, participant), who waits
     on the operator first (``!`` marks them)."""
-    where = f"tmux session {st.tmux_session}" if st.tmux_session else "no tmux session"
+    name = st.tmux_session_name or st.tmux_session
+    where = f"tmux session {name}" if name else "no tmux session"
     out(f"wave {st.wave}  ({where})")
     if not st.rows:
         out("  no agents on any roster")

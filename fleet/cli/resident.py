@@ -9,11 +9,11 @@ import typer
 
 from fleet import wire
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
+from fleet.cli.common import JsonOpt, client, complete_wave
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
 from fleet.paths import get_paths
 
-WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.")]
+WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.", autocompletion=complete_wave)]
 
 resident_app = typer.Typer(
     name="resident",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
+from fleet.cli.common import JsonOpt, client, complete_wave
 from fleet.cli.render import cost, token_count
 from fleet.paths import get_paths
 
@@ -55,7 +55,12 @@ def show(u: WaveUsage) -> None:
 
 def usage(
     wave: Annotated[
-        str | None, typer.Argument(metavar="WAVE", help="The wave [default: FLEET_WAVE, else every wave].")
+        str | None,
+        typer.Argument(
+            metavar="WAVE",
+            help="The wave [default: FLEET_WAVE, else every wave].",
+            autocompletion=complete_wave,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
