@@ -59,7 +59,7 @@ only then. What a caller may rely on (:class:`BudgetWatch`):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from fleet import errors, seams
@@ -78,7 +78,6 @@ from fleet.records.budgets import (
 
 if TYPE_CHECKING:
     from fleet.client import Client
-    from fleet.delivery.frames import Frame
     from fleet.layouts import Layout
     from fleet.models import Wave, Wavelet
     from fleet.paths import Paths
@@ -209,24 +208,16 @@ class BudgetWatch:
     wavelet ids whose blips must be held now. It asks the daemon for the budgets that apply to the
     participant, and only when there are some reads the session's usage (incrementally, the
     transcript of :mod:`fleet.usage`); it reports each budget passed once, and pushes the one notice
-    through ``notify`` when the daemon says the report was the first.
+    through ``who.notify`` when the daemon says the report was the first.
     """
 
-    def __init__(
-        self,
-        client: Callable[[], Client],
-        wave: str,
-        participant: str,
-        session_id: str,
-        paths: Paths,
-        notify: Callable[[Frame], object],
-    ) -> None:
-        self.client = client
-        self.wave = wave
-        self.participant = participant
-        self.session_id = session_id
-        self.paths = paths
-        self.notify = notify
+    def __init__(self, who: seams.Participant) -> None:
+        self.client = who.client
+        self.wave = who.wave
+        self.participant = who.participant
+        self.session_id = who.session_id
+        self.paths = who.paths
+        self.notify = who.notify
         self.held: frozenset[str] = frozenset()
         """The wavelet ids held at the last look."""
         self._reported: set[tuple[str, str, str]] = set()
@@ -383,7 +374,7 @@ def _hold_back(who: seams.Participant) -> BudgetWatch | None:
     """A session with a transcript only: without one, fleet sees no spend."""
     if not who.session_id:
         return None
-    return BudgetWatch(who.client, who.wave, who.participant, who.session_id, who.paths, who.notify)
+    return BudgetWatch(who)
 
 
 def _before_spawn(
