@@ -370,14 +370,14 @@ class BudgetWatch:
 # ---------------------------------------------------------------- on the core's seams
 
 
-def _hold_back(who: seams.Participant) -> BudgetWatch | None:
+def hold_back(who: seams.Participant) -> BudgetWatch | None:
     """A session with a transcript only: without one, fleet sees no spend."""
     if not who.session_id:
         return None
     return BudgetWatch(who)
 
 
-def _before_spawn(
+def before_spawn(
     client: Client, paths: Paths, wave: Wave, wavelet: Wavelet, layout: Layout, roster: list[str]
 ) -> None:
     """A cost budget over a model with no price is refused before anything is made; then the
@@ -446,6 +446,6 @@ class StatusColumns:
         return {}
 
 
-seams.hold_backs.add(__name__, _hold_back)
+seams.hold_backs.add(__name__, hold_back)
 seams.status_columns.add(__name__, StatusColumns)
-seams.spawn_checks.add(__name__, _before_spawn)
+seams.spawn_checks.add(__name__, before_spawn)

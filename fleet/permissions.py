@@ -379,11 +379,11 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------- on the core's seams
 
 
-def _settings(launch: seams.Launch) -> dict[str, list[dict[str, Any]]]:
+def settings(launch: seams.Launch) -> dict[str, list[dict[str, Any]]]:
     """Every Claude session spawned gets the hook: its prompts can be answered from anywhere."""
     return hook_entry(
         launch.participant, launch.wave.name, launch.base_url, launch.token_file, notify=launch.notify
     )
 
 
-seams.launch_settings.add(__name__, _settings)
+seams.launch_settings.add(__name__, settings)

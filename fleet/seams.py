@@ -2,11 +2,11 @@
 
 The core (store, daemon, client, delivery, channel, watch, spawn, supervise, models, layouts, tmux)
 imports no feature (budgets, usage, worktrees, summaries, permissions, resident, campaigns:
-tests/test_architecture.py). A feature adds its entries to a seam here when its module is imported;
-:mod:`fleet.features` is the one place that loads the built-ins (the CLI all of them, the channel
-its own two). A third-party feature would plug in the same way — llm's habit, whose built-in
-commands register through the same hook specs as its plugins — without pluggy: a seam is a typed,
-named list the core iterates in the order entries were added.
+tests/test_architecture.py). A feature adds its entries to a seam when its module is imported, and
+:mod:`fleet.features` names the built-ins (:meth:`Seam.lazy`, imported when the core first
+reaches the seam: the CLI names them all, the channel its own two). A third-party feature would
+plug in the same way — llm's habit, whose built-in plugins register through the same hook specs as
+the others — without pluggy: a seam is a typed, named list the core iterates in order.
 
 Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
 :data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
@@ -55,9 +55,9 @@ class Seam(Generic[T]):
 
     def lazy(self, name: str, target: str) -> None:
         """Plug in ``target`` (``"module:attribute"``, an entry point's form), imported the first time
-        the core iterates the seam: a feature whose module is costly to import (pydantic) is not
-        loaded by a process that never reaches the seam (``fleet post``)."""
-        self._entries[name] = target
+        the core iterates the seam, so a process that never reaches the seam (``fleet post``) loads
+        no feature. Nothing changes when ``name`` is plugged in already (its module was imported)."""
+        self._entries.setdefault(name, target)
 
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)

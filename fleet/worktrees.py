@@ -491,5 +491,5 @@ class StatusColumns:
         return {}
 
 
-seams.workspaces.add(__name__, planner)  # (imported by whoever spawns: the CLI names it lazily)
+seams.workspaces.add(__name__, planner)
 seams.status_columns.add(__name__, StatusColumns)

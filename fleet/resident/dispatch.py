@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# permissions and worktrees plug into spawn here too: this spawns from the channel, which loads only
-# its own features (fleet.features), and a worker must get the permission hook and its worktree
-from fleet import errors, permissions, worktrees  # noqa: F401
+from fleet import errors, worktrees
 from fleet.client import Client
+from fleet.features import load as load_features
 from fleet.layouts import Layout, Profile, available
 from fleet.layouts import load as load_layout
 from fleet.models import Wavelet
@@ -56,6 +55,9 @@ class Dispatch:
 
     @classmethod
     def check(cls, host: ToolHost, layout_ref: str, workers: list[str]) -> Dispatch:
+        # this spawns from the channel, which names only its own features: a worker gets every
+        # built-in a CLI spawn gets (the permission hook, budgets' checks, its worktree)
+        load_features()
         if host.participant != RESIDENT:
             raise errors.Forbidden(
                 "only the wave's resident may spawn workers: fork without `spawn` and ask the operator"

@@ -1,8 +1,8 @@
-"""The resident on the core's seams (:mod:`fleet.seams`), loaded by :mod:`fleet.features`.
+"""The resident on the core's seams (:mod:`fleet.seams`), named by :mod:`fleet.features`.
 
 Its operating prompt joins spawn's prompt parts (for the ``resident`` participant only), and a worker
-per forked wavelet is the channel's ``wavelet_fork`` spawn. Light on purpose: the channel loads it,
-and the dispatch (spawn, tmux) is imported only when a fork asks to spawn.
+per forked wavelet is the channel's ``wavelet_fork`` spawn. Light on purpose, apart from the rest of
+the resident: the dispatch (spawn, tmux) is imported only when a fork asks to spawn.
 """
 
 from __future__ import annotations
