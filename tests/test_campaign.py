@@ -653,7 +653,7 @@ def test_status_watch_shows_the_parse_error_and_keeps_watching(tmp_path: Path) -
 # ---------------------------------------------------------------- what the loop commits
 
 
-def _armed(tmp_path: Path, **cursor: object) -> tuple[disk.Campaign, lp.Loop, Stub]:
+def _armed(tmp_path: Path, stub: Stub | None = None, **cursor: object) -> tuple[disk.Campaign, lp.Loop, Stub]:
     c = planned(tmp_path)
     s = c.read()
     for k, v in {"verify_count": 1, **cursor}.items():
@@ -662,7 +662,7 @@ def _armed(tmp_path: Path, **cursor: object) -> tuple[disk.Campaign, lp.Loop, St
         s.row(n).set("Status", "complete")
     c.write(s)
     git(c.root, "commit", "-qam", "seed")
-    stub = Stub()
+    stub = stub or Stub()
     loop = lp.Loop(c, stub)
     loop.start(arm=True)
     return c, loop, stub
@@ -748,14 +748,8 @@ def test_what_a_session_writes_to_state_md_during_its_launch_is_kept(tmp_path: P
     """The loop wrote back the STATE.md it had read before the launch once the launch returned: a
     session's edits made meanwhile were lost (its settle then read as a crash). Now the loop puts its
     own fields into the file as it is after the launch."""
-    c = planned(tmp_path)
-    quick = Quick()
-    loop = lp.Loop(c, quick)
-    loop.start(arm=True)
+    c, loop, quick = _armed(tmp_path, Quick())
     try:
-        s, _o = lp.read_state(c)
-        s.verify_count = 1
-        c.write(s)
         loop.step()
         assert quick.launched == ["executor-w0-s1"]
         after = c.read()
