@@ -27,7 +27,6 @@ from typing import Generic, Literal, TypeVar
 from urllib.parse import quote, urlencode
 
 from fleet import errors
-from fleet.budgets import BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
 from fleet.models import (
     Blip,
     BlipList,
@@ -75,7 +74,8 @@ from fleet.models import (
     WaveList,
     Whoami,
 )
-from fleet.permissions import (
+from fleet.records.budgets import BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
     PermissionList,

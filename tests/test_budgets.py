@@ -21,12 +21,12 @@ from test_usage import reply, u, wake, write
 from worlds import World, world
 
 from fleet import errors
-from fleet.budgets import BudgetReport, SetBudget, Spend, SpendReport
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.layouts import parse
 from fleet.models import NewSession
 from fleet.paths import Paths
+from fleet.records.budgets import BudgetReport, SetBudget, Spend, SpendReport
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, connect, dump_tables, replay
 
 OP = OPERATOR_PRINCIPAL
@@ -499,13 +499,15 @@ def test_a_feed_answer_carries_the_budgets_that_apply_to_the_participant(
 
 
 def test_a_budget_watch_given_the_feeds_budgets_asks_the_daemon_nothing(tmp_path: Path) -> None:
-    from fleet.budgets import Budget, BudgetWatch
+    from fleet.budgets import BudgetWatch
+    from fleet.records.budgets import Budget
+    from fleet.seams import Participant
 
     def no_client() -> Client:
         raise AssertionError("the budgets came with the feed: no request")
 
     paths = Paths(tmp_path / "d", tmp_path / "s", tmp_path / "c", tmp_path / "l")
-    watch = BudgetWatch(no_client, "w", "alice", "", paths, lambda frame: None)
+    watch = BudgetWatch(Participant(no_client, "w", "alice", "", paths, lambda frame: None))
     given = [Budget(wave_id="W", wavelet_id="", participant="alice", tokens=10)]
     assert watch({"wl": "w/main"}, given) == frozenset()  # no transcript: nothing spent, nothing held
     assert watch({"wl": "w/main"}, []) == frozenset()

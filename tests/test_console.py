@@ -918,7 +918,7 @@ def test_the_console_shows_each_participants_usage_from_its_transcript(
         ),
         what="alice's usage beside her presence",
     )
-    from fleet.budgets import BudgetReport, SetBudget
+    from fleet.records.budgets import BudgetReport, SetBudget
 
     b = op.set_budget("demo", SetBudget(participant="alice", tokens=100))
     assert b is not None

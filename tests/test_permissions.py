@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 from fleet import errors
 from fleet.client import Client
 from fleet.daemon import Daemon
-from fleet.permissions import (
+from fleet.permissions import hook_entry
+from fleet.records.permissions import (
     PREVIEW_MAX,
     PermissionAnswer,
     PermissionAsk,
     PermissionRequest,
     PermissionSettled,
     bounded,
-    hook_entry,
     pending_note,
     preview,
 )

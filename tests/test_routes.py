@@ -280,7 +280,6 @@ def test_the_module_map_in_docs_design_md_names_every_module_of_fleet_and_no_oth
 def _valid_bodies(main: str) -> dict[str, object]:
     """A well-formed body for each write of the operator's or the resident's, so that a refusal is
     the auth's, not a 400."""
-    from fleet.budgets import SetBudget
     from fleet.models import (
         CloseSeat,
         MemoryWrite,
@@ -294,7 +293,8 @@ def _valid_bodies(main: str) -> dict[str, object]:
         SupervisorClaim,
         SupervisorRelease,
     )
-    from fleet.permissions import PermissionAnswer
+    from fleet.records.budgets import SetBudget
+    from fleet.records.permissions import PermissionAnswer
 
     return {
         "create_wave": NewWave(name="other", with_=[]),

@@ -3,8 +3,8 @@
 Each method builds its request record, names its route and passes the route's path parameters and
 query; :meth:`~fleet.client.transport.Transport.call` does the rest (the target, the request key,
 resends, the answer's record). Every payload in and out is a record of :mod:`fleet.models` (and of
-:mod:`fleet.budgets`, :mod:`fleet.permissions`); every error the daemon reports comes back as the same
-:mod:`fleet.errors` class the daemon raised.
+:mod:`fleet.records.budgets`, :mod:`fleet.records.permissions`); every error the daemon reports
+comes back as the same :mod:`fleet.errors` class the daemon raised.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleet import routes as R
-from fleet.budgets import Budget, BudgetReached, BudgetReport, SetBudget, SpendReport
 from fleet.client.transport import Transport
 from fleet.models import (
     Blip,
@@ -57,7 +56,8 @@ from fleet.models import (
     Wavelet,
     Whoami,
 )
-from fleet.permissions import (
+from fleet.records.budgets import Budget, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
     PermissionRequest,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleet.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
 from fleet.daemon.request import Answer, Request
+from fleet.records.budgets import BudgetList, BudgetReport, SetBudget, SpendReport
 
 if TYPE_CHECKING:
     from fleet.daemon.dispatch import Dispatcher

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fleet.console import presence_key
 from fleet.daemon.request import Answer, Rebuild, Request
 from fleet.daemon.wakes import permission_key
-from fleet.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
+from fleet.records.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
 from fleet.store.events import Event, PermissionAnswered, PermissionAsked
 
 if TYPE_CHECKING:

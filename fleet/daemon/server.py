@@ -45,8 +45,8 @@ from fleet.daemon.wakes import Notifier
 from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, Endpoint, StopProgress
 from fleet.paths import Paths, ensure_private_dir, write_private
-from fleet.store import Store
-from fleet.store.faults import open_store, storage_faults
+from fleet.store import Store, open_store
+from fleet.store.faults import storage_faults
 from fleet.store.lock import StoreLock
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, loads
