@@ -72,10 +72,13 @@ def run(
 
     from fleet.client import Client
     from fleet.daemon import Daemon
+    from fleet.features import load as load_features
     from fleet.paths import get_paths
     from fleet.resident import seat
     from fleet.resident.keeper import Keeper
     from fleet.spawn import Spawner
+
+    load_features()  # as the CLI does
     from fleet.supervise import Supervisor
     from fleet.tmux import Tmux
 
@@ -120,7 +123,7 @@ def run(
                 keeper.next_due_in = lambda: max(  # type: ignore[method-assign]
                     0.0, keeper.quiet_since + keeper.goal.heartbeat_every - keeper.clock()
                 )
-            sup = Supervisor(op, tmux, spawner, "w", keeper=keeper)
+            sup = Supervisor(op, tmux, spawner, "w", watchers=[keeper])
             rounds = 0
             step = sup.step
 

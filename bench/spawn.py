@@ -28,9 +28,12 @@ from tmuxp.workspace.builder import WorkspaceBuilder
 from fleet import layouts
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.features import load as load_features
 from fleet.paths import get_paths
 from fleet.spawn import Spawner
 from fleet.tmux import Tmux
+
+load_features()  # as the CLI does: the layout's budgets and the permission hook at spawn
 
 N = 8
 CONF = "set -g default-shell /bin/sh\nset -g base-index 0\n"

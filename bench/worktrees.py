@@ -28,10 +28,13 @@ import libtmux
 from fleet import layouts
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.features import load as load_features
 from fleet.paths import get_paths
 from fleet.spawn import Spawner
 from fleet.tmux import Tmux
 from fleet.usage import Counter, read_session
+
+load_features()  # as the CLI does: the layout's budgets and the permission hook at spawn
 
 N = 8
 REPO = Path(__file__).resolve().parent.parent

@@ -34,7 +34,9 @@ def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["channel"]:
         from fleet.channel import main as channel
+        from fleet.features import load_channel
 
+        load_channel()  # the features that plug into the channel, and no others
         sys.exit(channel(args[1:]))
     if asks_version(args):
         import fleet

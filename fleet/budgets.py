@@ -59,190 +59,31 @@ only then. What a caller may rely on (:class:`BudgetWatch`):
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from fleet import errors
-from fleet.wire import field, record
+from fleet import errors, seams
+from fleet.records.budgets import (
+    Budget,
+    BudgetReport,
+    SetBudget,
+    Spend,
+    SpendReport,
+    applies,
+    limit_text,
+    passed,
+    scope_text,
+    shared_cost,
+)
 
 if TYPE_CHECKING:
     from fleet.client import Client
-    from fleet.delivery.frames import Frame
     from fleet.layouts import Layout
+    from fleet.models import Wave, Wavelet
     from fleet.paths import Paths
     from fleet.usage import Counter, PriceTable
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- records (the wire)
-
-
-@record
-class Budget:
-    """One budget as the store keeps it."""
-
-    wave_id: str
-    wavelet_id: str
-    """``""``: the whole wave."""
-    participant: str
-    """``""``: every participant (each measured on its own spend)."""
-    tokens: int | None = None
-    cost: float | None = None
-    """USD, estimated from the price table."""
-    source: str = "operator"
-    """``operator`` (``fleet budget set``) or ``layout`` (applied at spawn)."""
-    set_by: str = ""
-    set_at: str = ""
-    wavelet: str = ""
-    """WAVE/WAVELET of ``wavelet_id`` (``""`` for the whole wave)."""
-    reached: list[str] | None = None
-    """Participants that reached it since it was set (their deliveries in the scope are held)."""
-    spent_tokens: int | None = None
-    """A wavelet budget (``participant`` ``""``): what its members spent together on its turns, as
-    their channels last reported (None for the other scopes)."""
-    spent_cost: float | None = None
-    """The same in estimated USD, of the priced models (see :attr:`spent_unpriced`)."""
-    spent_unpriced: list[str] | None = None
-    """A wavelet budget: the models with no price some member reported spending on its turns (while
-    any is, the members' cost is unknown: :func:`shared_cost`)."""
-
-    @property
-    def shared(self) -> bool:
-        """Judged on the members' sum: a wavelet's budget for everyone on it."""
-        return bool(self.wavelet_id) and not self.participant
-
-
-@record(extra="forbid")
-class SetBudget:
-    """``POST /v1/waves/{wave}/budgets`` (operator only). Neither ``tokens`` nor ``cost``: clear it."""
-
-    wavelet: str | None = None
-    """A wavelet reference (WAVE/NAME, NAME in this wave, or id); None: the whole wave."""
-    participant: str | None = None
-    tokens: int | None = None
-    cost: float | None = None
-    source: str = "operator"
-
-
-@record(extra="forbid")
-class BudgetReport:
-    """``POST /v1/waves/{wave}/budgets/reached``: a participant's channel says it passed a budget."""
-
-    participant: str
-    wavelet_id: str
-    """The budget's scope (``""``: the whole wave)."""
-    scope: str
-    """The budget's participant field (``""``: everyone)."""
-    set_at: str
-    """Which setting of the budget was passed (a report about an older one is ignored)."""
-    spent: str
-    """What was spent, as the notice says it (``"51,234 tokens"``)."""
-
-
-@record(extra="forbid")
-class Spend:
-    """One session's spend on one wavelet's turns."""
-
-    wavelet_id: str
-    tokens: int
-    cost: float = 0.0
-    """USD of the priced models."""
-    unpriced: list[str] = field(default_factory=list)
-    """Models counted in ``tokens`` that have no price: the session's cost there is unknown."""
-
-
-@record(extra="forbid")
-class SpendReport:
-    """``POST /v1/waves/{wave}/budgets/spend``: a member's channel reports its session's spend on the
-    wavelets that have a shared budget; answered with :class:`BudgetList` (the budgets that apply to
-    ``participant``, sums included)."""
-
-    participant: str
-    session_id: str
-    spend: list[Spend]
-
-
-@record
-class BudgetList:
-    budgets: list[Budget]
-
-
-@record
-class BudgetReached:
-    first: bool
-    """True only for the first report of this budget as set: the one that posted the blip."""
-    blip_id: str | None = None
-    wavelet_id: str | None = None
-    """Where the blip naming the operator went."""
-
-
-# ---------------------------------------------------------------- values
-
-
-def check_limit(tokens: int | None, cost: float | None, where: str = "a budget") -> None:
-    """UsageError unless at most one of ``tokens`` (a whole number > 0) and ``cost`` (USD > 0) is set."""
-    if tokens is not None and cost is not None:
-        raise errors.UsageError(f"{where}: give tokens or cost, not both")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
-        raise errors.UsageError(f"{where}: tokens must be a whole number above 0, not {tokens!r}")
-    if cost is not None and (
-        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost <= 0
-    ):
-        raise errors.UsageError(f"{where}: cost must be a number of USD above 0, not {cost!r}")
-
-
-def limit_text(b: Budget) -> str:
-    if b.tokens is not None:
-        return f"{b.tokens:,} tokens"
-    return f"${b.cost:.2f}" if b.cost is not None else "none"
-
-
-def scope_text(b: Budget, wave: str) -> str:
-    where = b.wavelet or wave
-    if b.participant:
-        return f"{b.participant} in {where}"
-    if b.shared:
-        return f"the members of {where} together"
-    return f"each participant in {where}"
-
-
-def applies(b: Budget, participant: str) -> bool:
-    return b.participant in ("", participant)
-
-
-def spent_of(b: Budget, counter: Counter, table: PriceTable) -> tuple[int, float | None, list[str]]:
-    """(tokens, USD, unpriced models) the counted session spent in ``b``'s scope. USD is None when a
-    model counted there has no price (those models are the third item): never a partial sum."""
-    from fleet.usage import figures
-
-    tokens, cost, unpriced = 0, 0.0, set()
-    for (wid, model), tally in counter.tallies.items():
-        if b.wavelet_id and wid != b.wavelet_id:
-            continue
-        price = table.price(model)
-        fig = figures(tally, price, model)
-        tokens += fig.tokens
-        if fig.cost_usd is None:
-            unpriced.add(model)
-        else:
-            cost += fig.cost_usd
-    return tokens, None if unpriced else cost, sorted(unpriced)
-
-
-def shared_cost(b: Budget) -> float | None:
-    """A wavelet budget's members' cost together: None (unknown) while a member reported a model with
-    no price."""
-    return None if b.spent_unpriced else (b.spent_cost or 0.0)
-
-
-def passed(b: Budget, tokens: int, cost: float | None) -> bool:
-    """Whether spending (``tokens``, ``cost``) passed ``b`` (reaching it exactly counts as passed). An
-    unknown ``cost`` (None) has passed any cost budget: it is never counted as under it."""
-    if b.tokens is not None:
-        return tokens >= b.tokens
-    return b.cost is not None and (cost is None or cost >= b.cost)
 
 
 def spent_text(
@@ -269,24 +110,6 @@ def notice_text(b: Budget, spent: str, wave: str, held_in: str) -> str:
         f"fleet has stopped delivering blips to you {held_in}; they are held, not lost, and arrive "
         "when the operator raises the budget. The operator has been told. Do not post about it; "
         "finish what you are doing and stop."
-    )
-
-
-def operator_text(participant: str, b: Budget, spent: str, wave: str) -> str:
-    """The one blip naming the operator when ``participant`` passes ``b``."""
-    target = b.wavelet or wave
-    who = "" if b.shared else f" {b.participant or participant}"
-    if b.shared:
-        return (
-            f"operator: the members of {target} reached their budget together ({limit_text(b)}; "
-            f"{spent} spent, by {participant}'s report). Deliveries to each member there are paused; "
-            f"their blips are held and delivered once you raise it: fleet budget set {target} "
-            "--tokens N (or --cost USD)."
-        )
-    return (
-        f"operator: {participant} reached its budget ({limit_text(b)} for {scope_text(b, wave)}; "
-        f"{spent} spent). Deliveries to {participant} there are paused; its blips are held and "
-        f"delivered once you raise it: fleet budget set {target}{who} --tokens N (or --cost USD)."
     )
 
 
@@ -385,24 +208,16 @@ class BudgetWatch:
     wavelet ids whose blips must be held now. It asks the daemon for the budgets that apply to the
     participant, and only when there are some reads the session's usage (incrementally, the
     transcript of :mod:`fleet.usage`); it reports each budget passed once, and pushes the one notice
-    through ``notify`` when the daemon says the report was the first.
+    through ``who.notify`` when the daemon says the report was the first.
     """
 
-    def __init__(
-        self,
-        client: Callable[[], Client],
-        wave: str,
-        participant: str,
-        session_id: str,
-        paths: Paths,
-        notify: Callable[[Frame], object],
-    ) -> None:
-        self.client = client
-        self.wave = wave
-        self.participant = participant
-        self.session_id = session_id
-        self.paths = paths
-        self.notify = notify
+    def __init__(self, who: seams.Participant) -> None:
+        self.client = who.client
+        self.wave = who.wave
+        self.participant = who.participant
+        self.session_id = who.session_id
+        self.paths = who.paths
+        self.notify = who.notify
         self.held: frozenset[str] = frozenset()
         """The wavelet ids held at the last look."""
         self._reported: set[tuple[str, str, str]] = set()
@@ -438,7 +253,7 @@ class BudgetWatch:
     def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
         """``given``: the budgets the feed answer carried (:attr:`fleet.models.Feed.budgets`); None
         (an empty answer, an older daemon): asked for."""
-        from fleet.usage import user_prices
+        from fleet.usage import spent_of, user_prices
 
         try:
             if given is None:
@@ -468,6 +283,10 @@ class BudgetWatch:
         log.debug("budgets of %s: %d apply, holding %s", self.participant, len(budgets), sorted(held))
         return self.held
 
+    def start(self) -> None:
+        """The channel's start: :meth:`report_spend`."""
+        self.report_spend()
+
     def report_spend(self) -> None:
         """Report this session's spend on the wavelets with a shared budget now (the channel does at
         its start, so the members' sum counts a member before its next delivery)."""
@@ -486,6 +305,8 @@ class BudgetWatch:
         """Report this session's spend on each wavelet with a shared budget; the budgets as the
         daemon answers (with the members' sums). On failure, the budgets as they were (the sums
         of the last look)."""
+        from fleet.usage import spent_of
+
         table = self._table()
         spend = []
         for wid in sorted({b.wavelet_id for b in budgets if b.shared}):
@@ -544,3 +365,87 @@ class BudgetWatch:
                 created_at="",
             )
         )
+
+
+# ---------------------------------------------------------------- on the core's seams
+
+
+def hold_back(who: seams.Participant) -> BudgetWatch | None:
+    """A session with a transcript only: without one, fleet sees no spend."""
+    if not who.session_id:
+        return None
+    return BudgetWatch(who)
+
+
+def before_spawn(
+    client: Client, paths: Paths, wave: Wave, wavelet: Wavelet, layout: Layout, roster: list[str]
+) -> None:
+    """A cost budget over a model with no price is refused before anything is made; then the
+    layout's budgets are recorded, before any pane delivers."""
+    costed = list(roster) if layout.budget and layout.budget.cost is not None else []
+    costed += [n for n in roster if (b := layout.profile(n).budget) and b.cost is not None]
+    if costed:
+        check_priced(
+            client, paths, wave.id, costed, where=f"layout {layout.source or layout.name}",
+            instead="budget = { tokens = N }", declared={n: layout.profile(n).model for n in costed},
+        )  # fmt: skip
+    apply_layout_budgets(client, wave.id, wavelet.id, layout, roster)
+
+
+class StatusColumns:
+    """``fleet status``'s budget column (:data:`fleet.seams.status_columns`): for each row, the
+    applicable budget nearest its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
+
+    def __init__(self, read: seams.StatusRead) -> None:
+        self.paths, self.records = read.paths, read.records
+        self.budgets = read.client.budgets(read.wave.id)
+        self._counters: dict[str, Counter | None] = {}
+        self._table: PriceTable | None = None
+
+    def _counter(self, name: str) -> Counter | None:
+        from fleet.usage import read_session, session_env
+
+        if name not in self._counters:
+            rec = self.records.get(name)
+            env = session_env(rec.layout, name, self.paths) if rec else {}
+            self._counters[name] = read_session(self.paths, rec.session_id, env).counter if rec else None
+        return self._counters[name]
+
+    def row(self, wavelet: Wavelet, participant: str) -> dict[str, object]:
+        from fleet.supervise import render_count
+        from fleet.usage import prices, spent_of
+
+        name, best = participant, None
+        for b in self.budgets:
+            if not applies(b, name) or b.wavelet_id not in ("", wavelet.id):
+                continue
+            counter = self._counter(name)
+            tokens: int = 0
+            cost: float | None = 0.0
+            if counter is not None:
+                if self._table is None:
+                    self._table = prices(self.paths)
+                tokens, cost, _ = spent_of(b, counter, self._table)
+            if b.shared:  # judged on the members' sum
+                tokens, cost = b.spent_tokens or 0, shared_cost(b)
+            if b.tokens is not None:
+                text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
+            else:
+                limit = b.cost or 1.0
+                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
+                text, share = (
+                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
+                )
+            if name in (b.reached or []):
+                text, share = text + " held", share + 1e9
+            if best is None or share > best[0]:
+                best = (share, text)
+        return {"budget": best[1] if best else None}
+
+    def wave(self) -> dict[str, object]:
+        return {}
+
+
+seams.hold_backs.add(__name__, hold_back)
+seams.status_columns.add(__name__, StatusColumns)
+seams.spawn_checks.add(__name__, before_spawn)

@@ -65,7 +65,7 @@ from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.paths import Paths
-from fleet.permissions import PermissionList
+from fleet.records.permissions import PermissionList
 from fleet.store import OPERATOR_PRINCIPAL, Store
 from fleet.wire import record
 

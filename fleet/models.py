@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from fleet.budgets import Budget
+from fleet.records.budgets import Budget
 from fleet.wire import dump, field, record
 
 PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")

@@ -45,17 +45,16 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from fleet import dialogs, errors, worktrees
+from fleet import dialogs, errors
 from fleet.agentstate import hook_entries, hook_file
-from fleet.budgets import apply_layout_budgets, check_priced
 from fleet.channel.tools import instructions
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
-from fleet.permissions import hook_entry as permission_hook
 from fleet.procs import zombie_status
+from fleet.seams import Launch, Workspace, launch_settings, prompt_parts, spawn_checks, workspaces
 from fleet.tmux import PaneInfo, Tmux, check_length
 
 log = logging.getLogger(__name__)
@@ -342,7 +341,7 @@ class Spawner:
         participant: str,
         record: SessionRecord | None,
         resume: bool,
-        tree: worktrees.Plan | None = None,
+        tree: Workspace | None = None,
     ) -> PaneReport:
         profile = layout.profile(participant)
         agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
@@ -380,19 +379,21 @@ class Spawner:
                 cap=profile.cap,
                 gate=transport == "auto",
             )
+        prompt = None
         if claude:
+            seen = Launch(
+                self.paths, self.client.base_url, wave, wl, participant, token_file, notify=profile.notify
+            )
             hook = settings_json(
                 hook,
                 # what the transcript does not say (a prompt waiting, a failure, the end)
                 state_hooks(self.paths, session_id),
-                # its permission prompts can be answered from anywhere (docs/permissions.md)
-                permission_hook(
-                    participant, wave.name, self.client.base_url, token_file, notify=profile.notify
-                ),
+                # the features' own (permissions: its prompts answered from anywhere, docs/permissions.md)
+                *[got for settings in launch_settings if (got := settings(seen)) is not None],
             )
-        prompt = instructions(participant, wave.name, profile.attention) if claude else None
-        if prompt is not None:
-            prompt += _resident_prompt(self.paths, wave, participant)
+            # the channel's instructions, then the features' parts (the resident's operating prompt)
+            prompt = instructions(participant, wave.name, profile.attention)
+            prompt += "".join(part(seen) for part in prompt_parts)
         argv = agent_argv(
             words, profile, participant, session_id, mcp_config(entry),
             resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
@@ -448,14 +449,8 @@ class Spawner:
                 require_agent(agent_words(rec.agent if rec and rec.agent else layout.profile(name).agent))
         main = layout.main_pane(roster)
         order = sorted(roster, key=lambda n: (n != main, roster.index(n)))
-        costed = list(roster) if layout.budget and layout.budget.cost is not None else []
-        costed += [n for n in roster if (b := layout.profile(n).budget) and b.cost is not None]
-        if costed:  # before anything is made: a cost budget over a model with no price is refused
-            check_priced(
-                self.client, self.paths, wave.id, costed, where=f"layout {layout.source or layout.name}",
-                instead="budget = { tokens = N }", declared={n: layout.profile(n).model for n in costed},
-            )  # fmt: skip
-        apply_layout_budgets(self.client, wave.id, wl.id, layout, roster)  # before any pane delivers
+        for check in spawn_checks:  # before anything is made (budgets: a cost budget over no price)
+            check(self.client, self.paths, wave, wl, layout, roster)
 
         panes = self.tmux.fleet_panes(wave.id)
         live_names = {p.participant for p in panes if p.alive}
@@ -511,7 +506,7 @@ class Spawner:
         order: list[str],
         panes: list[PaneInfo],
         records: dict[str, SessionRecord],
-        trees: dict[str, worktrees.Plan],
+        trees: dict[str, Workspace],
         window_id: str,
         spare: list[str],
         reports: list[PaneReport],
@@ -551,13 +546,13 @@ class Spawner:
 
     def _worktrees(
         self, wave: Wave, layout: Layout, names: list[str], records: dict[str, SessionRecord]
-    ) -> tuple[dict[str, worktrees.Plan], dict[str, PaneReport]]:
+    ) -> tuple[dict[str, Workspace], dict[str, PaneReport]]:
         """The worktree each of ``names`` works in, made ready before any pane exists.
 
         Every refusal (not a repository, a branch taken, a dirty base) raises before anything is
         created; a failed ``setup`` is that participant's report (its pane is not started)."""
-        plans: dict[str, worktrees.Plan] = {}
-        by_path: dict[Path, worktrees.Plan] = {}
+        plans: dict[str, Workspace] = {}
+        by_path: dict[Path, Workspace] = {}
         facts: dict[tuple[str, ...], Any] = {}
         for name in names:
             p = self._plan(wave, layout, name, records.get(name), facts)
@@ -568,11 +563,11 @@ class Spawner:
             plans[name] = p
         failed: dict[str, PaneReport] = {}
         for p in by_path.values():
-            bad = worktrees.create(p)
+            bad = p.make()
             if bad is not None:
                 for name in p.participants:
                     failed[name] = PaneReport(
-                        participant=name, pane_id="", action="failed", why=bad.why(p.setup or ""),
+                        participant=name, pane_id="", action="failed", why=bad,
                         worktree=str(p.path), branch=p.branch,
                     )  # fmt: skip
                     del plans[name]
@@ -585,19 +580,18 @@ class Spawner:
         name: str,
         record: SessionRecord | None,
         facts: dict[tuple[str, ...], Any] | None = None,
-    ) -> worktrees.Plan | None:
+    ) -> Workspace | None:
         profile = layout.profile(name)
         if profile.worktree == "none":
             return None
-        if record is not None and record.cwd:  # a respawn reuses the worktree it ran in
-            found = worktrees.existing(record.cwd, setup=profile.setup, env=profile.env)
-            if found is not None:
-                return found
-        cwd = Path(os.path.expanduser(profile.cwd)) if profile.cwd else Path.cwd()
-        return worktrees.plan(
-            cwd, profile.worktree, wave.name, name, base=profile.base, setup=profile.setup, env=profile.env,
-            facts=facts,
-        )  # fmt: skip
+        for planner in workspaces:  # fleet.worktrees: a respawn reuses the worktree it ran in
+            got = planner(wave, profile, name, record, facts)
+            if got is not None:
+                return got
+        raise errors.UsageError(
+            f"{name}'s profile asks for a worktree ({profile.worktree}), but no feature here makes one"
+            " (fleet.worktrees is not loaded: run it through the `fleet` command)"
+        )
 
     def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
         """The wave's session and the wavelet's window, created if missing: (session, window, spare).
@@ -634,9 +628,9 @@ class Spawner:
         layout = _layout_named(record.layout, self.paths)
         tree = self._plan(wave, layout, participant, record)
         if tree is not None:
-            bad = worktrees.create(tree)
+            bad = tree.make()
             if bad is not None:
-                raise errors.FleetError(f"{participant} was not respawned: {bad.why(tree.setup or '')}")
+                raise errors.FleetError(f"{participant} was not respawned: {bad}")
         mine = [p for p in self.tmux.fleet_panes(wave.id) if p.participant == participant]
         pane = next((p for p in mine if p.alive), None) or (mine[0] if mine else None)
         saved = ""
@@ -873,18 +867,6 @@ class Spawner:
         return f"the agent exited with status {status or 'unknown'}" + (
             ": " + " | ".join(tail) if tail else ""
         )
-
-
-def _resident_prompt(paths: Paths, wave: Wave, participant: str) -> str:
-    """The wave's resident's operating prompt (docs/resident.md), '' for anyone else."""
-    from fleet.resident import RESIDENT, prompt_path
-
-    if participant != RESIDENT:
-        return ""
-    try:
-        return "\n" + prompt_path(paths, wave.id).read_text(encoding="utf-8")
-    except OSError:
-        return ""
 
 
 def _has_conversation(session_id: str, env: dict[str, str]) -> bool:

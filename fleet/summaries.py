@@ -47,6 +47,8 @@ from fleet.wire import RecordError, dumps, field, loads, record
 
 if TYPE_CHECKING:
     from fleet.layouts import SummarizerSpec
+    from fleet.seams import WatchEvent
+    from fleet.spawn import PaneReport
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +326,24 @@ class Background:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._poked = False
+
+    # a supervisor's watcher (fleet.seams.Watcher) keeping no participant
+    keeps = ""
+    completed_turn = False
+
+    def step(self, blips: list[Blip], after: str | None = None) -> list[WatchEvent]:
+        """The supervisor's round: new blips (or the first round) poke a pass; nothing to report."""
+        if blips or not self._poked:
+            self.poke()  # its own thread: a slow summarizer never delays a respawn
+            self._poked = True
+        return []
+
+    def revived(self, report: PaneReport) -> None:
+        pass
+
+    def next_due_in(self) -> float | None:
+        return None
 
     def poke(self) -> None:
         if self._thread is None:

@@ -26,9 +26,9 @@ owns no process. What a caller may rely on:
   operator blip that mentions a dead participant respawns it at once. One per wave: it holds the
   wave's :class:`Lease` in the daemon, and stops acting once another takes it over. Each act is
   posted into the transcript as a ``system`` blip. A participant with no pane at all (killed,
-  window closed) or on no roster is left alone: that was somebody's decision. New blips also poke
-  the wave's summary writer (:class:`fleet.summaries.Background`: the layouts' ``summarizer``
-  key), in its own thread.
+  window closed) or on no roster is left alone: that was somebody's decision. Each round also runs
+  the watchers it was given (:class:`fleet.seams.Watcher`: the resident's keeper; the wave's summary
+  writer, which new blips poke in its own thread).
 - :func:`kill` kills a wavelet's window or a wave's session, reports the participants in it
   ``gone``, and keeps every record: ``fleet spawn`` later resumes the same sessions.
 """
@@ -44,12 +44,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, PlainSerializer, PlainValidator
 
-from fleet import agentstate, dialogs, errors, usage, worktrees
+from fleet import agentstate, dialogs, errors
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
@@ -67,18 +66,17 @@ from fleet.models import (
     Wavelet,
 )
 from fleet.paths import Paths
-from fleet.permissions import PermissionRequest
 from fleet.procs import group_running, pid_alive, zombie_status
-from fleet.resident import RESIDENT
+from fleet.records.permissions import PermissionRequest
+from fleet.records.usage import Figures
+from fleet.records.worktrees import Kept
+from fleet.seams import StatusRead, status_columns
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
-from fleet.usage import Figures, ParticipantUsage
 from fleet.wire import RecordError, dump, load, loads
-from fleet.worktrees import Kept, WorktreeState
 
 if TYPE_CHECKING:
-    from fleet.resident.keeper import Keeper
-    from fleet.summaries import Background
+    from fleet.seams import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -275,57 +273,6 @@ def _note(
     return f"waiting at a dialog: {dialog}" if dialog else ""
 
 
-def _usage_of(record: SessionRecord | None, paths: Paths, table: usage.PriceTable) -> ParticipantUsage | None:
-    """What the recorded session spent, if its transcript is on this machine."""
-    if record is None:
-        return None
-    env = usage.session_env(record.layout, record.participant, paths)
-    got = usage.read_session(paths, record.session_id, env)
-    if got.problem and not got.counter.tallies:
-        return None
-    return usage.participant_usage(record.participant, record.session_id, got, table, set())
-
-
-def _budgets(
-    client: Client, paths: Paths, wave_id: str, records: dict[str, SessionRecord], table: usage.PriceTable
-) -> Callable[[str, str], str | None]:
-    """The status column of budgets: for (wavelet id, participant), the applicable budget nearest
-    its limit as ``spent/limit`` (``held`` once it stopped deliveries)."""
-    from fleet.budgets import applies, shared_cost, spent_of
-
-    budgets = client.budgets(wave_id)
-    counters: dict[str, usage.Counter | None] = {}
-
-    def column(wavelet_id: str, name: str) -> str | None:
-        best: tuple[float, str] | None = None
-        for b in budgets:
-            if not applies(b, name) or b.wavelet_id not in ("", wavelet_id):
-                continue
-            if name not in counters:
-                rec = records.get(name)
-                env = usage.session_env(rec.layout, name, paths) if rec else {}
-                counters[name] = usage.read_session(paths, rec.session_id, env).counter if rec else None
-            counter = counters[name]
-            tokens, cost, _ = spent_of(b, counter, table) if counter is not None else (0, 0.0, [])
-            if b.shared:  # judged on the members' sum
-                tokens, cost = b.spent_tokens or 0, shared_cost(b)
-            if b.tokens is not None:
-                text, share = f"{render_count(tokens)}/{render_count(b.tokens)} tok", tokens / b.tokens
-            else:
-                limit = b.cost or 1.0
-                # an unpriced model's cost is unknown: "?", and as past the limit as it can be
-                text, share = (
-                    (f"?/${limit:.2f}", 1e6) if cost is None else (f"${cost:.2f}/${limit:.2f}", cost / limit)
-                )
-            if name in (b.reached or []):
-                text, share = text + " held", share + 1e9
-            if best is None or share > best[0]:
-                best = (share, text)
-        return best[1] if best else None
-
-    return column
-
-
 def _cap_of(state: DeliveryState, record: SessionRecord | None, name: str, paths: Paths) -> int | None:
     """The cap the participant's deliverer runs with: as its state file records it, else (a file
     from before that) the cap the layout of its recorded spawn gave its channel, else unknown."""
@@ -347,18 +294,6 @@ def render_count(n: int) -> str:
     if n < 1000:
         return str(n)
     return f"{n / 1000:.1f}k" if n < 1_000_000 else f"{n / 1_000_000:.2f}M"
-
-
-def _worktree_of(record: SessionRecord | None) -> WorktreeState | None:
-    """The fleet worktree a recorded session works in, if it is on this machine."""
-    if record is None or not record.cwd:
-        return None
-    try:
-        top = worktrees.fleet_worktree(record.cwd)
-        return worktrees.state(top) if top is not None else None
-    except (OSError, errors.FleetError) as exc:
-        log.debug("cannot read the worktree of %s: %s", record.cwd, exc)
-        return None
 
 
 def _dialogs(tmux: Tmux, panes: Iterable[PaneInfo]) -> dict[str, str]:
@@ -387,10 +322,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     path_of = {wl.id: wl.path for wl in wave.wavelets}
     rosters = {m.name for wl in wave.wavelets for m in wl.roster if m.kind == "agent"}
     states: dict[str, DeliveryState | None] = {}
-    trees: dict[str, WorktreeState | None] = {}
-    spent: dict[str, ParticipantUsage | None] = {}
-    table = usage.prices(paths)
-    budget_of = _budgets(client, paths, wave.id, records, table)
+    read = StatusRead(client, paths, wave, records)
+    columns = [make(read) for make in status_columns]  # worktrees, usage, budgets (fleet.seams)
     rows: list[StatusRow] = []
     now = time.time()
     at_dialog = _dialogs(tmux, panes.values())
@@ -411,12 +344,6 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
             if name not in states:
                 states[name] = delivery_state(paths, client.base_url, wave.name, name)
             state, act = states[name], activity.get((wl.id, name))
-            if name not in trees:
-                trees[name] = _worktree_of(record)
-            tree = trees[name]
-            if name not in spent:
-                spent[name] = _usage_of(record, paths, table)
-            mine = spent[name]
             if name not in agents:
                 dialog = at_dialog.get(pane.pane_id, "") if pane else ""
                 agents[name] = agent_state(tmux, pane, seen, record, dialog=dialog, asking=asking.get(name))
@@ -450,15 +377,10 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     receipts_problem=state.receipts_problem if state else "",
                     session_id=(record.session_id if record else None) or (seen.session_id if seen else None),
                     host=(seen.host if seen else None) or (record.host if record else None),
-                    worktree=tree.path if tree else None,
-                    branch=tree.branch if tree else None,
-                    ahead=tree.ahead if tree else None,
-                    dirty=tree.dirty if tree else None,
-                    usage=(mine.wavelets.get(wl.path, Figures()) if mine else None),
-                    budget=budget_of(wl.id, name),
                     note=_note(
                         wl, name, member, pane, record, rosters, at_dialog.get(pane.pane_id) if pane else None
                     ),
+                    **{k: v for col in columns for k, v in col.row(wl, name).items()},
                 )
             )
     rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
@@ -471,8 +393,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         generated_at=datetime.now(UTC).isoformat(),
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
-        unpriced=sorted({m for got in spent.values() if got is not None for m in got.total.unpriced}),
-        prices_file=str(usage.user_prices(paths)),
+        **{k: v for col in columns for k, v in col.wave().items()},
     )
 
 
@@ -774,7 +695,9 @@ class SupervisorEvent(BaseModel):
 
     at: str
     participant: str
-    event: Literal["died", "respawned", "failed", "heartbeat", "budget", "cron", "missed", "goal", "janitor"]
+    event: str
+    """``died``, ``respawned``, ``failed``, or a watcher's own kind (:class:`fleet.seams.Watcher`; the
+    resident's keeper: ``heartbeat``, ``budget``, ``cron``, ``missed``, ``goal``, ``janitor``)."""
     text: str
     pane_id: str | None = None
     session_id: str | None = None
@@ -796,8 +719,7 @@ class Supervisor:
         *,
         ladder: Ladder | None = None,
         tick: float = TICK,
-        keeper: Keeper | None = None,
-        summaries: Background | None = None,
+        watchers: Sequence[Watcher] = (),
         lease: Lease | None = None,
     ) -> None:
         self.client = client
@@ -807,11 +729,10 @@ class Supervisor:
         self.ladder = ladder or Ladder()
         self.tick = tick
         self.cursor = client.activity(self.wave.id).head
-        self.keeper = keeper
-        """The wave's resident keeper (heartbeats, crons, its failure rule; docs/resident.md)."""
-        self.summaries = summaries
-        """The wave's summary writer (the layouts' ``summarizer`` key), poked by new blips."""
-        self._poked = False
+        self.watchers = list(watchers)
+        """Run each round after the panes (:class:`fleet.seams.Watcher`): the wave's resident keeper
+        (heartbeats, crons, its failure rule; docs/resident.md), its summary writer (the layouts'
+        ``summarizer`` key)."""
         self.lease = lease
         """One supervisor per wave: once it is lost (taken over), :meth:`step` acts no more."""
         self._stop = threading.Event()
@@ -824,9 +745,6 @@ class Supervisor:
         self.cursor = page.cursor
         if self._stop.is_set() or (self.lease is not None and self.lease.lost.is_set()):
             return []  # stopping, or another supervisor holds the wave now: it acts, this one does not
-        if self.summaries is not None and (page.blips or not self._poked):
-            self.summaries.poke()  # its own thread: a slow summarizer never delays a respawn
-            self._poked = True
         self.wave = self.client.get_wave(self.wave.id)
         agents = {m.name for wl in self.wave.wavelets for m in wl.roster if m.kind == "agent"}
         mentioned: set[str] = set()
@@ -835,8 +753,8 @@ class Supervisor:
                 continue
             if blip.author == OPERATOR:
                 mentioned |= {n for n in agents if mentions(blip.text, n)}
-                if self.keeper is not None and RESIDENT in agents:
-                    mentioned.add(RESIDENT)  # talking to the wave brings its mind back
+                # talking to the wave brings back what a watcher keeps (the resident: its mind)
+                mentioned |= {w.keeps for w in self.watchers if w.keeps in agents}
             else:
                 self.ladder.posted(blip.author)
         records = {r.participant: r for r in self.client.sessions(self.wave.id)}
@@ -871,19 +789,19 @@ class Supervisor:
                 continue
             if got is not None:
                 events.append(got)
-        if self.keeper is not None:
-            for kev in self.keeper.step(page.blips, after=after):  # the same page feeds its worker fold
-                if RESIDENT in records:
+        for w in self.watchers:
+            for kev in w.step(page.blips, after=after):  # the same page feeds the resident's worker fold
+                if w.keeps in records:
                     events.append(
                         SupervisorEvent(
                             at=datetime.now(UTC).isoformat(),
-                            participant=RESIDENT,
+                            participant=w.keeps,
                             event=kev.kind,
                             text=kev.text,
                         )
                     )
-            if self.keeper.completed_turn:
-                self.ladder.posted(RESIDENT)  # a completed turn resets the resident's ladder
+            if w.keeps and w.completed_turn:
+                self.ladder.posted(w.keeps)  # a completed turn resets the resident's ladder
         return events
 
     def _respawn(self, rec: SessionRecord, why: str) -> SupervisorEvent | None:
@@ -903,8 +821,10 @@ class Supervisor:
                 " after it is seen dead again",
             )  # fmt: skip
         self.ladder.respawned(name)
-        if report.ready and self.keeper is not None and name == RESIDENT:
-            self.keeper.revived(report)
+        if report.ready:
+            for w in self.watchers:
+                if w.keeps == name:
+                    w.revived(report)
         if report.ready:
             return self._event(
                 rec, "respawned", report.pane_id,
@@ -954,8 +874,9 @@ class Supervisor:
         backoff = 1.0
         while not stop.is_set() and not (self.lease is not None and self.lease.lost.is_set()):
             due = self.ladder.next_due_in()
-            if self.keeper is not None and (beat := self.keeper.next_due_in()) is not None:
-                due = beat if due is None else min(due, beat)
+            for w in self.watchers:
+                if (beat := w.next_due_in()) is not None:
+                    due = beat if due is None else min(due, beat)
             wait = self.tick if due is None else min(self.tick, due)
             try:
                 events = self.step(wait=wait)
@@ -1036,15 +957,21 @@ def await_exit(panes: Iterable[PaneInfo], timeout: float = 5.0) -> bool:
     return True
 
 
+Pruner = Callable[[Client, Tmux, Wave, "Wavelet | None", "KillReport"], None]
+"""Run by :func:`kill` after the kill, with its report to fill (``fleet kill --prune``:
+:func:`fleet.worktrees.prune_killed`)."""
+
+
 def kill(
-    client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None, prune: bool = False
+    client: Client, tmux: Tmux, ref: str, *, wave_hint: str | None = None, prune: Pruner | None = None
 ) -> KillReport:
     """Kill a wavelet's window or a wave's whole session; mark the participants in it gone; keep all data.
 
     Idempotent: with nothing running it kills nothing and reports so. What was killed is posted as a
-    ``system`` blip (into the wavelet, or the wave's root). ``prune``: then remove the fleet worktrees
-    of the target's participants whose panes no longer run (and their branches) when they have no
-    changes and nothing unmerged; the others are listed as kept.
+    ``system`` blip (into the wavelet, or the wave's root). ``prune``: then called with the target
+    and the report (``--prune`` gives :func:`fleet.worktrees.prune_killed`: the fleet worktrees of the
+    target's participants whose panes no longer run go, with their branches, when they have no
+    changes and nothing unmerged; the others are listed as kept).
     """
     wave, wl = resolve_target(client, ref, wave_hint)
     session = tmux.find_session(wave.id)
@@ -1081,34 +1008,6 @@ def kill(
             wl.id if wl else wave.root_id,
             f"kill: the operator killed {where} ({who}); their sessions are kept: `{again}` resumes them",
         )
-    if prune:
-        _prune(client, tmux, wave, wl, report)
+    if prune is not None:
+        prune(client, tmux, wave, wl, report)
     return report
-
-
-def _prune(client: Client, tmux: Tmux, wave: Wave, wl: Wavelet | None, report: KillReport) -> None:
-    """``fleet kill --prune``: the target's fleet worktrees that no live pane works in."""
-    live = {p.participant for p in tmux.fleet_panes(wave.id) if p.alive}
-    records = client.sessions(wave.id)
-    if wl is not None:
-        on = {m.name for m in wl.roster} | {r.participant for r in records if r.wavelet_id == wl.id}
-        records = [r for r in records if r.participant in on]
-    tops: set[Path] = set()
-    for rec in records:
-        top = worktrees.fleet_worktree(rec.cwd) if rec.cwd else None
-        if top is not None:
-            tops.add(top)
-    every = client.sessions(wave.id)
-    for top in sorted(tops):
-        users = {r.participant for r in every if r.cwd and Path(r.cwd).is_relative_to(top)}
-        if users & live:
-            report.kept.append(
-                Kept(path=str(top), branch=worktrees.state(top).branch,
-                     why=f"{', '.join(sorted(users & live))} still running in it")
-            )  # fmt: skip
-            continue
-        kept = worktrees.prune(top)
-        if kept is None:
-            report.pruned.append(str(top))
-        else:
-            report.kept.append(kept)

@@ -41,13 +41,18 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field
 
-from fleet import errors
+from fleet import errors, seams
 from fleet.delivery.receipts import Transcript, transcript_of
 from fleet.paths import Paths, write_private
+from fleet.records.budgets import Budget, applies, passed, shared_cost
+from fleet.records.usage import Figures
+
+if TYPE_CHECKING:
+    from fleet.models import Wavelet
 
 log = logging.getLogger(__name__)
 
@@ -262,40 +267,6 @@ def prices(paths: Paths) -> PriceTable:
 # ---------------------------------------------------------------- figures
 
 
-class Figures(BaseModel):
-    """Tokens, responses, turns and the estimated cost of a participant, a wavelet or a wave."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
-    turns: int = 0
-    requests: int = 0
-    cost_usd: float | None = 0.0
-    """None when a model counted here has no price (named in :attr:`unpriced`): never a partial sum."""
-    unpriced: list[str] = Field(default_factory=list)
-    """The models counted here that have no price: why :attr:`cost_usd` is None."""
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def tokens(self) -> int:
-        """Every token the model processed or wrote (what a ``tokens`` budget counts)."""
-        return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_creation_tokens
-
-    def add(self, other: Figures) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_creation_tokens += other.cache_creation_tokens
-        self.turns += other.turns
-        self.requests += other.requests
-        self.cost_usd = (
-            None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
-        )
-        if other.unpriced:
-            self.unpriced = sorted({*self.unpriced, *other.unpriced})
-
-
 def figures(tally: Tally, price: Price | None, model: str = "") -> Figures:
     """The figures of one (wavelet, model) tally; ``price`` None: cost unknown (``model`` named in
     :attr:`Figures.unpriced`)."""
@@ -492,12 +463,27 @@ def wave_usage(client: Any, paths: Paths, wave_ref: str) -> WaveUsage:
     return out
 
 
+def spent_of(b: Budget, counter: Counter, table: PriceTable) -> tuple[int, float | None, list[str]]:
+    """(tokens, USD, unpriced models) the counted session spent in ``b``'s scope. USD is None when a
+    model counted there has no price (those models are the third item): never a partial sum."""
+    tokens, cost, unpriced = 0, 0.0, set()
+    for (wid, model), tally in counter.tallies.items():
+        if b.wavelet_id and wid != b.wavelet_id:
+            continue
+        price = table.price(model)
+        fig = figures(tally, price, model)
+        tokens += fig.tokens
+        if fig.cost_usd is None:
+            unpriced.add(model)
+        else:
+            cost += fig.cost_usd
+    return tokens, None if unpriced else cost, sorted(unpriced)
+
+
 def budget_statuses(
-    budgets: list[Any], counters: Mapping[str, Counter], table: PriceTable
+    budgets: list[Budget], counters: Mapping[str, Counter], table: PriceTable
 ) -> list[BudgetStatus]:
     """Each budget with the spend of every participant it applies to (those with a session)."""
-    from fleet.budgets import applies, passed, shared_cost, spent_of
-
     out = []
     for b in budgets:
         sum_over = b.shared and passed(b, b.spent_tokens or 0, shared_cost(b))
@@ -522,3 +508,41 @@ def budget_statuses(
             )  # fmt: skip
         out.append(st)
     return out
+
+
+# ---------------------------------------------------------------- on the core's seams
+
+
+class StatusColumns:
+    """``fleet status``'s usage column (:data:`fleet.seams.status_columns`): what each recorded
+    session spent in the row's wavelet, if its transcript is on this machine; and, for the wave,
+    the models with no price and the user's price table."""
+
+    def __init__(self, read: seams.StatusRead) -> None:
+        self.paths, self.records = read.paths, read.records
+        self.table = prices(read.paths)
+        self._spent: dict[str, ParticipantUsage | None] = {}
+
+    def _of(self, name: str) -> ParticipantUsage | None:
+        if name not in self._spent:
+            record = self.records.get(name)
+            self._spent[name] = None
+            if record is not None:
+                env = session_env(record.layout, record.participant, self.paths)
+                got = read_session(self.paths, record.session_id, env)
+                if not (got.problem and not got.counter.tallies):
+                    self._spent[name] = participant_usage(
+                        record.participant, record.session_id, got, self.table, set()
+                    )
+        return self._spent[name]
+
+    def row(self, wavelet: Wavelet, participant: str) -> dict[str, object]:
+        mine = self._of(participant)
+        return {"usage": mine.wavelets.get(wavelet.path, Figures()) if mine else None}
+
+    def wave(self) -> dict[str, object]:
+        unpriced = {m for got in self._spent.values() if got is not None for m in got.total.unpriced}
+        return {"unpriced": sorted(unpriced), "prices_file": str(user_prices(self.paths))}
+
+
+seams.status_columns.add(__name__, StatusColumns)

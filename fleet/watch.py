@@ -192,18 +192,19 @@ class Watcher:
         attendant: Attendant | None = None,
         budgets_of: str = "",
     ) -> Engine:
-        """``budgets_of``: the session id whose spend the participant's budgets are judged on
-        (:class:`fleet.budgets.BudgetWatch`; its one notice is handed out like a frame); ``""``: none."""
+        """``budgets_of``: the session id whose spend the participant's hold-backs judge (budgets':
+        :data:`fleet.seams.hold_backs`; a notice is handed out like a frame); ``""``: none."""
         c = self.config
         core = Delivery(c.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
         hold_back = None
         if budgets_of:
-            from fleet.budgets import BudgetWatch
             from fleet.paths import get_paths
+            from fleet.seams import Participant, hold_back_for
 
-            hold_back = BudgetWatch(
+            who = Participant(
                 lambda: self.client, c.wave, c.participant, budgets_of, get_paths(), self.sink.push
             )
+            hold_back = hold_back_for(who)
         return Engine(
             core, self.client, self.sink, wave=c.wave, routing=routing, attendant=attendant,
             hold_back=hold_back,

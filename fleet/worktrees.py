@@ -32,17 +32,28 @@ What a caller may rely on:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel
 
-from fleet import errors
+from fleet import errors, seams
+from fleet.records.worktrees import Kept, WorktreeState
+
+if TYPE_CHECKING:
+    from fleet.client import Client
+    from fleet.layouts import ResolvedProfile
+    from fleet.models import SessionRecord, Wave, Wavelet
+    from fleet.supervise import KillReport
+    from fleet.tmux import Tmux
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["participant", "wave", "none"]
 T = TypeVar("T")
@@ -118,6 +129,12 @@ class Plan:
     @property
     def cwd(self) -> Path:
         return self.path / self.subdir if self.subdir else self.path
+
+    def make(self) -> str | None:
+        """:func:`create` it: why its setup failed, or None once it is ready (spawn's
+        :class:`fleet.seams.Workspace`)."""
+        bad = create(self)
+        return bad.why(self.setup or "") if bad is not None else None
 
 
 def _registered(repo: Path) -> dict[Path, str]:
@@ -340,18 +357,6 @@ def _tail(text: str) -> str:
 # ---------------------------------------------------------------- state and pruning
 
 
-class WorktreeState(BaseModel):
-    """What ``fleet status`` shows of a fleet worktree."""
-
-    path: str
-    branch: str
-    base: str
-    ahead: int
-    """Commits on the branch that its base commit does not have."""
-    dirty: bool
-    """Changes not committed (tracked, or untracked files other than the ones fleet copied in)."""
-
-
 def fleet_worktree(cwd: str | Path) -> Path | None:
     """The fleet worktree holding ``cwd`` (one fleet created: its git dir carries fleet's mark)."""
     top = toplevel(Path(cwd))
@@ -385,12 +390,6 @@ def _dirty(path: Path, gd: Path) -> bool:
     return False
 
 
-class Kept(BaseModel):
-    path: str
-    branch: str
-    why: str
-
-
 def prune(path: Path) -> Kept | None:
     """Remove fleet's worktree at ``path`` and its branch if it has no changes and nothing unmerged
     (every commit on it is in its base branch); else say why it is kept."""
@@ -409,3 +408,88 @@ def prune(path: Path) -> Kept | None:
     if st.branch.startswith("fleet/"):
         git(repo, "branch", "-D", st.branch, check=False)
     return None
+
+
+# ---------------------------------------------------------------- on the core's seams
+
+
+def planner(
+    wave: Wave,
+    profile: ResolvedProfile,
+    name: str,
+    record: SessionRecord | None,
+    facts: dict[tuple[str, ...], Any] | None,
+) -> Plan | None:
+    """spawn's workspace (:data:`fleet.seams.workspaces`, named lazily by :mod:`fleet.features`):
+    a respawn reuses the worktree its recorded session ran in, else one is planned."""
+    if record is not None and record.cwd:
+        found = existing(record.cwd, setup=profile.setup, env=profile.env)
+        if found is not None:
+            return found
+    cwd = Path(os.path.expanduser(profile.cwd)) if profile.cwd else Path.cwd()
+    return plan(
+        cwd, profile.worktree, wave.name, name, base=profile.base, setup=profile.setup, env=profile.env,
+        facts=facts,
+    )  # fmt: skip
+
+
+def prune_killed(client: Client, tmux: Tmux, wave: Wave, wl: Wavelet | None, report: KillReport) -> None:
+    """``fleet kill --prune``: the target's fleet worktrees that no live pane works in."""
+    live = {p.participant for p in tmux.fleet_panes(wave.id) if p.alive}
+    records = client.sessions(wave.id)
+    if wl is not None:
+        on = {m.name for m in wl.roster} | {r.participant for r in records if r.wavelet_id == wl.id}
+        records = [r for r in records if r.participant in on]
+    tops: set[Path] = set()
+    for rec in records:
+        top = fleet_worktree(rec.cwd) if rec.cwd else None
+        if top is not None:
+            tops.add(top)
+    every = client.sessions(wave.id)
+    for top in sorted(tops):
+        users = {r.participant for r in every if r.cwd and Path(r.cwd).is_relative_to(top)}
+        if users & live:
+            report.kept.append(
+                Kept(path=str(top), branch=state(top).branch,
+                     why=f"{', '.join(sorted(users & live))} still running in it")
+            )  # fmt: skip
+            continue
+        kept = prune(top)
+        if kept is None:
+            report.pruned.append(str(top))
+        else:
+            report.kept.append(kept)
+
+
+class StatusColumns:
+    """``fleet status``'s worktree columns (:data:`fleet.seams.status_columns`): the fleet worktree
+    each recorded session works in, if it is on this machine."""
+
+    def __init__(self, read: seams.StatusRead) -> None:
+        self.records = read.records
+        self._seen: dict[str, WorktreeState | None] = {}
+
+    def _of(self, name: str) -> WorktreeState | None:
+        if name not in self._seen:
+            record = self.records.get(name)
+            self._seen[name] = None
+            if record is not None and record.cwd:
+                try:
+                    top = fleet_worktree(record.cwd)
+                    self._seen[name] = state(top) if top is not None else None
+                except (OSError, errors.FleetError) as exc:
+                    log.debug("cannot read the worktree of %s: %s", record.cwd, exc)
+        return self._seen[name]
+
+    def row(self, wavelet: Wavelet, participant: str) -> dict[str, object]:
+        tree = self._of(participant)
+        if tree is None:
+            return {"worktree": None, "branch": None, "ahead": None, "dirty": None}
+        return {"worktree": tree.path, "branch": tree.branch, "ahead": tree.ahead, "dirty": tree.dirty}
+
+    def wave(self) -> dict[str, object]:
+        return {}
+
+
+seams.workspaces.add(__name__, planner)
+seams.status_columns.add(__name__, StatusColumns)

@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
+from fleet.features import load as load_features
 from fleet.paths import Paths, get_paths
+
+load_features()  # what the CLI loads: tests driving the core in-process (a Spawner) get the same seams
 
 if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daemon loads none
     import libtmux

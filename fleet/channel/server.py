@@ -36,7 +36,6 @@ from typing import IO, TYPE_CHECKING, Any
 import fleet
 from fleet import errors
 from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
-from fleet.budgets import BudgetWatch
 from fleet.channel.tools import (
     TOOL_PATIENCE,
     DeliveryOut,
@@ -59,6 +58,7 @@ from fleet.mcpwire import Server, ServerInfo
 from fleet.models import AgentState
 from fleet.paths import get_paths
 from fleet.procs import identity
+from fleet.seams import HoldBack, Participant, hold_back_for
 from fleet.wire import copy, dump
 
 if TYPE_CHECKING:  # loaded under targeted attention only: a full-attention channel never imports it
@@ -541,9 +541,9 @@ class Channel:
         if self.receipts:
             self._start_receipts(state)
         core = Delivery(self.participant, state, cap=c.cap, attention=c.attention, hold=c.digest_hold)
-        watch = self._budget_watch()
-        if watch is not None:  # a wavelet budget is the members' sum: count this one from the start
-            watch.report_spend()
+        watch = self._hold_back()
+        if watch is not None:  # e.g. a wavelet budget is the members' sum: count this one from the start
+            watch.start()
         return Engine(
             core,
             self.client(feed=True),
@@ -554,14 +554,13 @@ class Channel:
             hold_back=watch,
         )
 
-    def _budget_watch(self) -> BudgetWatch | None:
-        """The participant's budgets, checked at each delivery (:mod:`fleet.budgets`): a session
-        with a transcript only (without one, fleet sees no spend)."""
-        if not self.session_id:
-            return None
-        return BudgetWatch(
+    def _hold_back(self) -> HoldBack | None:
+        """What holds the participant's deliveries back, checked at each one (:data:`fleet.seams.hold_backs`:
+        budgets' watch, :mod:`fleet.budgets`), or None when no feature holds anything."""
+        who = Participant(
             self.client, self.wave, self.participant, self.session_id, get_paths(), self._budget_notice
         )
+        return hold_back_for(who)
 
     def _budget_notice(self, frame: Frame) -> None:
         """The one budget notice, on the route that wakes the session: pushed once Claude Code takes

@@ -26,6 +26,7 @@ from fleet.delivery.rules import Attention
 from fleet.ids import request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
+from fleet.seams import first, fork_spawners
 from fleet.wire import RecordError, field, load, record, schema
 
 if TYPE_CHECKING:  # loaded under targeted attention only
@@ -573,7 +574,7 @@ class Tools:
 
     def _permission(self, args: PermissionArgs) -> ToolResult:
         """The operator's channel answers an agent's permission prompt (docs/permissions.md)."""
-        from fleet.permissions import PermissionAnswer, PermissionRequest, pending_note
+        from fleet.records.permissions import PermissionAnswer, PermissionRequest, pending_note
 
         def out(r: PermissionRequest) -> PermissionOut:
             return PermissionOut(
@@ -841,9 +842,13 @@ class Tools:
         members = list(dict.fromkeys([me, *args.with_]))
         dispatch = None
         if args.spawn:  # checked before anything is forked: a refusal leaves nothing half made
-            from fleet.resident.dispatch import Dispatch
-
-            dispatch = Dispatch.check(self.host, args.spawn, [m for m in members if m != me])
+            spawner = first(fork_spawners)  # the resident's (fleet.resident)
+            if spawner is None:
+                return ToolResult.error(
+                    "wavelet_fork: spawn needs the resident feature, which this channel has not loaded;"
+                    " fork without spawn, then `fleet spawn` the wavelet."
+                )
+            dispatch = spawner(self.host, args.spawn, [m for m in members if m != me])
         w = self.host.client().fork(parent.id, args.name, with_=members, private=args.private, as_=me)
         out = WaveletResult(wavelet=_wavelet_out(w, me))
         text = f"forked {w.path} from {parent.path}\n{_wavelet_line(out.wavelet)}"

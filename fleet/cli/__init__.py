@@ -25,7 +25,10 @@ import fleet
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, check_utf8_args
+from fleet.features import load as load_features
 from fleet.paths import get_paths
+
+load_features()  # every built-in feature on the core's seams before any command runs (fleet.seams)
 
 log = logging.getLogger(__name__)
 

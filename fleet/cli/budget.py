@@ -68,7 +68,8 @@ def set_(
     as_json: JsonOpt = False,
 ) -> None:
     """Set a budget (raising one resumes the deliveries it held, nothing lost). Operator only."""
-    from fleet.budgets import SetBudget, check_limit, check_priced, scope_members
+    from fleet.budgets import check_priced, scope_members
+    from fleet.records.budgets import SetBudget, check_limit
     from fleet.usage import user_prices
 
     if tokens is None and cost is None:
@@ -101,7 +102,7 @@ def set_(
 @app.command("clear")
 def clear(target: TargetArg, participant: ParticipantArg = None) -> None:
     """Remove a budget (what it held is delivered). Operator only."""
-    from fleet.budgets import SetBudget
+    from fleet.records.budgets import SetBudget
 
     wave, wavelet = _target(target)
     client().set_budget(wave, SetBudget(wavelet=wavelet, participant=participant))

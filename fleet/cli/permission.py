@@ -9,7 +9,7 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, WaveOpt, client
-from fleet.permissions import Behavior, PermissionAnswer, PermissionRequest, pending_note
+from fleet.records.permissions import Behavior, PermissionAnswer, PermissionRequest, pending_note
 
 WhereArg = Annotated[
     str,
@@ -87,7 +87,7 @@ def permissions(
     as_json: JsonOpt = False,
 ) -> None:
     """List the wave's permission requests, newest first: who asked what, and who answered."""
-    from fleet.permissions import PermissionList
+    from fleet.records.permissions import PermissionList
 
     items = client().permissions(_wave_of(where, wave), participant, pending=pending)
     if as_json:

@@ -24,9 +24,9 @@ from fleet.models import Blip, Context, Member, Summary, TokenInfo, Wave, Wavele
 
 if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
     from fleet.doctor import Check
+    from fleet.records.usage import Figures
     from fleet.spawn import PaneReport, SpawnReport
     from fleet.supervise import KillReport, SupervisorEvent, WaveOverview, WaveStatus
-    from fleet.usage import Figures
 
 SHORT = 13
 """Characters of a shortened id: ``xxxxxxxx-xxxx`` covers a UUIDv7's whole millisecond timestamp."""

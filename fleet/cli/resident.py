@@ -95,7 +95,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     """The mind's state (the one `fleet status` shows: idle, turning, waiting, failed, dead, unknown
     and why; none), turns, workers in flight, uptime."""
     from fleet.resident import seat
-    from fleet.resident.steer import steer_status
+    from fleet.resident.mind import steer_status
 
     spawner = make_spawner(socket, None, "auto", False, 0)
     c, paths = client(), get_paths()

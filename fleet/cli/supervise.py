@@ -157,7 +157,7 @@ def supervise_(
     keeper = Keeper(c, spawner.tmux, get_paths(), the_wave, spawner=spawner)
     summaries = Background(c, get_paths(), the_wave.name, _routing(the_wave.name))
     sup = supervise.Supervisor(
-        c, spawner.tmux, spawner, name, ladder=rungs_given, keeper=keeper, summaries=summaries, lease=lease
+        c, spawner.tmux, spawner, name, ladder=rungs_given, watchers=[keeper, summaries], lease=lease
     )
     rungs = ", ".join(supervise.span(r) for r in sup.ladder.rungs)
     if held.took_over:
@@ -227,7 +227,10 @@ def kill(
     """Kill a wavelet's window or a wave's tmux session; keep all data (`fleet spawn` resumes them)."""
     from fleet import supervise
 
-    report = supervise.kill(client(), _tmux(socket), target, wave_hint=wave, prune=prune)
+    pruner: supervise.Pruner | None = None
+    if prune:  # the worktrees no live pane works in (fleet.worktrees)
+        from fleet.worktrees import prune_killed as pruner
+    report = supervise.kill(client(), _tmux(socket), target, wave_hint=wave, prune=pruner)
     if as_json:
         render.dump(report)
     else:

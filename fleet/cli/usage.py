@@ -13,7 +13,8 @@ from fleet.cli.render import cost, token_count
 from fleet.paths import get_paths
 
 if TYPE_CHECKING:
-    from fleet.usage import Figures, WaveUsage
+    from fleet.records.usage import Figures
+    from fleet.usage import WaveUsage
 
 
 def _row(what: str, fig: Figures) -> list[str]:

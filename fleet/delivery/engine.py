@@ -36,8 +36,8 @@ from fleet.models import Blip, Feed
 from fleet.wire import copy_into, dump, load
 
 if TYPE_CHECKING:
-    from fleet.budgets import Budget
     from fleet.delivery.attention import Attendant, RoutingLog
+    from fleet.records.budgets import Budget
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ Modules: :mod:`.goal` (GOAL.md and cron expressions), :mod:`.repo` (the origin r
 worktree), :mod:`.mind` (the mind's state from its transcript), :mod:`.seat` (start, stop, status),
 :mod:`.keeper` (heartbeats, crons, failure; run by ``fleet supervise``).
 
-This package's ``__init__`` stays light: :mod:`fleet.spawn` reads :func:`prompt_path` from it.
+This package's ``__init__`` stays light: :mod:`.plug` (the resident on the core's seams, loaded by
+the channel) reads :func:`prompt_path` from it.
 """
 
 from __future__ import annotations

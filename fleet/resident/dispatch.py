@@ -14,29 +14,21 @@ token and is refused. The workers go into the tmux server the resident runs in.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from fleet import errors, worktrees
 from fleet.client import Client
+from fleet.features import load as load_features
 from fleet.layouts import Layout, Profile, available
 from fleet.layouts import load as load_layout
 from fleet.models import Wavelet
 from fleet.paths import Paths, get_paths
 from fleet.resident import RESIDENT, repo
+from fleet.seams import ToolHost
 from fleet.spawn import Spawner, agent_words, require_agent
 from fleet.tmux import Tmux, server
 
 READY = 90.0
 """Seconds the fork waits for each spawned worker to connect."""
-
-
-class _Host(Protocol):
-    participant: str
-    wave: str
-    daemon: str
-    session_id: str
-
-    def client(self) -> Client: ...
 
 
 def _from_origin(layout: Layout, workers: list[str]) -> Layout:
@@ -62,7 +54,10 @@ class Dispatch:
         self.operator, self.layout, self.paths = operator, layout, paths
 
     @classmethod
-    def check(cls, host: _Host, layout_ref: str, workers: list[str]) -> Dispatch:
+    def check(cls, host: ToolHost, layout_ref: str, workers: list[str]) -> Dispatch:
+        # this spawns from the channel, which names only its own features: a worker gets every
+        # built-in a CLI spawn gets (the permission hook, budgets' checks, its worktree)
+        load_features()
         if host.participant != RESIDENT:
             raise errors.Forbidden(
                 "only the wave's resident may spawn workers: fork without `spawn` and ask the operator"

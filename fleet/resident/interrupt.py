@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from typing import Literal
@@ -34,7 +35,6 @@ from fleet import errors
 from fleet.client import Client
 from fleet.paths import Paths
 from fleet.resident import RESIDENT
-from fleet.resident.keeper import _clean
 from fleet.resident.mind import MindReader
 from fleet.resident.seat import _session_env, reseat, resident_pane
 from fleet.spawn import Spawner
@@ -69,6 +69,11 @@ class InterruptReport(BaseModel):
     """What was done, in one sentence (also posted as a system blip)."""
 
 
+def one_line(text: str) -> str:
+    """One line, no control characters (typed into a pane literally)."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+
+
 def interrupt(
     client: Client,
     spawner: Spawner,
@@ -94,7 +99,7 @@ def interrupt(
     ended_by: EndedBy = "idle"
     pid = pane.pid
     pane_id = pane.pane_id
-    line = _clean(text)
+    line = one_line(text)
     if not turning:
         said = f"resident: {who} interrupted (it was idle)"
     else:

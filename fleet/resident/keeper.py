@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -49,6 +48,7 @@ from fleet.client import Client
 from fleet.models import Blip, Wave
 from fleet.paths import Paths, write_private
 from fleet.resident import RESIDENT, goal, state_dir
+from fleet.resident.interrupt import one_line
 from fleet.resident.mind import MindReader
 from fleet.resident.seat import (
     FAILED_TURNS,
@@ -96,13 +96,12 @@ def fold_text(ws: list[Worker]) -> str:
     return f"{len(running)} in flight — " + "; ".join(lines)
 
 
-def _clean(text: str) -> str:
-    """One line, no control characters (typed into a pane literally)."""
-    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
-
-
 class Keeper:
-    """One wave's resident scheduler (see the module docstring). ``clock``: Unix time, injectable."""
+    """One wave's resident scheduler (see the module docstring). ``clock``: Unix time, injectable.
+
+    A supervisor's watcher (:class:`fleet.seams.Watcher`) keeping the participant ``resident``."""
+
+    keeps = RESIDENT
 
     def __init__(
         self,
@@ -184,7 +183,7 @@ class Keeper:
         return KeeperEvent(kind=kind, text=text)
 
     def _type(self, pane_id: str, text: str) -> None:
-        line = _clean(PREFIX + text)
+        line = one_line(PREFIX + text)
         if line.endswith(";"):
             line += " "
         self.tmux.type_line(pane_id, line)  # (Enter once it shows: two beats are never one prompt)
@@ -260,7 +259,7 @@ class Keeper:
         seen = next((p for p in self.client.presence(self.wave.id) if p.participant == RESIDENT), None)
         if seen is not None and seen.agent is not None and seen.agent.kind in ("permission", "dialog"):
             return False  # it waits on a person, not a hang
-        from fleet.resident.interrupt import interrupt  # (it uses this module's helpers)
+        from fleet.resident.interrupt import interrupt
 
         quiet = now - self.progress_at
         self.progress_at = now  # one try per stall bound, whatever comes of it

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleet.agentstate import Fold
 from fleet.delivery.receipts import transcript_of
-from fleet.resident.steer import SteerFold
+from fleet.resident.steer import SteerFold, SteerStatus, describe
 
 MindFold = Fold
 """The resident's name for the one fold (kept for its callers)."""
@@ -65,3 +65,11 @@ class MindReader:
                 self.fold.take(obj, mtime)
                 self.steer.take(obj, was)
         return self.fold
+
+
+def steer_status(session_id: str, env: Mapping[str, str] | None) -> SteerStatus:
+    """The steers of ``session_id``'s transcript (nothing when it is not on this machine)."""
+    reader = MindReader(session_id, env)
+    reader.read()
+    last = reader.steer.last
+    return SteerStatus(last=last, count=reader.steer.count, text=describe(last))

@@ -132,13 +132,3 @@ def describe(s: Steer | None) -> str:
         "withdrawn": "withdrawn from the queue (the turn was cancelled)",
     }[s.outcome]
     return f"{s.text!r} ({s.blip_id}): {said}"
-
-
-def steer_status(session_id: str, env: Mapping[str, str] | None) -> SteerStatus:
-    """The steers of ``session_id``'s transcript (nothing when it is not on this machine)."""
-    from fleet.resident.mind import MindReader
-
-    reader = MindReader(session_id, env)
-    reader.read()
-    last = reader.steer.last
-    return SteerStatus(last=last, count=reader.steer.count, text=describe(last))

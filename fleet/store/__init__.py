@@ -55,8 +55,6 @@ from pathlib import Path
 from typing import Any
 
 from fleet import errors
-from fleet.budgets import Budget, BudgetReport, SetBudget, SpendReport, check_limit, operator_text
-from fleet.budgets import BudgetReached as BudgetReachedAnswer
 from fleet.ids import IdMinter
 from fleet.models import (
     DEFAULT_MAX_BLIP_BYTES,
@@ -79,6 +77,8 @@ from fleet.models import (
     WaveActivity,
     Wavelet,
 )
+from fleet.records.budgets import Budget, BudgetReport, SetBudget, SpendReport, check_limit, operator_text
+from fleet.records.budgets import BudgetReached as BudgetReachedAnswer
 from fleet.store import checks, rows
 from fleet.store.access import OPERATOR_PRINCIPAL, Access, Principal, check_ref, like_prefix
 from fleet.store.checks import RESERVED
@@ -105,6 +105,7 @@ from fleet.store.events import (
     record,
     replay,
 )
+from fleet.store.faults import check_database, storage_faults
 from fleet.store.keys import Keys
 from fleet.store.permissions import Permissions
 from fleet.store.schema import (
@@ -1305,3 +1306,10 @@ class Store:
         """Every materialised row, table by table, in a stable order (for comparing stores): operator only."""
         self.access.require_full_operator(who, "dumps the store")
         return dump_tables(self._r())
+
+
+def open_store(path: Path, **options: Any) -> Store:
+    """The store at ``path`` after :func:`check_database`, storage faults named."""
+    check_database(path)
+    with storage_faults(path):
+        return Store(path, **options)

@@ -195,6 +195,21 @@ class Access:
         )
 
     @staticmethod
+    def memory_author(who: Principal, seat: Seat, wave: str, as_: str | None) -> str:
+        """Who a write of wave ``wave``'s MEMORY.md is by: ``who`` itself, holding the pen
+        (:meth:`require_memory_pen`), or the seated resident (``seat``'s participant) when the
+        operator writes as it (``as_``). Forbidden for anyone else, and as anyone else: the file is
+        written by the operator or as the wave's resident, never as another participant."""
+        Access.require_memory_pen(who, seat, wave)
+        author = Access.author(who, as_)
+        if author not in (who.name, seat.participant):
+            raise errors.Forbidden(
+                f"memory is written by the operator or as the wave's resident ({seat.participant!r}),"
+                f" not as {author!r}"
+            )
+        return author
+
+    @staticmethod
     def require_replaceable(who: Principal, old: Row) -> None:
         """Only a blip's author or the operator may replace it, and no one a ``system`` blip."""
         if old["kind"] == "system":

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from fleet import errors
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, EventPage, LogRow
 from fleet.paths import ensure_private_dir
-from fleet.permissions import PREVIEW_MAX, TOOL_MAX
+from fleet.records.permissions import PREVIEW_MAX, TOOL_MAX
 from fleet.store import checks
 from fleet.store.events import (
     BlipData,

@@ -26,12 +26,9 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fleet.errors import StorageFault
-
-if TYPE_CHECKING:
-    from fleet.store import Store
 
 SQLITE_READONLY = 8
 SQLITE_IOERR = 10
@@ -146,12 +143,3 @@ def check_database(path: Path) -> None:
     if problems != ["ok"]:
         shown = "; ".join(str(p) for p in problems[:QUICK_CHECK_SHOWN])
         raise corrupt(path, f"PRAGMA quick_check: {shown}")
-
-
-def open_store(path: Path, **options: Any) -> Store:
-    """The store at ``path`` after :func:`check_database`, storage faults named."""
-    from fleet.store import Store
-
-    check_database(path)
-    with storage_faults(path):
-        return Store(path, **options)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from fleet import errors
 from fleet.ids import IdMinter
-from fleet.permissions import (
+from fleet.records.permissions import (
     MAX_WAIT_BOUND,
     OPERATOR_VIAS,
     PermissionAnswer,

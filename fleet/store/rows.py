@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from fleet.budgets import Budget
 from fleet.models import Blip, Member, Seat, SessionRecord, TokenInfo, Wave, Wavelet
+from fleet.records.budgets import Budget
 from fleet.store.access import Sight
 from fleet.store.events import BlipData
 from fleet.wire import built

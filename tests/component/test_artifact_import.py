@@ -34,10 +34,10 @@ from test_artifact import build_state, fleet, log_of, ok, paths_in, reads, refus
 from test_cli import base_env
 
 from fleet import errors
-from fleet.budgets import BudgetReport, SetBudget
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, NewSeat, NewSession, NewSummary
+from fleet.records.budgets import BudgetReport, SetBudget
 from fleet.store import OPERATOR_PRINCIPAL, Store, hash_token
 from fleet.store.artifact import import_log, line_limit, replay_check
 from fleet.store.events import TokenRevoked, parse

@@ -20,12 +20,12 @@ from conftest import retry_until
 from test_usage import reply, u, wake, write
 from worlds import World, world
 
-from fleet.budgets import SetBudget
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.layouts import parse
 from fleet.models import NewSession
 from fleet.paths import Paths
+from fleet.records.budgets import SetBudget
 
 SID = "2f0c6d1e-8a4b-4c1d-9e2f-3a4b5c6d7e8f"
 

@@ -20,11 +20,11 @@ from conftest import retry_until
 from test_usage import reply, u, wake, write
 from worlds import World, world
 
-from fleet.budgets import SetBudget, passed
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.models import NewSession
 from fleet.paths import Paths
+from fleet.records.budgets import SetBudget, passed
 from fleet.usage import user_prices
 
 SID = "2f0c6d1e-8a4b-4c1d-9e2f-3a4b5c6d7e8f"
@@ -181,7 +181,7 @@ def test_spawn_refuses_a_layouts_cost_budget_over_a_model_with_no_price_before_m
 def test_a_members_unpriced_spend_makes_the_wavelets_sum_unknown_until_it_is_priced(
     daemon: Daemon, operator: Client
 ) -> None:
-    from fleet.budgets import Spend, SpendReport, shared_cost
+    from fleet.records.budgets import Spend, SpendReport, shared_cost
 
     operator.create_wave("w", ["alice", "bob"])
     main = operator.resolve("w/main")

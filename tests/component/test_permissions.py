@@ -21,7 +21,7 @@ from test_permissions_rules import line
 from fleet import errors
 from fleet.client import Client
 from fleet.daemon import Daemon
-from fleet.permissions import (
+from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
     PermissionRequest,

@@ -37,7 +37,7 @@ def test_every_workers_status_is_right_past_10000_blips_read_whole_or_as_the_sup
     jobs = {n: operator.fork(wave.root_id, n, ["worker"], as_=RESIDENT) for n in ("a", "b", "c", "d")}
     tmux = Tmux(tmux_server)
     keeper = Keeper(operator, tmux, fleet_env, operator.get_wave("w"))
-    sup = Supervisor(operator, tmux, Spawner(operator, tmux, fleet_env), "w", keeper=keeper)
+    sup = Supervisor(operator, tmux, Spawner(operator, tmux, fleet_env), "w", watchers=[keeper])
     store = daemon.store
     assert store is not None
     read = 0

@@ -25,9 +25,7 @@ from test_permissions import SID
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.models import AgentState, PresenceReport
-from fleet.permissions import (
-    PermissionAsk,
-)
+from fleet.records.permissions import PermissionAsk
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -405,7 +403,7 @@ def test_the_console_shows_each_participants_usage_from_its_transcript(
         ),
         what="alice's usage beside her presence",
     )
-    from fleet.budgets import BudgetReport, SetBudget
+    from fleet.records.budgets import BudgetReport, SetBudget
 
     b = op.set_budget("demo", SetBudget(participant="alice", tokens=100))
     assert b is not None

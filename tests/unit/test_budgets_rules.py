@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet import errors
-from fleet.budgets import Budget, BudgetReport, SetBudget, Spend, SpendReport, passed, spent_of
 from fleet.client import Client
 from fleet.layouts import parse
 from fleet.paths import Paths
+from fleet.records.budgets import Budget, BudgetReport, SetBudget, Spend, SpendReport, passed
+from fleet.records.usage import Figures
 from fleet.store import OPERATOR_PRINCIPAL, Principal, Store, connect, dump_tables, replay
-from fleet.usage import Counter, Figures, Price, PriceTable, Tally, budget_statuses, figures
+from fleet.usage import Counter, Price, PriceTable, Tally, budget_statuses, figures, spent_of
 
 OP = OPERATOR_PRINCIPAL
 
@@ -275,13 +276,15 @@ def test_held_back_wavelets_stay_uncommitted_and_are_delivered_whole_when_releas
 
 
 def test_a_budget_watch_given_the_feeds_budgets_asks_the_daemon_nothing(tmp_path: Path) -> None:
-    from fleet.budgets import Budget, BudgetWatch
+    from fleet.budgets import BudgetWatch
+    from fleet.records.budgets import Budget
+    from fleet.seams import Participant
 
     def no_client() -> Client:
         raise AssertionError("the budgets came with the feed: no request")
 
     paths = Paths(tmp_path / "d", tmp_path / "s", tmp_path / "c", tmp_path / "l")
-    watch = BudgetWatch(no_client, "w", "alice", "", paths, lambda frame: None)
+    watch = BudgetWatch(Participant(no_client, "w", "alice", "", paths, lambda frame: None))
     given = [Budget(wave_id="W", wavelet_id="", participant="alice", tokens=10)]
     assert watch({"wl": "w/main"}, given) == frozenset()  # no transcript: nothing spent, nothing held
     assert watch({"wl": "w/main"}, []) == frozenset()

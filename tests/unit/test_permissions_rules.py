@@ -10,12 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.permissions import (
-    PREVIEW_MAX,
-    bounded,
-    hook_entry,
-    preview,
-)
+from fleet.permissions import hook_entry
+from fleet.records.permissions import PREVIEW_MAX, bounded, preview
 from fleet.spawn import settings_json
 
 

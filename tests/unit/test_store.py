@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet import errors
-from fleet.permissions import Behavior, Outcome, PermissionAnswer, PermissionAsk, PermissionSettled
+from fleet.records.permissions import Behavior, Outcome, PermissionAnswer, PermissionAsk, PermissionSettled
 from fleet.store import (
     EVENT_TYPES,
     MATERIALISED,
@@ -449,14 +449,14 @@ def _every_event_type(store: Store) -> None:
     proposal = extractive(store.summaries.pending(OP, "demo/main"))
     assert proposal is not None and store.summaries.summarize(OP, "demo/main", proposal).accepted
 
-    from fleet.budgets import BudgetReport, SetBudget
+    from fleet.records.budgets import BudgetReport, SetBudget
 
     b = store.set_budget(OP, "demo", SetBudget(participant="alice", tokens=100))
     assert b is not None
     report = BudgetReport(participant="alice", wavelet_id="", scope="alice", set_at=b.set_at, spent="120")
     assert store.budget_reached(participant(store, "demo", "alice"), "demo", report).first
 
-    from fleet.permissions import PermissionAnswer, PermissionAsk
+    from fleet.records.permissions import PermissionAnswer, PermissionAsk
 
     ask = PermissionAsk(participant="alice", session_id=sid, tool="Bash", preview="ls -la", prompt_id="p1")
     store.permissions.ask(participant(store, "demo", "alice"), "demo", ask)

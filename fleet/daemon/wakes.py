@@ -1,0 +1,126 @@
+"""Wake-ups: long-polls wait on the keys of what they read and wake on commits that bump them.
+
+What a caller may rely on: a commit bumps the keys it touched, and only waiters on one of them wake
+(:class:`Notifier`); the key of each kind of thing a long-poll can wait on is made here (a wavelet's or
+a wave's id is its own key), or in :mod:`fleet.console` for the console's streams.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from fleet import hangup
+
+
+class Notifier:
+    """Wakes long-polls when something they watch commits: waiters keyed by what they read.
+
+    A commit bumps the keys it touched (its wavelet's id, its wave's id, a member key for roster
+    changes); only waiters on one of those keys wake, each on an event of its own, so a post to a
+    wave nobody reads wakes nobody. A waiter compares the sum of its keys' counters (each only
+    grows, so the sum changes exactly when one of them did) with what it saw before its fetch, so a
+    commit between fetch and wait is never missed. No polling. ``bump()`` with no keys and
+    :meth:`close` wake everyone.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._counts: dict[str, int] = {}
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._everything: set[threading.Event] = set()
+        """Waiters without keys: any commit wakes them."""
+        self.closing = False
+
+    @property
+    def seq(self) -> int:
+        """Commits so far (every bump)."""
+        return self._seq
+
+    def seen(self, keys: Sequence[str] | None = None) -> int:
+        """What a waiter on ``keys`` (None: on everything) compares against after its fetch."""
+        if keys is None:
+            return self._seq
+        with self._lock:
+            return sum(self._counts.get(k, 0) for k in keys)
+
+    def seen_since(self, seq: int, keys: Sequence[str]) -> int | None:
+        """:meth:`seen` of ``keys``, if no commit at all happened since :attr:`seq` was ``seq``
+        (then a fetch begun after that read is current for them); None if one did."""
+        with self._lock:
+            if self._seq != seq:
+                return None
+            return sum(self._counts.get(k, 0) for k in keys)
+
+    @property
+    def parked(self) -> int:
+        """Waiters parked now (tests, benchmarks)."""
+        with self._lock:
+            return len(self._everything) + len({e for s in self._waiters.values() for e in s})
+
+    def bump(self, *keys: str) -> None:
+        with self._lock:
+            self._seq += 1
+            woken = set(self._everything)
+            if not keys:
+                for waiters in self._waiters.values():
+                    woken |= waiters
+            for k in keys:
+                self._counts[k] = self._counts.get(k, 0) + 1
+                woken |= self._waiters.get(k, set())
+        for event in woken:
+            event.set()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closing = True
+            woken = set(self._everything).union(*self._waiters.values())
+        for event in woken:
+            event.set()
+
+    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
+        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, at close,
+        or when the client of the connection this thread answers (:func:`fleet.hangup.current`)
+        hangs up: True then (answer at once, the connection is ending), else False."""
+        event = threading.Event()
+        gone = threading.Event()
+        with self._lock:
+            now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
+            if self.closing or now != seen:
+                return False
+            if keys is None:
+                self._everything.add(event)
+            else:
+                for k in keys:
+                    self._waiters.setdefault(k, set()).add(event)
+
+        def hung_up() -> None:
+            gone.set()
+            event.set()
+
+        try:
+            with hangup.watch(hangup.current(), hung_up):
+                event.wait(timeout)
+            return gone.is_set()
+        finally:
+            with self._lock:
+                if keys is None:
+                    self._everything.discard(event)
+                else:
+                    for k in keys:
+                        waiters = self._waiters.get(k)
+                        if waiters is not None:
+                            waiters.discard(event)
+                            if not waiters:
+                                del self._waiters[k]
+
+
+def member_key(wave_id: str, participant: str) -> str:
+    """The key a roster change of ``participant`` in ``wave_id`` bumps (the feed waits on it)."""
+    return f"member:{wave_id}:{participant}"
+
+
+def permission_key(wave_id: str) -> str:
+    """The key a permission request's write in ``wave_id`` bumps (its hook's long-poll waits on it)."""
+    return f"permissions:{wave_id}"
