@@ -7,7 +7,7 @@ Prints, over ``--rounds`` prompts (p50 / p99 / max):
   the request is in the pending list ``fleet status`` reads (target p99 <= 1 s);
 - **approve -> the hook's answer**: from starting ``fleet approve`` until the hook has printed the
   decision Claude Code acts on (the tool runs as Claude Code reads it: the real-Claude test
-  ``tests/test_permissions_real.py`` shows that part);
+  ``tests/real/test_permissions_real.py`` shows that part);
 - **the hook's CPU per prompt** (user + system of the hook process, start-up included), beside the
   CPU of a bare ``python -c pass`` and of ``python -m fleet --version`` in the same run (baselines).
 

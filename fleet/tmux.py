@@ -21,7 +21,9 @@ What callers may rely on (docs/design.md §6):
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +37,9 @@ PLACEHOLDER = ["tail", "-f", "/dev/null"]
 
 MAX_COMMAND_BYTES = 16000
 """tmux refuses a command of about 16 KiB or more ("command too long")."""
+
+ECHO_WITHIN = 5.0
+"""Seconds :meth:`Tmux.type_line` waits for a typed line to show before it presses Enter anyway."""
 
 WAITING = "@fleet_waiting"
 """The window option that says a pane of the window waits on the operator (``dialog: <first line>``,
@@ -98,6 +103,13 @@ def server(socket: str | None = None) -> libtmux.Server:
     if enclosing:
         return libtmux.Server(socket_path=enclosing.split(",")[0])
     return libtmux.Server()
+
+
+_NOT_TEXT = re.compile(r"[\s\u2500-\u257f]+")  # whitespace and box-drawing lines
+
+
+def _squeezed(text: str) -> str:
+    return _NOT_TEXT.sub("", text)
 
 
 def _escape(arg: str) -> str:
@@ -299,6 +311,28 @@ class Tmux:
 
     def send_enter(self, pane_id: str) -> None:
         self._cmd("send-keys", "-t", pane_id, "Enter")
+
+    def type_line(self, pane_id: str, line: str, echo_within: float = ECHO_WITHIN) -> None:
+        """Type ``line`` into a pane, and press Enter once the pane shows it (or ``echo_within``
+        seconds have passed: a program that does not echo still gets its Enter).
+
+        The wait is what makes the Enter a keypress of its own. A terminal program reads its input
+        in chunks; Claude Code takes a chunk that holds text and Enter together as a paste, whose
+        Enter is a newline, not a submit, so two lines typed back to back on a busy machine became
+        one prompt. Text typed once it echoes is read apart from the Enter that follows it.
+        """
+        before = self._echoes(pane_id, line)
+        self._cmd("send-keys", "-t", pane_id, "-l", line)
+        deadline = time.monotonic() + echo_within
+        while self._echoes(pane_id, line) <= before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._cmd("send-keys", "-t", pane_id, "Enter")
+
+    def _echoes(self, pane_id: str, line: str) -> int:
+        """How often the end of ``line`` is on the pane's screen and history, spaces and box lines
+        aside (a program wraps its input box at its own width)."""
+        tail = _squeezed(line)[-40:]
+        return _squeezed("".join(self.capture(pane_id, history=True))).count(tail) if tail else 0
 
     def send_key(self, pane_id: str, key: str) -> None:
         """Press one named key (tmux's names: ``Down``, ``Enter``, ``Escape``) in a pane."""

@@ -38,13 +38,32 @@ say "lint and types"
 .venv/bin/ruff format --check fleet tests bench
 .venv/bin/mypy  # fleet/, tests/ and bench/ (pyproject.toml)
 
-say "tests"
-set +e
-.venv/bin/python -m pytest -q "$@"
-rc=$?
-set -e
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure here" >&2
-  exit 1
+# pytest's exit code, with "collected no tests" (5) a failure here
+run_pytest() {
+  set +e
+  .venv/bin/python -m pytest "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure here" >&2
+    rc=1
+  fi
+  return "$rc"
+}
+
+if [ $# -gt 0 ]; then  # scripts/test.sh tests/unit, scripts/test.sh -k cap ...: pytest as asked
+  say "tests: pytest $*"
+  run_pytest -q "$@" && exit 0 || exit $?
 fi
+
+# The unit tier alone first (no processes, seconds); then the other three on 3 workers: they spend
+# their time waiting on daemons, channels, tmux, Chromium and Claude Code, not on the CPU (the
+# numbers: docs/performance.md, "The test suite"). The real tier first and one test at a time to
+# whichever worker is free (--maxschedchunk 1), so the longest tests start first and the short
+# component tests fill the end (worksteal left a 90 s real test for last: +1 minute).
+say "tests: unit"
+rc=0
+run_pytest -q tests/unit || rc=$?
+say "tests: real, system, component (3 workers)"
+run_pytest -q -n 3 --dist load --maxschedchunk 1 tests/real tests/system tests/component || rc=$?
 exit "$rc"

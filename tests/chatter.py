@@ -1,6 +1,6 @@
 """A scripted chatter scenario for the attention layer: five agents and the operator in one wave.
 
-Shared by ``tests/test_attention.py`` and ``bench/attention.py``. Deterministic for a seed. The wave
+Shared by ``tests/component/test_attention.py`` and ``bench/attention.py``. Deterministic for a seed. The wave
 ``chat`` has ``main`` (alice, bob, carol, dave, erin), a public fork ``review`` (alice, bob, erin) and
 a fork ``side`` (carol, dave; not bob) whose conclusions are surfaced into ``main``. Blips are
 labelled with what targeted attention must do for the focus participant (``bob`` by default):

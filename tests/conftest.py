@@ -1,8 +1,24 @@
-"""Shared fixtures: every test gets its own FLEET_HOME, HOME and SHELL; real daemons on 127.0.0.1:0."""
+"""Shared fixtures: every test gets its own FLEET_HOME, HOME and SHELL; real daemons on 127.0.0.1:0.
+
+The tests are in four tiers, one folder each, and the folder sets the marker (``pytest -m unit``):
+
+- ``tests/unit`` — one module of fleet/ at a time: no processes, no sockets, no daemon (enforced
+  here: a unit test that starts a process or connects a socket fails, naming the tier it belongs
+  to). The inner loop: ``.venv/bin/python -m pytest tests/unit``.
+- ``tests/component`` — a real daemon (in-process on 127.0.0.1:0 or a ``fleet daemon run``
+  subprocess), ``fleet channel`` and CLI subprocesses, real SQLite files.
+- ``tests/system`` — real tmux servers on their own sockets, headless Chromium.
+- ``tests/real`` — the pinned Claude Code over the scripted model (tests/realclaude.py).
+
+Every test file's basename is unique across the tiers (pytest imports test files by basename, and
+a few tests import helpers from another test file).
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +41,12 @@ if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daem
     from fleet.daemon import Daemon
 
 T = TypeVar("T")
+
+# the console's fixtures (d, op, wave, browser, page) for its wire tests and its browser tests
+pytest_plugins = ["consolehelp"]
+
+TIERS = ("unit", "component", "system", "real")
+TESTS = Path(__file__).resolve().parent
 
 
 def retry_until(fn: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
@@ -100,6 +122,49 @@ def tmux_server(tmp_path: Path) -> Iterator[libtmux.Server]:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, from its folder; a test outside the four folders is an error."""
+    seen: dict[str, Path] = {}
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        try:
+            tier = path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue  # a test file run from outside tests/ (pytest some/where/else.py): no tier
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{path}: a test file belongs in one of tests/{{{','.join(TIERS)}}}/")
+        other = seen.setdefault(path.name, path)
+        if other != path:
+            raise pytest.UsageError(f"{path} and {other} share a basename: rename one (pytest imports by it)")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
+def _refuse(what: str) -> Callable[..., object]:
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError(
+            f"a unit test {what}: move it to tests/component (daemon, processes) or tests/system (tmux)"
+        )
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In tests/unit, starting a process or binding/connecting a socket fails the test.
+
+    Threads and files (SQLite included) are fine: what keeps the tier fast is that nothing waits on
+    another process or the network.
+    """
+    if request.node.get_closest_marker("unit") is None:
+        return
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse("starts a process"))
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _refuse("starts a process"))
+    for name in ("bind", "connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, _refuse("opens a socket"))
 
 
 @pytest.fixture

@@ -144,8 +144,7 @@ def interrupt(
                 f" in pane {pane_id} (pid {pid})"
             )
     if line:
-        tmux.srv.cmd("send-keys", "-t", pane_id, "-l", line + (" " if line.endswith(";") else ""))
-        tmux.srv.cmd("send-keys", "-t", pane_id, "Enter")
+        tmux.type_line(pane_id, line + (" " if line.endswith(";") else ""))
     client.post_system(wave.root_id, said)
     return InterruptReport(
         wave=wave.name, was_turning=turning, interrupted=turning, ended_by=ended_by,

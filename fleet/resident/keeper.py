@@ -186,8 +186,7 @@ class Keeper:
         line = one_line(PREFIX + text)
         if line.endswith(";"):
             line += " "
-        self.tmux.srv.cmd("send-keys", "-t", pane_id, "-l", line)
-        self.tmux.srv.cmd("send-keys", "-t", pane_id, "Enter")
+        self.tmux.type_line(pane_id, line)  # (Enter once it shows: two beats are never one prompt)
 
     # ------------------------------------------------------------ the step
 

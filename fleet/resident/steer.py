@@ -6,7 +6,7 @@ on the way in: a blip the channel pushes while a turn runs is queued by Claude C
 its next tool boundary: a ``remove`` line (``reason: "absorbed_mid_turn"``), then an
 ``attachment`` line of type ``queued_command`` holding the push, which the next model request of
 the same turn carries ("A message arrived from fleet while you were working: <channel …>").
-Verified with the real binary over the scripted model (tests/test_resident_real.py, the steer
+Verified with the real binary over the scripted model (tests/real/test_resident_real.py, the steer
 test). A turn with no tool boundary left (one long model answer) cannot take it: it is then
 dequeued when the turn ends and opens the next turn. This module reads which of the two happened,
 from the session's own transcript, for ``fleet resident status``.

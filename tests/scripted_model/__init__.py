@@ -6,7 +6,7 @@ are real, and this package answers Claude Code's Messages API requests on 127.0.
 
 * :mod:`.script`: the events a request carries (channel blocks, hook feedback, tool results, typed
   prompts), the rules that match them and the answers (text, tool calls, multi-step turns, API
-  errors, slow answers, usage figures).
+  errors, slow answers, answers held until the test opens a gate, usage figures).
 * :mod:`.server`: the HTTP server and its request log.
 * :mod:`.transcript`: a session's own transcript (``~/.claude/projects/*/<session-id>.jsonl``).
 
@@ -28,6 +28,7 @@ from .script import (
     ChannelBlock,
     Event,
     Fail,
+    Held,
     Reply,
     Rule,
     Say,
@@ -63,6 +64,7 @@ __all__ = [
     "ChannelBlock",
     "Event",
     "Fail",
+    "Held",
     "Reply",
     "Request",
     "Rule",

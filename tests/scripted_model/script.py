@@ -41,6 +41,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -357,6 +358,18 @@ class Slow(Answer):
     answer: Answer
 
 
+@dataclass(frozen=True)
+class Held(Answer):
+    """``answer``, once the test sets ``gate``: a turn that lasts exactly until the test has seen
+    what it needs to see mid-turn (a fixed :class:`Slow` delay races a loaded machine). The server
+    gives up waiting after ``limit`` seconds, so a test that fails before it opens the gate does
+    not leave Claude Code hanging."""
+
+    gate: threading.Event
+    answer: Answer
+    limit: float = 120.0
+
+
 def say(text: str, usage: Usage | None = None) -> Say:
     return Say(text, usage)
 
@@ -456,6 +469,8 @@ class Reply:
     """Which rule produced it (``participant#index``), ``step``, ``end`` or a side request's name."""
     trigger: Event | None = None
     """The event that fired the rule (for a later step: the event that started the turn's steps)."""
+    gate: Held | None = None
+    """Sent once its gate is set (or its limit passes), after ``delay``."""
 
     @property
     def tool_uses(self) -> list[dict[str, Any]]:
@@ -520,11 +535,15 @@ class Player:
         trigger: Event | None,
     ) -> Reply:
         delay = 0.0
-        while isinstance(answer, Slow):
-            delay += answer.seconds
+        gate: Held | None = None
+        while isinstance(answer, Slow | Held):
+            if isinstance(answer, Slow):
+                delay += answer.seconds
+            else:
+                gate = answer
             answer = answer.answer
         if isinstance(answer, Fail):
-            return Reply(delay=delay, error=answer, rule=name, trigger=trigger)
+            return Reply(delay=delay, error=answer, rule=name, trigger=trigger, gate=gate)
         if isinstance(answer, Say):
             text = fill(answer.text, fields)
             return Reply(
@@ -535,6 +554,7 @@ class Player:
                 None,
                 name,
                 trigger,
+                gate,
             )
         if not isinstance(answer, Call):
             raise TypeError(f"not an answer: {answer!r}")
@@ -550,7 +570,7 @@ class Player:
         follow = (*answer.then, *rest)
         if follow:
             self.pending[last] = _Pending(follow, fields, trigger)
-        return Reply(tuple(blocks), "tool_use", answer.usage or Usage(), delay, None, name, trigger)
+        return Reply(tuple(blocks), "tool_use", answer.usage or Usage(), delay, None, name, trigger, gate)
 
 
 class Script:

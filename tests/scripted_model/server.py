@@ -222,6 +222,8 @@ class ScriptedModel:
             self._changed.notify_all()
         if req.reply is not None and req.reply.delay:
             time.sleep(req.reply.delay)  # the model is slow (scripted): the client waits, tests do not
+        if req.reply is not None and req.reply.gate is not None:
+            req.reply.gate.gate.wait(req.reply.gate.limit)  # held until the test opens it
         return status, ctype, out
 
     def _bad(self, req: Request, status: int, kind: str, message: str) -> tuple[int, str, bytes]:

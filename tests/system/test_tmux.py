@@ -1,0 +1,220 @@
+"""The tmux adapter passes every string literally: no shell, no format expansion, no separator.
+
+tmux format-expands some arguments (session and window names, ``respawn-pane -c``) and ``#(cmd)``
+there runs ``cmd`` through ``/bin/sh``; a trailing ``;`` of any argument is a command separator.
+Each hostile string below, in every field a user can influence (working directory, names, agent
+command, its arguments, model, environment), must arrive exactly as written and run nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import libtmux
+import pytest
+from conftest import retry_until
+
+from fleet import errors, layouts
+from fleet.client import Client
+from fleet.paths import Paths
+from fleet.spawn import Spawner
+from fleet.tmux import Tmux
+
+
+def hostile(tag: str) -> list[str]:
+    """Strings that run a command (or expand, or split the tmux command) if tmux reads them. What
+    they would run leaves a file named ``pwned-…`` (tmux runs ``#()`` jobs in its own or the
+    client's folder, or HOME: all under the test's tmp_path, which the test works in)."""
+    return [
+        f"#(touch pwned-{tag}-shell)",
+        f"a#(touch pwned-{tag}-mid)b",
+        "#{pane_id}#{session_name}#[fg=red]##",
+        f"x; run-shell 'touch pwned-{tag}-semi'",
+        "ends;",
+        "ends\\;",
+        ";",
+    ]
+
+
+def pwned(root: Path) -> list[Path]:
+    """Files a hostile string's command would have made (the cwd folders themselves aside)."""
+    return [p for p in root.rglob("*pwned*") if p.is_file()]
+
+
+RECORDER = (
+    "import json, os, sys; "
+    "open(sys.argv[1], 'w').write(json.dumps({'cwd': os.getcwd(), 'argv': sys.argv[2:], "
+    "'env': os.environ.get('HOSTILE')})); "
+    "import time; time.sleep(60)"
+)
+
+
+def recorded(path: Path) -> dict[str, object]:
+    text = retry_until(lambda: path.exists() and path.read_text(), what=f"{path.name} written")
+    assert isinstance(text, str)
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
+def test_names_cwd_env_and_argv_reach_tmux_and_the_pane_literally(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where the tmux server starts, and runs its jobs
+    t = Tmux(tmux_server)
+    evil_name = "w#(touch pwned-name)#{pane_id}"
+    sid, _wid, pane = t.new_session("wave-id", evil_name, evil_name + ";", "wl-id")
+    t.new_window(sid, "wave-id", "n#(touch pwned-window)", "wl2")
+    names = tmux_server.cmd("list-windows", "-t", sid, "-F", "#{window_name}").stdout
+    assert names == [evil_name + ";", "n#(touch pwned-window)"]
+    (session_name,) = tmux_server.cmd("list-sessions", "-F", "#{session_name}").stdout
+    assert session_name == evil_name
+
+    cwd = tmp_path / "r#(id >pwned)"
+    cwd.mkdir()
+    out = tmp_path / "seen.json"
+    args = hostile("arg")
+    t.tag_pane(pane, "wave-id", "wl-id", "alice;")
+    t.respawn(
+        pane,
+        [sys.executable, "-c", RECORDER, str(out), *args],
+        cwd=str(cwd),
+        env={"HOSTILE": "#(touch pwned-env);"},
+    )
+    seen = recorded(out)
+    assert seen == {"cwd": str(cwd), "argv": args, "env": "#(touch pwned-env);"}
+    opt = tmux_server.cmd("show-options", "-p", "-v", "-t", pane, "@fleet_participant").stdout
+    assert opt == ["alice;"]
+    assert pwned(tmp_path) == []  # nothing ran
+
+
+@pytest.fixture
+def wave(operator: Client) -> str:
+    operator.create_wave("evil", ["alice"])
+    return "evil"
+
+
+def test_a_layouts_cwd_agent_args_and_model_run_no_shell_on_spawn_and_respawn(
+    operator: Client,
+    tmux_server: libtmux.Server,
+    fleet_env: Paths,
+    wave: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The repro of issue #15: a working directory holding ``#(…)`` ran its command on spawn, and the
+    recorded cwd re-ran it on every respawn."""
+    monkeypatch.chdir(tmp_path)
+    cwd = tmp_path / "r#(id >pwned)"
+    cwd.mkdir()
+    out = tmp_path / "seen.json"
+    agent = shlex.join([sys.executable, "-c", RECORDER, str(out), "#(touch pwned-agent)"])
+    args = hostile("arg")
+    model = "m#(touch pwned-model);"
+    layout_file = tmp_path / "evil.toml"
+    layout_file.write_text(
+        f"[defaults]\nagent = {json.dumps(agent)}\ncwd = {json.dumps(str(cwd))}\n"
+        f"model = {json.dumps(model)}\nargs = {json.dumps(args)}\n"
+        'env = { HOSTILE = "#(touch pwned-env)" }\n'
+    )
+    sp = Spawner(operator, Tmux(tmux_server), fleet_env, ready_timeout=0.3)
+    rep = sp.spawn("evil/main", layouts.load(str(layout_file), fleet_env))
+    (alice,) = rep.panes
+    seen = recorded(out)
+    assert seen["cwd"] == str(cwd)
+    assert seen["argv"] == alice.argv[4:]  # everything after `python -c RECORDER out`, exactly
+    argv = alice.argv
+    assert argv[argv.index("--model") + 1] == model and argv[-len(args) :] == args
+    assert seen["env"] == "#(touch pwned-env)"
+    assert {r.cwd for r in operator.sessions("evil")} == {str(cwd)}
+    out.unlink()
+    sp.respawn("evil", "alice", force=True)  # the recorded cwd, again
+    assert recorded(out)["cwd"] == str(cwd)
+    assert pwned(tmp_path) == []
+
+
+@pytest.mark.parametrize("field", ["wave", "wavelet", "participant"])
+def test_names_holding_tmux_syntax_never_get_as_far_as_tmux(operator: Client, field: str) -> None:
+    """Wave, wavelet and participant names (which become tmux names and options) refuse ``#`` and ``;``."""
+    bad = "a#(id)"
+    with pytest.raises(errors.UsageError):
+        if field == "wave":
+            operator.create_wave(bad)
+        elif field == "wavelet":
+            operator.create_wave("ok", ["alice"])
+            operator.fork("ok/main", "x;y")
+        else:
+            operator.create_wave("ok2", [bad])
+
+
+def test_the_waiting_flag_holds_any_reason_literally_and_a_dialog_never_clears_another_waiters(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flag_window`` stores a reason as written (a dialog's first line is screen text); the dialog
+    flag (:func:`fleet.dialogs.flag`) sets and clears only its own ``dialog:`` reasons."""
+    from fleet import dialogs
+
+    monkeypatch.chdir(tmp_path)
+    tmux = Tmux(tmux_server)
+    _sid, window, _pane = tmux.new_session("wave-id", "flags", "main", "wavelet-id")
+    assert tmux.window_flag(window) == ""
+    for text in hostile("flag"):
+        dialogs.flag(tmux, window, text)
+        assert tmux.window_flag(window) == f"dialog: {text}"
+    dialogs.flag(tmux, window, None)
+    assert tmux.window_flag(window) == ""
+    tmux.flag_window(window, "permission: Bash (ls)")
+    dialogs.flag(tmux, window, "WARNING: Loading development channels")
+    dialogs.flag(tmux, window, None)
+    assert tmux.window_flag(window) == "permission: Bash (ls)"
+    tmux.flag_window(window, None)
+    assert tmux.window_flag(window) == ""
+    assert not list(tmp_path.rglob("pwned-*")) and not list(Path.home().rglob("pwned-*"))
+
+
+# A terminal program that reads its input in chunks, as a busy TUI does between renders, and echoes
+# it. Claude Code's input box takes a chunk holding text and Enter together as a paste, whose Enter
+# is a newline, not a submit: two lines typed that way become one prompt (seen with the keeper's
+# heartbeats on a loaded machine: "…next step\n[fleet] heartbeat: …", one turn for two beats).
+CHUNKY = """\
+import json, os, sys, time, tty
+tty.setraw(0)  # (it flushes what was typed before: the test waits for "ready")
+os.write(1, b"ready\\r\\n")
+with open(sys.argv[1], "a") as out:
+    while True:
+        time.sleep(0.3)
+        data = os.read(0, 4096)
+        if not data:
+            break
+        out.write(json.dumps(data.decode()) + "\\n")
+        out.flush()
+        os.write(1, data.replace(b"\\r", b"\\r\\n"))
+"""
+
+
+def test_a_typed_line_is_echoed_before_its_enter_so_a_busy_tui_reads_enter_alone(
+    tmux_server: libtmux.Server, tmp_path: Path
+) -> None:
+    prog, chunks = tmp_path / "chunky.py", tmp_path / "chunks.jsonl"
+    prog.write_text(CHUNKY)
+    tmux = Tmux(tmux_server)
+    argv = shlex.join([sys.executable, str(prog), str(chunks)])
+    tmux_server.cmd("new-session", "-d", "-s", "t", "-x", "80", "-y", "24", argv)
+    pane = tmux_server.cmd("display-message", "-p", "-t", "t", "#{pane_id}").stdout[0]
+    retry_until(lambda: "ready" in tmux.capture(pane), what="the program reading its terminal raw")
+    line = "[fleet] heartbeat: no workers in flight; check on them and dispatch the next step"
+
+    def chunks_read() -> list[str]:
+        return [json.loads(x) for x in chunks.read_text().splitlines()] if chunks.exists() else []
+
+    def read(enters: int) -> list[str]:
+        retry_until(lambda: "".join(chunks_read()).count("\r") == enters, what=f"{enters} line(s) submitted")
+        return chunks_read()
+
+    for n in (1, 2):  # the second once the first is in, as the keeper types a quiet interval later
+        tmux.type_line(pane, line)
+        got = read(n)
+    assert "".join(got) == f"{line}\r" * 2
+    assert all(c == "\r" or "\r" not in c for c in got), f"an Enter read together with its text: {got}"

@@ -1,0 +1,219 @@
+"""Receipts and the ledger against synthetic transcripts in Claude Code 2.1.332's format.
+
+The line shapes are the ones real sessions wrote in tests/real/test_delivery_real.py (see
+tests/scripted_model/transcript.py): an enqueue line when Claude Code takes a push, a user line with
+``origin.kind == "channel"`` when it enters, an ``attachment`` ``queued_command`` when it is absorbed
+into a running turn, and hook feedback as a ``task-notification`` user line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.delivery.frames import Frame, channel_tag
+from fleet.delivery.ledger import Ledger
+from fleet.delivery.receipts import Receipt, Transcript, blip_ids_in
+from fleet.delivery.state import DeliveryState
+
+SID = "0bcb7c75-e925-499a-98a2-a9791b3e739e"
+
+
+def frame(i: str, wavelet: str = "wl", kind: str = "message", blip_ids: list[str] | None = None) -> Frame:
+    return Frame(id=i, wavelet="w/main", wavelet_id=wavelet, author="bob", kind=kind, text=f"text {i}",
+                 created_at="t", blip_ids=blip_ids)  # fmt: skip
+
+
+def ts(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def enqueue(f: Frame, t: float) -> dict[str, object]:
+    return {"type": "queue-operation", "operation": "enqueue", "timestamp": ts(t), "content": channel_tag(f)}
+
+
+def entered(f: Frame, t: float, via: str = "channel") -> dict[str, object]:
+    origin = (
+        {"kind": via, "server": "fleet"} if via == "channel" else {"kind": via, "producer": "session-task"}
+    )
+    text = channel_tag(f)
+    if via == "task-notification":
+        text = (
+            "<task-notification><summary>fleet: new blips</summary></task-notification>"
+            f"<system-reminder>{text}</system-reminder>"
+        )
+    return {
+        "type": "user",
+        "timestamp": ts(t),
+        "origin": origin,
+        "message": {"role": "user", "content": text},
+    }
+
+
+def absorbed(f: Frame, t: float) -> dict[str, object]:
+    queued = {"type": "queued_command", "prompt": channel_tag(f), "origin": {"kind": "channel"}}
+    return {"type": "attachment", "timestamp": ts(t), "attachment": queued}
+
+
+class Session:
+    """A transcript file being written."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / ".claude" / "projects" / "-tmp-project" / f"{SID}.jsonl"
+        self.path.parent.mkdir(parents=True)
+
+    def write(self, *lines: dict[str, object], partial: str = "") -> None:
+        with self.path.open("a") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+            f.write(partial)
+
+
+@pytest.fixture
+def session(fleet_env: object) -> Session:
+    return Session(Path.home())
+
+
+def test_channel_blocks_name_their_blips() -> None:
+    text = channel_tag(frame("a")) + "\n\n" + channel_tag(frame("d", blip_ids=["b", "c", "d"]))
+    assert blip_ids_in(text) == ["a", "b", "c", "d"]
+    assert blip_ids_in('<channel source="elsewhere" blip_id="x">') == []
+
+
+def test_the_transcript_is_found_by_session_id_and_read_incrementally(session: Session) -> None:
+    t = Transcript(SID)
+    assert t.read() == [] and "no transcript yet" in t.problem
+    half = json.dumps(entered(frame("z"), 100.7))
+    session.write(enqueue(frame("a"), 100.0), entered(frame("a"), 100.5), partial=half[:20])
+    got = t.read()
+    assert [(r.blip_ids, r.how, r.via) for r in got] == [
+        (["a"], "queued", "channel"),
+        (["a"], "entered", "channel"),
+    ]
+    assert got[1].at == pytest.approx(100.5) and t.problem == ""
+    assert t.read() == []  # nothing new, and the half-written line is no receipt yet
+    resumed = Transcript(SID, offset=t.consumed)  # a restarted reader rescans nothing
+    session.write(partial=half[20:] + "\n")
+    session.write(absorbed(frame("b"), 101.0))
+    assert [(r.blip_ids, r.how) for r in resumed.read()] == [(["z"], "entered"), (["b"], "entered")]
+    assert [r.blip_ids for r in t.read()] == [["z"], ["b"]]
+
+
+def test_hook_feedback_and_absorbed_pushes_are_receipts_and_other_lines_are_not(session: Session) -> None:
+    digest = frame("d", kind="digest", blip_ids=["b", "c", "d"])
+    session.write(
+        {"type": "custom-title", "customTitle": "alice"},
+        {"type": "user", "origin": {"kind": "human"}, "message": {"content": channel_tag(frame("x"))}},
+        entered(digest, 5.0, via="task-notification"),
+        {"type": "assistant", "timestamp": ts(6.0), "message": {"content": [{"type": "text", "text": "ok"}]}},
+    )
+    t = Transcript(SID)
+    assert [(r.blip_ids, r.how, r.via) for r in t.read()] == [(["b", "c", "d"], "entered", "hook")]
+    assert t.last_at == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"not json at all\n", "format"), (b"", "")],
+)
+def test_a_transcript_in_another_format_is_never_a_receipt(
+    session: Session, content: bytes, problem: str
+) -> None:
+    session.path.write_bytes(content + b'{"half": ')
+    t = Transcript(SID)
+    assert t.read() == []
+    assert (problem in t.problem) if problem else (t.problem == "")
+
+
+def test_an_unreadable_or_shrunk_transcript(session: Session) -> None:
+    session.write(*[entered(frame(f"a{i}"), 1.0) for i in range(5)])
+    t = Transcript(SID)
+    assert len(t.read()) == 5
+    session.path.write_text("")  # rewritten shorter: start over, nothing stale
+    session.write(entered(frame("b"), 2.0))
+    assert [r.blip_ids for r in t.read()] == [["b"]]
+    session.path.chmod(0)
+    try:
+        if session.path.open("rb").readable():  # root reads anything: nothing to see
+            return
+    except PermissionError:
+        pass
+    assert t.read() == [] and "cannot read" in t.problem
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+def ledger(hook: bool = True) -> Ledger:
+    return Ledger(
+        DeliveryState(daemon="d", wave="w", participant="alice"), "run1", hook=hook, bound=3, grace=3
+    )
+
+
+def test_a_push_is_confirmed_when_it_enters_and_queued_is_recorded() -> None:
+    lg = ledger()
+    lg.hand(frame("a"), "channel", 10.0)
+    lg.apply([Receipt(blip_ids=["a"], how="queued", via="channel", at=10.01)])
+    assert lg.state.pending[0].queued_at == pytest.approx(10.01) and lg.state.route == "channel"
+    assert lg.lost_pushes(100.0) == []  # taken: it will enter at the turn's end
+    done = lg.apply([Receipt(blip_ids=["a"], how="entered", via="channel", at=20.0)])
+    assert [p.frame.id for p in done] == ["a"] and lg.state.pending == []
+    assert lg.state.confirmed == {"wl": "a"} and lg.state.confirmed_count == 1
+
+
+def test_an_untaken_push_is_lost_after_the_bound_and_turns_the_route_to_the_hook() -> None:
+    lg = ledger()
+    lg.hand(frame("a"), "channel", 10.0)
+    assert lg.lost_pushes(12.9) == []
+    lost = lg.lost_pushes(13.0)
+    assert [p.frame.id for p in lost] == ["a"] and lg.state.route == "hook"
+    assert "channels unavailable here" in lg.state.route_why
+    lg.owe_hook(lost[0], 13.0)
+    assert [p.frame.id for p in lg.waiting()] == ["a"]
+    lg.hand(frame("a"), "hook", 14.0)
+    assert lg.state.pending[0].path == "hook" and lg.state.pending[0].attempts == 2
+    without_hook = ledger(hook=False)
+    without_hook.hand(frame("a"), "channel", 10.0)
+    without_hook.lost_pushes(20.0)
+    assert without_hook.state.route == "unconfirmed"
+
+
+def test_a_dropped_push_after_a_taken_one_keeps_the_channel_route() -> None:
+    lg = ledger()
+    lg.hand(frame("a"), "channel", 10.0)
+    lg.apply([Receipt(blip_ids=["a"], how="queued", via="channel", at=10.0)])
+    lg.hand(frame("b"), "channel", 11.0)
+    assert [p.frame.id for p in lg.lost_pushes(15.0)] == ["b"] and lg.state.route == "channel"
+
+
+def test_a_restart_makes_untaken_and_unentered_pushes_lost() -> None:
+    lg = ledger()
+    lg.hand(frame("a"), "channel", 10.0)
+    lg.apply([Receipt(blip_ids=["a"], how="queued", via="channel", at=10.0)])
+    after = Ledger(lg.state, "run2", hook=True)
+    assert [p.frame.id for p in after.lost_pushes(10.5)] == ["a"]  # queued in a queue that died
+
+
+def test_a_hook_delivery_is_lost_only_with_evidence() -> None:
+    lg = ledger()
+    lg.hand(frame("h"), "hook", 10.0)
+    assert lg.lost_hooks(100.0) == []  # no transcript news: never delivered twice on a guess
+    lg.apply([], last_at=12.0)
+    assert lg.lost_hooks(100.0) == []  # within the grace: it may still be entering
+    lg.apply([], last_at=14.0)
+    assert [p.frame.id for p in lg.lost_hooks(100.0)] == ["h"]
+    lg.apply([Receipt(blip_ids=["h"], how="entered", via="hook", at=15.0)])
+    assert lg.state.pending == [] and lg.lost_hooks(200.0) == []
+
+
+def test_a_digest_is_confirmed_whole() -> None:
+    lg = ledger()
+    lg.hand(frame("c", kind="digest", blip_ids=["a", "b", "c"]), "channel", 1.0)
+    lg.apply([Receipt(blip_ids=["a", "b"], how="entered", via="channel", at=2.0)])
+    assert len(lg.state.pending) == 1
+    lg.apply([Receipt(blip_ids=["a", "b", "c"], how="entered", via="channel", at=3.0)])
+    assert lg.state.pending == [] and lg.state.confirmed == {"wl": "c"}
