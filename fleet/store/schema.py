@@ -672,11 +672,20 @@ class Connections:
                     self._free.notify_all()
 
     def _give_back(self, conn: sqlite3.Connection) -> None:
+        """Back to the pool, or closed: the readers open are never more than the pool's size or
+        the readers held, whichever is larger. A pooled reader given back while one opened beyond
+        the pool is still out is the one closed, and that one joins the pool in its place (else
+        the pool would hold an idle reader beside the extra one: one more than anyone needs)."""
         with self._free:
-            if not self._closed and conn not in self._extra:
-                self._idle.append(conn)
-                self._free.notify()
-                return
+            if not self._closed:
+                if conn in self._extra:
+                    self._extra.discard(conn)
+                elif self._extra:
+                    self._extra.pop()  # (held by its thread: it comes back to the idle list)
+                else:
+                    self._idle.append(conn)
+                    self._free.notify()
+                    return
             self._readers.discard(conn)
             self._extra.discard(conn)
         conn.close()
