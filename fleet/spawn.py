@@ -416,7 +416,9 @@ class Spawner:
             ),
         )  # fmt: skip
         self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
-        env = {**profile.env, "FLEET_WAVELET": wl.path, "FLEET_WAVE": wave.name}  # values never logged
+        # values never logged; FLEET_WAVELET_ID tells this fleet's processes from another's (another
+        # FLEET_HOME or daemon on this machine may hold a wavelet of the same path)
+        env = {**profile.env, "FLEET_WAVELET": wl.path, "FLEET_WAVELET_ID": wl.id, "FLEET_WAVE": wave.name}
         self.tmux.respawn(pane_id, argv, cwd=cwd, env=env)
         return PaneReport(
             participant=participant,

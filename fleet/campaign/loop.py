@@ -1093,7 +1093,12 @@ class Launcher:
             if p.pane_id == o.pane_id:
                 self.tmux.kill_window(p.window_id)
                 break
-        end_leftovers(o.wavelet)
+        try:
+            wavelet_id = self.client.resolve(o.wavelet).id if o.wavelet else ""
+        except errors.FleetError as exc:  # (the daemon gone: nothing is ended rather than a stranger's)
+            log.warning("not ending what %s left running: its wavelet's id is unknown (%s)", o.wavelet, exc)
+            wavelet_id = ""
+        end_leftovers(wavelet_id)
 
     def last_phrase(self, transcript: str | None, o: Owned) -> str:
         """The last line of the session's last assistant text (its set phrase), from its transcript."""
@@ -1107,17 +1112,20 @@ class Launcher:
             time.sleep(0.05)
 
 
-def end_leftovers(wavelet: str) -> list[int]:
-    """SIGTERM the process groups still running with the session's ``FLEET_WAVELET``: Claude Code
-    runs each Bash command in a group of its own, which outlives a session killed with -9 (a crash)
-    and would go on writing the tree, STATE.md included, under the next session. The pids ended."""
+def end_leftovers(wavelet_id: str) -> list[int]:
+    """SIGTERM the process groups still running with the session's ``FLEET_WAVELET_ID``: Claude
+    Code runs each Bash command in a group of its own, which outlives a session killed with -9 (a
+    crash) and would go on writing the tree, STATE.md included, under the next session. The pids
+    ended. By the wavelet's id, not its path: a campaign of the same id under another fleet on this
+    machine (another FLEET_HOME, another daemon) has wavelets of the same paths, and its sessions
+    were ended too (two test workers running one campaign test file ended each other's)."""
     from fleet import procs
 
-    if not wavelet:
+    if not wavelet_id:
         return []
     mine = {os.getpid(), os.getppid()}
     ended = []
-    for pid in procs.with_env("FLEET_WAVELET", wavelet):
+    for pid in procs.with_env("FLEET_WAVELET_ID", wavelet_id):
         st_ = procs.stat(pid)
         if pid in mine or st_ is None or st_.state in ("Z", "X"):
             continue
@@ -1128,7 +1136,7 @@ def end_leftovers(wavelet: str) -> list[int]:
                 os.kill(pid, signal.SIGTERM)
             ended.append(pid)
     if ended:
-        log.info("ended what session %s left running: %s", wavelet, ended)
+        log.info("ended what the session of wavelet %s left running: %s", wavelet_id, ended)
     return ended
 
 

@@ -601,3 +601,30 @@ def test_keep_out_keeps_what_the_user_edits_while_a_session_runs_out_of_every_co
     again.close()
     owned = lp.load_owned(c)
     assert owned is not None and owned.keep_out == ["notes/", "*.scratch"]
+
+
+def test_ending_a_sessions_leftovers_ends_only_this_fleets(tmp_path: Path) -> None:
+    """What a crashed session left running is found by its wavelet's id, not its path: another fleet
+    on this machine (another FLEET_HOME or daemon) running a campaign of the same id has wavelets of
+    the same paths, and its sessions used to be ended too (two test workers running one campaign
+    file ended each other's stand-ins)."""
+    path = "three-wave-demo/executor-w0-s1"
+
+    def sleeper(wavelet_id: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "FLEET_WAVELET": path, "FLEET_WAVELET_ID": wavelet_id}
+        return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+
+    mine, theirs = (
+        sleeper("01aaaaaa-0000-7000-8000-000000000001"),
+        sleeper("01bbbbbb-0000-7000-8000-000000000002"),
+    )
+    try:
+        ended = lp.end_leftovers("01aaaaaa-0000-7000-8000-000000000001")
+        assert ended == [mine.pid]
+        assert mine.wait(10) == -15
+        assert theirs.poll() is None, "another fleet's session was ended"
+        assert lp.end_leftovers("") == []
+    finally:
+        for p in (mine, theirs):
+            p.kill()
+            p.wait(10)
