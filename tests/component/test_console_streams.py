@@ -5,17 +5,14 @@ presence; another wave's commits reach no stream; a stream whose browser went aw
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from conftest import retry_until
 from consolehelp import EventStream, login
 
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.models import PresenceReport
-from fleet.paths import Paths
 
 
 class Calls:
@@ -36,20 +33,9 @@ class Calls:
         return self.threads.count(thread)
 
 
-@pytest.fixture
-def consoled(fleet_env: Paths) -> Iterator[Daemon]:
-    daemon = Daemon(fleet_env, listen="127.0.0.1:0", ui="127.0.0.1:0")
-    daemon.start()
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-
-
 def test_a_post_recomputes_the_blips_a_fork_the_tree_a_presence_change_presence(
-    consoled: Daemon,
+    d: Daemon,
 ) -> None:
-    d = consoled
     with Client(d.url, d.operator_token) as op:
         wave = op.create_wave("demo", ["alice", "bob"])
         other = op.create_wave("other", ["carol"])
@@ -92,8 +78,7 @@ def test_a_post_recomputes_the_blips_a_fork_the_tree_a_presence_change_presence(
         s.close()
 
 
-def test_a_stream_whose_client_hangs_up_ends_at_once(consoled: Daemon) -> None:
-    d = consoled
+def test_a_stream_whose_client_hangs_up_ends_at_once(d: Daemon) -> None:
     with Client(d.url, d.operator_token) as op:
         wave: Any = op.create_wave("demo", ["alice"])
     streams = [EventStream.open(d, f"/api/console/waves/{wave.id}/events", login(d)) for _ in range(5)]
