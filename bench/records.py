@@ -13,7 +13,11 @@ figures) or of ``--runs`` timed loops in one interpreter (decode/encode), in one
 - fleet's own path on each tree: ``fleet.wire.loads`` of a request body (``NewFork``) and of a 500-blip
   ``BlipPage``, and ``fleet.httpbase.json_bytes`` of that page (what the daemon answers a read with).
 
-The CLI and channel start-up figures are ``bench/cli.py``'s.
+- a 500-blip read over HTTP from an in-process daemon of each tree (``GET …/blips?limit=500``, keep-alive,
+  the tree's own ``bench/store.py`` helpers): median wall per read, what the daemon's row building and
+  answer encoding cost together.
+
+The CLI and channel start-up figures are ``bench/cli.py``'s (run it from each tree).
 
 Run: ``.venv/bin/python bench/records.py [--runs 15] [--baseline-tree /path/to/other/checkout]``.
 """
@@ -142,6 +146,36 @@ encode_page = lambda: json_bytes(page)
 """
 
 
+_READ = """
+import json, statistics, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, "bench")
+import store as b
+home = Path(tempfile.mkdtemp()) / "home"
+r = b.inprocess_daemon(home)
+wl = b.new_wavelet(r, "w")
+c = b.Conn(r.url, r.token)
+for i in range(500):
+    c.call("POST", f"/v1/wavelets/{wl}/blips", json.dumps({"text": "a blip of a typical length " * 4}).encode())
+times = []
+for _ in range(RUNS):
+    t0 = time.perf_counter()
+    status, body = c.call("GET", f"/v1/wavelets/{wl}/blips?limit=500")
+    times.append(time.perf_counter() - t0)
+assert status == 200 and len(json.loads(body)["blips"]) == 500, status
+c.close()
+r.stop()
+print(json.dumps({"read": statistics.median(times)}))
+"""
+
+
+def _read(tree: Path, runs: int) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree), "FLEET_HOME": ""}
+    code = _READ.replace("RUNS", str(runs))
+    done = subprocess.run([PY, "-"], input=code, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["read"])
+
+
 def _measure(setup: str, env: dict[str, str], timings: bool) -> dict[str, float]:
     # run from the tree measured (or anywhere else): ``python -`` puts the working directory first
     # on sys.path, ahead of PYTHONPATH
@@ -205,7 +239,8 @@ def main() -> None:
         t = _measure(_FLEET, tree_env, timings=True)
         print(
             f"  {label:20} import fleet.models {_ms(define)}  decode NewFork {_us(t['body'])}"
-            f"  decode 500-blip page {_ms(t['page'])}  encode it {_ms(t['encode'])}  ({tree})"
+            f"  decode 500-blip page {_ms(t['page'])}  encode it {_ms(t['encode'])}"
+            f"  HTTP read of 500 blips {_ms(_read(tree, args.runs * 4))}  ({tree})"
         )
 
 

@@ -71,7 +71,9 @@ _CARRIED = {Blip: frozenset({"superseded_by"})}
 
 
 @pytest.mark.parametrize("model", events.MODELS, ids=lambda m: m.__name__)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 @given(data=st.data())
 def test_any_event_parses_back_from_its_payload_and_the_text_is_stable(
     model: type, data: st.DataObject
