@@ -66,6 +66,12 @@ def per_call(fn, n):
     return statistics.median(out)
 """
 
+_BLIP_FIELDS = "".join(
+    f"    {name}: {'str' if value is not None else 'str | None = None'}\n"
+    for name, value in sorted(_BLIP.items(), key=lambda kv: kv[1] is None)
+)
+"""The blip's fields (every candidate declares the same ones, required first: pydantic needs that)."""
+
 _LIBS = {
     "msgspec Struct": """
 import msgspec
@@ -75,20 +81,7 @@ class NewFork(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     private: bool = False
     as_: str | None = msgspec.field(default=None, name="as")
 class Blip(msgspec.Struct, kw_only=True):
-    id: str
-    wavelet_id: str
-    wave_id: str
-    author: str
-    kind: str
-    text: str
-    replaces: str | None = None
-    source_wavelet_id: str | None = None
-    source_blip_id: str | None = None
-    created_at: str
-    superseded_by: str | None = None
-    actor: str | None = None
-    replaced_by: str | None = None
-class BlipPage(msgspec.Struct, kw_only=True):
+BLIP_FIELDSclass BlipPage(msgspec.Struct, kw_only=True):
     blips: list[Blip]
     cursor: str
 t_defined = time.perf_counter()
@@ -109,20 +102,7 @@ class NewFork(pydantic.BaseModel):
     as_: str | None = pydantic.Field(default=None, alias="as")
 class Blip(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(strict=True)
-    id: str
-    wavelet_id: str
-    wave_id: str
-    author: str
-    kind: str
-    text: str
-    replaces: str | None = None
-    source_wavelet_id: str | None = None
-    source_blip_id: str | None = None
-    created_at: str
-    superseded_by: str | None = None
-    actor: str | None = None
-    replaced_by: str | None = None
-class BlipPage(pydantic.BaseModel):
+BLIP_FIELDSclass BlipPage(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(strict=True)
     blips: list[Blip]
     cursor: str
@@ -133,6 +113,7 @@ page = decode_page()
 encode_page = lambda: page.model_dump_json().encode()
 """,
 }
+_LIBS = {name: setup.replace("BLIP_FIELDS", _BLIP_FIELDS) for name, setup in _LIBS.items()}
 
 _FLEET = """
 import fleet.models
@@ -155,8 +136,9 @@ home = Path(tempfile.mkdtemp()) / "home"
 r = b.inprocess_daemon(home)
 wl = b.new_wavelet(r, "w")
 c = b.Conn(r.url, r.token)
+body = json.dumps({"text": "a blip of a typical length " * 4}).encode()
 for i in range(500):
-    c.call("POST", f"/v1/wavelets/{wl}/blips", json.dumps({"text": "a blip of a typical length " * 4}).encode())
+    c.call("POST", f"/v1/wavelets/{wl}/blips", body)
 times = []
 for _ in range(RUNS):
     t0 = time.perf_counter()
@@ -172,7 +154,9 @@ print(json.dumps({"read": statistics.median(times)}))
 def _read(tree: Path, runs: int) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree), "FLEET_HOME": ""}
     code = _READ.replace("RUNS", str(runs))
-    done = subprocess.run([PY, "-"], input=code, env=env, cwd=tree, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [PY, "-"], input=code, env=env, cwd=tree, capture_output=True, text=True, check=True
+    )
     return float(json.loads(done.stdout.strip().splitlines()[-1])["read"])
 
 

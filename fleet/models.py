@@ -43,12 +43,17 @@ def jsonable(obj: Any) -> Any:
 # ---------------------------------------------------------------- records (daemon -> client)
 
 
-class Member(Record, kw_only=True):
+class Joining(Record, kw_only=True):
+    """A participant joining a roster: what the roster events carry and a :class:`Member` starts with."""
+
     name: str
     kind: ParticipantKind = "agent"
-    joined_at: str
     since: str = ""
     """Blip id just before this member joined ('' = the wavelet's start): delivery starts after it."""
+
+
+class Member(Joining, kw_only=True):
+    joined_at: str
 
 
 class Wavelet(Record, kw_only=True):

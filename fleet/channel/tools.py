@@ -118,102 +118,80 @@ class PostArgs(Record, kw_only=True, forbid_unknown_fields=True):
     text: Annotated[str, Meta(min_length=1, description="The blip's text (markdown is fine).")]
 
 
+_READ_ARGS_AFTER = (
+    "Only this wavelet's blips newer than this blip id (no ancestor context). Default: the full context."
+)
+_READ_ARGS_LIMIT = "At most this many blips, the newest ones."
+_READ_ARGS_BLIP_ID = (
+    "Only this blip, in full (for example an id from a digest line); after and limit are then ignored."
+)
+_READ_ARGS_BEFORE = (
+    "The context's older entries: those before this position (the `before` of a previous read)."
+)
+
+
 class ReadArgs(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
-    after: Annotated[
-        str,
-        Meta(
-            description="Only this wavelet's blips newer than this blip id (no ancestor context). "
-            "Default: the full context."
-        ),
-    ] = ""
-    limit: Annotated[
-        int, Meta(ge=1, le=READ_LIMIT_MAX, description="At most this many blips, the newest ones.")
-    ] = READ_LIMIT_DEFAULT
-    blip_id: Annotated[
-        str,
-        Meta(
-            description="Only this blip, in full (for example an id from a digest line); "
-            "after and limit are then ignored."
-        ),
-    ] = ""
-    before: Annotated[
-        str,
-        Meta(
-            description="The context's older entries: those before this position"
-            " (the `before` of a previous read)."
-        ),
-    ] = ""
+    after: Annotated[str, Meta(description=_READ_ARGS_AFTER)] = ""
+    limit: Annotated[int, Meta(ge=1, le=READ_LIMIT_MAX, description=_READ_ARGS_LIMIT)] = READ_LIMIT_DEFAULT
+    blip_id: Annotated[str, Meta(description=_READ_ARGS_BLIP_ID)] = ""
+    before: Annotated[str, Meta(description=_READ_ARGS_BEFORE)] = ""
+
+
+_SUMMARIZE_ARGS_TEXT = (
+    "The summary: what the covered blips established, rolled forward from the previous summary. Empty: "
+    "show the blips to cover and the ids the summary must cite."
+)
+_SUMMARIZE_ARGS_CITES = (
+    "The blip ids it relies on: every id in must_cite (surfaces, DONE: blips, pinned blips, blips naming "
+    "a participant), or it is rejected."
+)
+_SUMMARIZE_ARGS_UPTO = "The last blip id it covers. Default: the wavelet's newest blip."
 
 
 class SummarizeArgs(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
-    text: Annotated[
-        str,
-        Meta(
-            description="The summary: what the covered blips established, rolled forward from the previous"
-            " summary. "
-            "Empty: show the blips to cover and the ids the summary must cite."
-        ),
-    ] = ""
-    cites: Annotated[
-        list[str],
-        Meta(
-            description="The blip ids it relies on: every id in must_cite (surfaces, DONE: blips, pinned"
-            " blips, "
-            "blips naming a participant), or it is rejected."
-        ),
-    ] = field(default_factory=list)
-    upto: Annotated[
-        str, Meta(description="The last blip id it covers. Default: the wavelet's newest blip.")
-    ] = ""
+    text: Annotated[str, Meta(description=_SUMMARIZE_ARGS_TEXT)] = ""
+    cites: Annotated[list[str], Meta(description=_SUMMARIZE_ARGS_CITES)] = field(default_factory=list)
+    upto: Annotated[str, Meta(description=_SUMMARIZE_ARGS_UPTO)] = ""
+
+
+_PIN_ARGS_BLIP_ID = "The blip to pin: every summary of its wavelet must cite it."
 
 
 class PinArgs(Record, kw_only=True, forbid_unknown_fields=True):
-    blip_id: Annotated[
-        str, Meta(min_length=1, description="The blip to pin: every summary of its wavelet must cite it.")
-    ]
+    blip_id: Annotated[str, Meta(min_length=1, description=_PIN_ARGS_BLIP_ID)]
 
 
 class NoArgs(Record, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
+_FORK_ARGS_WAVELET = "The parent wavelet to fork from (WAVE/WAVELET, name or id)."
+_FORK_ARGS_NAME = "The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
+_FORK_ARGS_WITH = "Participants to put on the new wavelet's roster (you are added too)."
+_FORK_ARGS_SPAWN = (
+    "The wave's resident only: a layout (name or .toml file) to start the new wavelet's agents with, as "
+    "workers that report back with wavelet_surface. Empty: no agents are started."
+)
+
+
 class ForkArgs(Record, kw_only=True, forbid_unknown_fields=True):
-    wavelet: Annotated[
-        str, Meta(min_length=1, description="The parent wavelet to fork from (WAVE/WAVELET, name or id).")
-    ]
-    name: Annotated[
-        str,
-        Meta(
-            min_length=1, description="The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
-        ),
-    ]
-    with_: Annotated[
-        list[str], Meta(description="Participants to put on the new wavelet's roster (you are added too).")
-    ] = field(default_factory=list, name="with")
+    wavelet: Annotated[str, Meta(min_length=1, description=_FORK_ARGS_WAVELET)]
+    name: Annotated[str, Meta(min_length=1, description=_FORK_ARGS_NAME)]
+    with_: Annotated[list[str], Meta(description=_FORK_ARGS_WITH)] = field(default_factory=list, name="with")
     private: Annotated[bool, Meta(description="Only the roster can see a private wavelet.")] = False
-    spawn: Annotated[
-        str,
-        Meta(
-            description="The wave's resident only: a layout (name or .toml file) to start the new"
-            " wavelet's agents"
-            " with, as workers that report back with wavelet_surface. Empty: no agents are started."
-        ),
-    ] = ""
+    spawn: Annotated[str, Meta(description=_FORK_ARGS_SPAWN)] = ""
+
+
+_SURFACE_ARGS_WAVELET = "The sub-wavelet whose conclusion you report (posted into its parent)."
+_SURFACE_ARGS_SOURCE_BLIP_ID = "Optionally, the blip id the conclusion comes from."
 
 
 class SurfaceArgs(Record, kw_only=True, forbid_unknown_fields=True):
-    wavelet: Annotated[
-        str,
-        Meta(
-            min_length=1, description="The sub-wavelet whose conclusion you report (posted into its parent)."
-        ),
-    ]
+    wavelet: Annotated[str, Meta(min_length=1, description=_SURFACE_ARGS_WAVELET)]
     text: Annotated[str, Meta(min_length=1, description="The conclusion, self-contained.")]
-    source_blip_id: Annotated[str, Meta(description="Optionally, the blip id the conclusion comes from.")] = (
-        ""
-    )
+    source_blip_id: Annotated[str, Meta(description=_SURFACE_ARGS_SOURCE_BLIP_ID)] = ""
 
 
 class InviteArgs(Record, kw_only=True, forbid_unknown_fields=True):
@@ -226,13 +204,13 @@ class LeaveArgs(Record, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, Meta(description="Who leaves the roster. Default: you.")] = ""
 
 
+_PERMISSION_ARGS_PARTICIPANT = "The agent waiting at a permission prompt. Empty: list who waits."
+_PERMISSION_ARGS_BEHAVIOR = "allow or deny its waiting tool call."
+
+
 class PermissionArgs(Record, kw_only=True, forbid_unknown_fields=True):
-    participant: Annotated[
-        str, Meta(description="The agent waiting at a permission prompt. Empty: list who waits.")
-    ] = ""
-    behavior: Annotated[
-        Literal["allow", "deny", ""], Meta(description="allow or deny its waiting tool call.")
-    ] = ""
+    participant: Annotated[str, Meta(description=_PERMISSION_ARGS_PARTICIPANT)] = ""
+    behavior: Annotated[Literal["allow", "deny", ""], Meta(description=_PERMISSION_ARGS_BEHAVIOR)] = ""
     message: Annotated[str, Meta(max_length=1000, description="Why (shown to the agent with a denial).")] = ""
 
 
@@ -250,27 +228,24 @@ class BlipOut(Record, kw_only=True, forbid_unknown_fields=True):
     replaces: str | None = None
 
 
+_WAVELET_OUT_PARENT_ID = (
+    "The parent's id: null for the wave's root, and for a wavelet under a private wavelet you are not on "
+    "(then parent_withheld)."
+)
+_WAVELET_OUT_MEMBER = "Whether this channel's participant is on the roster (and so receives its blips)."
+_WAVELET_OUT_PARENT_WITHHELD = "Its parent is a private wavelet you are not on: its id is not shown."
+
+
 class WaveletOut(Record, kw_only=True, forbid_unknown_fields=True):
     id: str
     path: Annotated[str, Meta(description="WAVE/WAVELET.")]
     name: str
-    parent_id: Annotated[
-        str | None,
-        Meta(
-            description="The parent's id: null for the wave's root, and for a wavelet under a private wavelet"
-            " you are not on (then parent_withheld)."
-        ),
-    ]
+    parent_id: Annotated[str | None, Meta(description=_WAVELET_OUT_PARENT_ID)]
     private: bool
     created_by: str
     members: list[str]
-    member: Annotated[
-        bool,
-        Meta(description="Whether this channel's participant is on the roster (and so receives its blips)."),
-    ]
-    parent_withheld: Annotated[
-        bool, Meta(description="Its parent is a private wavelet you are not on: its id is not shown.")
-    ] = False
+    member: Annotated[bool, Meta(description=_WAVELET_OUT_MEMBER)]
+    parent_withheld: Annotated[bool, Meta(description=_WAVELET_OUT_PARENT_WITHHELD)] = False
 
 
 class PostOut(Record, kw_only=True, forbid_unknown_fields=True):
@@ -288,36 +263,36 @@ class SummaryOut(Record, kw_only=True, forbid_unknown_fields=True):
     covered_blips: int
 
 
+_READ_OUT_CURSOR = "The newest blip id shown (pass as ``after`` to read only what is newer)."
+_READ_OUT_SUMMARIES = "Summaries standing in for older blips (their cited ids stay readable)."
+_READ_OUT_MORE = "Older context entries remain: read again with ``before``."
+
+
 class ReadOut(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: WaveletOut
     path: Annotated[list[str], Meta(description="The ancestor chain, root first, ending with this wavelet.")]
     blips: list[BlipOut]
     omitted: Annotated[int, Meta(description="Older blips left out by ``limit`` (with ``after``).")]
-    cursor: Annotated[
-        str, Meta(description="The newest blip id shown (pass as ``after`` to read only what is newer).")
-    ]
-    summaries: Annotated[
-        list[SummaryOut],
-        Meta(description="Summaries standing in for older blips (their cited ids stay readable)."),
-    ] = field(default_factory=list)
-    more: Annotated[bool, Meta(description="Older context entries remain: read again with ``before``.")] = (
-        False
+    cursor: Annotated[str, Meta(description=_READ_OUT_CURSOR)]
+    summaries: Annotated[list[SummaryOut], Meta(description=_READ_OUT_SUMMARIES)] = field(
+        default_factory=list
     )
+    more: Annotated[bool, Meta(description=_READ_OUT_MORE)] = False
     before: Annotated[str, Meta(description="Pass as ``before`` to read the older entries.")] = ""
     bytes: Annotated[int, Meta(description="Bytes of text in the whole assembled context.")] = 0
     saved_bytes: Annotated[int, Meta(description="Bytes the summaries saved against the full walk.")] = 0
+
+
+_SUMMARIZE_OUT_MISSING = "Load-bearing ids the summary did not cite."
+_SUMMARIZE_OUT_BLIPS = "Without text: the blips to cover."
 
 
 class SummarizeOut(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: str
     accepted: bool
     summary: SummaryOut | None = None
-    missing: Annotated[list[str], Meta(description="Load-bearing ids the summary did not cite.")] = field(
-        default_factory=list
-    )
-    blips: Annotated[list[BlipOut], Meta(description="Without text: the blips to cover.")] = field(
-        default_factory=list
-    )
+    missing: Annotated[list[str], Meta(description=_SUMMARIZE_OUT_MISSING)] = field(default_factory=list)
+    blips: Annotated[list[BlipOut], Meta(description=_SUMMARIZE_OUT_BLIPS)] = field(default_factory=list)
     must_cite: list[str] = field(default_factory=list)
     previous: Annotated[str, Meta(description="The previous summary's text (roll it forward).")] = ""
 
@@ -331,21 +306,20 @@ class WaveletResult(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: WaveletOut
 
 
+_WAVELET_DELIVERY_HELD = (
+    "Targeted attention: blips read but held back for a later digest (not yet committed)."
+)
+_WAVELET_DELIVERY_SEEN = "The newest blip id read there: ``cursor``, or the last held blip."
+
+
 class WaveletDelivery(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: str
     wavelet_id: str
     cursor: str
     delivered: Annotated[int, Meta(description="Pushes since the cap last reset.")]
     capped: bool
-    held: Annotated[
-        int,
-        Meta(
-            description="Targeted attention: blips read but held back for a later digest (not yet committed)."
-        ),
-    ] = 0
-    seen: Annotated[
-        str, Meta(description="The newest blip id read there: ``cursor``, or the last held blip.")
-    ] = ""
+    held: Annotated[int, Meta(description=_WAVELET_DELIVERY_HELD)] = 0
+    seen: Annotated[str, Meta(description=_WAVELET_DELIVERY_SEEN)] = ""
 
 
 DeliveryPhase = Literal["starting", "running", "reconnecting", "standby", "stopped"]

@@ -36,7 +36,7 @@ from fleet.models import (
     OPERATOR,
     ROOT_WAVELET,
     Blip,
-    ParticipantKind,
+    Joining,
     SeatClaim,
     SessionRecord,
     SummaryAuthorKind,
@@ -56,12 +56,9 @@ class _Event(Record, kw_only=True, forbid_unknown_fields=True, tag_field="type")
         return str(self.__struct_config__.tag)
 
 
-class NewMember(Record, kw_only=True, forbid_unknown_fields=True):
-    """A participant joining a roster. ``since``: the last blip before it joined ('' at creation)."""
-
-    name: str
-    kind: ParticipantKind
-    since: str
+class NewMember(Joining, kw_only=True, forbid_unknown_fields=True):
+    """A participant joining a roster, as the log holds it (strict: the wire's :class:`Joining` is
+    lenient). ``since``: the last blip before it joined ('' at creation)."""
 
 
 class WaveCreated(_Event, kw_only=True, tag="wave.created"):

@@ -132,6 +132,11 @@ def test_dumps_is_ascii_json_and_exclude_none_leaves_out_unset_fields() -> None:
     assert json.loads(wire.encode(out)) == json.loads(wire.dumps(out))
     assert "inner" not in wire.dump(out, exclude_none=True)
     assert wire.dump(out, exclude_none=True)["where"] == "/x"
+    # only a record's None fields: a plain map's None values are data (an MCP tool's structured result)
+    assert wire.dump({"a": None, "r": Inner(n=1)}, exclude_none=True) == {
+        "a": None,
+        "r": {"n": 1, "tags": []},
+    }
 
 
 def _refs(node: Any) -> list[str]:
