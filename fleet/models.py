@@ -2,8 +2,9 @@
 
 The daemon renders these, the client loads them, the CLI and the channel consume them; nothing
 passes a ``dict[str, Any]`` between layers. Field names are the wire names (``with_`` travels as
-``with``, ``as_`` as ``as``). They are :mod:`fleet.wire` records, not pydantic models: they sit on
-the start-up path of every ``fleet`` command and channel process (see that module for why).
+``with``, ``as_`` as ``as``). They are :mod:`fleet.wire` records (msgspec Structs: they sit on the
+start-up path of every ``fleet`` command and channel process; see that module for why), and the
+event log and the rows use the same ones (:mod:`fleet.store.events`, :mod:`fleet.store.rows`).
 Requests (client → daemon) refuse unknown fields; responses ignore fields a newer daemon may add.
 """
 
