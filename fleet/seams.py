@@ -11,13 +11,15 @@ the others — without pluggy: a seam is a typed, named list the core iterates i
 Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
 :data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
 (budgets' watch; ``fleet watch --hook`` too), :data:`fork_spawners` (the resident's workers).
-``fleet status``: :data:`status_columns` (worktrees, usage, budgets). The supervisor takes its
+``fleet status``: :data:`status_columns` (worktrees, usage, budgets). The daemon: :data:`memory_pens`
+(the resident's MEMORY.md, the file side of the memory routes). The supervisor takes its
 :class:`Watcher` list from whoever makes it (the resident's keeper, the summary writer), and
 :func:`fleet.supervise.kill` its ``Pruner`` (worktrees) the same way.
 
 What a caller may rely on: a seam with no entry changes nothing (no hook, no hold, no prompt part,
 no column) — except :data:`workspaces`, where a profile asking for a worktree with no planner
-loaded is refused, named, rather than run in the wrong folder. An entry's exception is the
+loaded is refused, named, rather than run in the wrong folder, and :data:`memory_pens`, where the
+memory routes answer 404 naming the missing feature. An entry's exception is the
 caller's (a spawn check's :class:`~fleet.errors.UsageError` stops the spawn before anything is
 made). Adding under a name already there replaces (a module imported twice does not plug in twice).
 """
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.delivery.frames import Frame
     from fleet.layouts import Layout, ResolvedProfile
-    from fleet.models import Blip, SessionRecord, Wave, Wavelet
+    from fleet.models import Blip, MemoryOp, Seat, SessionRecord, Wave, Wavelet
     from fleet.paths import Paths
     from fleet.records.budgets import Budget
     from fleet.spawn import PaneReport
@@ -317,6 +319,38 @@ class StatusColumns(Protocol):
 
 StatusColumnsFactory = Callable[[StatusRead], StatusColumns]
 status_columns: Seam[StatusColumnsFactory] = Seam("status: columns of a wave's rows")
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+class MemoryPen(Protocol):
+    """The file side of a wave's memory (``GET``/``POST /v1/waves/{wave}/memory``). The daemon's
+    handlers check who may hold the pen (:mod:`fleet.store.access`, before any of this is called),
+    ask the pen for the file and its text, and post the blip that records a write."""
+
+    def file(self, seat: Seat, wave: str) -> Path:
+        """Where ``wave``'s memory is, located by its resident's ``seat``; a
+        :class:`~fleet.errors.FleetError` when this daemon cannot reach it (nothing changed)."""
+        ...
+
+    def read(self, path: Path) -> str:
+        """What the memory holds (``""``: nothing written yet)."""
+        ...
+
+    def write(self, path: Path, op: MemoryOp, content: str) -> str:
+        """Apply one write (one at a time per file, atomic) and return what the file now holds;
+        a :class:`~fleet.errors.UsageError` for an empty ``content`` (nothing written)."""
+        ...
+
+    def note(
+        self, op: MemoryOp, content: str, summary: str | None, wave: str, by_resident: bool, resident: str
+    ) -> tuple[str, str]:
+        """(the write's summary, the text of the blip recording it in the wave's root wavelet)."""
+        ...
+
+
+memory_pens: Seam[MemoryPen] = Seam("daemon: the wave's MEMORY.md")
 
 
 def first(seam: Seam[T]) -> T | None:
