@@ -19,8 +19,10 @@ from fleet import seams
 
 
 def load_channel() -> None:
-    """What plugs into the channel: budgets' hold-back, the resident's worker per forked wavelet."""
+    """What plugs into the channel: budgets' hold-back, the resident's worker per forked wavelet
+    and its attention (the delivery policy ``resident``)."""
     seams.hold_backs.lazy("fleet.budgets", "fleet.budgets:hold_back")
+    seams.policies.lazy("resident", "fleet.resident.attention:policy")
     seams.fork_spawners.lazy("fleet.resident.plug", "fleet.resident.plug:fork_spawner")
 
 

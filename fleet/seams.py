@@ -11,8 +11,9 @@ the others — without pluggy: a seam is a typed, named list the core iterates i
 Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
 :data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
 (budgets' watch; ``fleet watch --hook`` too), :data:`fork_spawners` (the resident's workers).
-``fleet status``: :data:`status_columns` (worktrees, usage, budgets). The daemon: :data:`memory_pens`
-(the resident's MEMORY.md, the file side of the memory routes). The supervisor takes its
+The delivery engine: :data:`policies` (the resident's attention). ``fleet status``:
+:data:`status_columns` (worktrees, usage, budgets). The daemon: :data:`memory_pens` (the
+resident's MEMORY.md, the file side of the memory routes). The supervisor takes its
 :class:`Watcher` list from whoever makes it (the resident's keeper, the summary writer), and
 :func:`fleet.supervise.kill` its ``Pruner`` (worktrees) the same way.
 
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.delivery.frames import Frame
+    from fleet.delivery.rules import Rule
     from fleet.layouts import Layout, ResolvedProfile
     from fleet.models import Blip, MemoryOp, Seat, SessionRecord, Wave, Wavelet
     from fleet.paths import Paths
@@ -61,6 +63,14 @@ class Seam(Generic[T]):
         no feature. Nothing changes when ``name`` is plugged in already (its module was imported)."""
         self._entries.setdefault(name, target)
 
+    def get(self, name: str) -> T | None:
+        """The entry plugged in as ``name`` (imported now if it was named lazily), or None."""
+        entry = self._entries.get(name)
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), attr)
+        return cast("T | None", entry)
+
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)
 
@@ -68,11 +78,8 @@ class Seam(Generic[T]):
         return list(self._entries)
 
     def __iter__(self) -> Iterator[T]:
-        for name, entry in list(self._entries.items()):
-            if isinstance(entry, str):
-                module, _, attr = entry.partition(":")
-                entry = self._entries[name] = getattr(importlib.import_module(module), attr)
-            yield cast(T, entry)
+        for name in list(self._entries):
+            yield cast(T, self.get(name))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -250,6 +257,35 @@ ForkSpawner = Callable[[ToolHost, str, list[str]], ForkSpawn]
 :class:`~fleet.errors.FleetError` to refuse before anything is forked."""
 
 fork_spawners: Seam[ForkSpawner] = Seam("channel: wavelet_fork's spawn")
+
+
+# ---------------------------------------------------------------- the delivery engine
+
+
+class Policy(Protocol):
+    """A variant of targeted attention, chosen by its name in :data:`policies` (``--attention NAME``,
+    a profile's ``attention``): the delivery rules route each blip of others as targeted attention
+    does (:func:`fleet.delivery.rules.route`), then ask the policy. Pure, as the rules are: it is
+    called under the transport's lock on every blip."""
+
+    def route(self, blip: Blip, participant: str, root: bool, rule: Rule) -> Rule:
+        """The rule for ``blip`` (someone else's; ``root``: in the wave's root wavelet), given
+        targeted attention's ``rule``. A :class:`~fleet.delivery.rules.Rule` whose ``full`` is
+        True sends it in full; the routing log records the rule's name."""
+        ...
+
+    def holds(self, root: bool) -> bool:
+        """Whether a wavelet's batch with digested blips and none in full waits, with no deadline,
+        for a full blip there (or :data:`~fleet.delivery.rules.HOLD_MAX_LINES` digested ones, or
+        the cap): chatter that never wakes the session alone. False: the digest hold's deadline."""
+        ...
+
+    def instructions(self, participant: str) -> str:
+        """The paragraph the channel's instructions give the session on its attention."""
+        ...
+
+
+policies: Seam[Policy] = Seam("delivery: attention policies beyond full and targeted")
 
 
 # ---------------------------------------------------------------- the supervisor
