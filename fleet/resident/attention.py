@@ -24,6 +24,9 @@ DONE = "DONE:"
 
 
 class ResidentAttention:
+    """The policy (:class:`fleet.seams.Policy`): targeted attention's rules, then the root wavelet
+    and ``DONE:`` reports in full, in the order the rules first matched before the seam."""
+
     def route(self, blip: Blip, participant: str, root: bool, rule: Rule) -> Rule:
         if rule is Rule.SYSTEM:
             return rule
