@@ -4,7 +4,7 @@ The core (store, daemon, client, delivery, channel, watch, spawn, supervise, mod
 imports no feature (budgets, usage, worktrees, summaries, permissions, resident, campaigns:
 tests/test_architecture.py). A feature adds its entries to a seam when its module is imported, and
 :mod:`fleet.features` names the built-ins (:meth:`Seam.lazy`, imported when the core first
-reaches the seam: the CLI names them all, the channel its own two). A third-party feature would
+reaches the seam: the CLI names them all, the channel its own three). A third-party feature would
 plug in the same way — llm's habit, whose built-in plugins register through the same hook specs as
 the others — without pluggy: a seam is a typed, named list the core iterates in order.
 
