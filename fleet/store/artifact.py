@@ -702,8 +702,10 @@ class _Adder:
             self._permission_asked(event)
         elif isinstance(event, PermissionAnswered):
             self._permission_answered(event)
-        else:
+        elif isinstance(event, BudgetReached):
             self._budget_reached(event)
+        else:  # an event type added without its check here: refused, not applied unchecked
+            raise _Refused(f"this fleet has no import check for {event.type} events: upgrade fleet")
 
     def _permission_asked(self, e: PermissionAsked) -> None:
         """A prompt of a participant on its wave's roster (a wave created in this file), a new id."""
