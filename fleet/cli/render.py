@@ -9,11 +9,11 @@ Data goes to stdout; notices and errors go to stderr.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
-import shutil
+import sys
 import time
-import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -217,11 +217,24 @@ def wavelet(wl: Wavelet, verb: str) -> None:
 
 
 def width() -> int:
-    """The columns a line may take: ``COLUMNS``, else the terminal's, else 80."""
-    return shutil.get_terminal_size((80, 24)).columns
+    """The columns a line may take: ``COLUMNS``, else the terminal's, else 80. (Not
+    ``shutil.get_terminal_size``: importing shutil costs every command 2 ms of start-up.)"""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+        if columns > 0:
+            return columns
+    except ValueError:
+        pass
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+    except (OSError, ValueError):
+        columns = 0
+    return columns if columns > 0 else 80
 
 
 def _cells(ch: str) -> int:
+    import unicodedata  # here, not at the top: only a line with a topic pays for it
+
     if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
         return 0
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1

@@ -614,13 +614,20 @@ class Store:
         return self._current(who, wl["id"])
 
     def set_topic(self, who: Principal, ref: str, topic: str, *, as_: str | None = None) -> Wavelet:
-        """Set ``ref``'s topic ('' clears it): members and the operator. A topic it already has
-        changes nothing (no event, no blip). Refused (UsageError) unless one line within
-        :data:`fleet.models.MAX_TOPIC` characters (:func:`fleet.store.checks.topic`)."""
+        """Set ``ref``'s topic ('' clears it): members and the operator (as itself, or as a member).
+        A topic it already has changes nothing (no event, no blip). Refused (UsageError) unless one
+        line within :data:`fleet.models.MAX_TOPIC` characters (:func:`fleet.store.checks.topic`)."""
         actor = self.access.author(who, as_)
         wl = self.access.wavelet(who, ref)
         checks.topic(topic)
         self.access.require_member(who, wl, "set the topic")
+        # The operator acting as someone acts as a member: the event names the setter, and an
+        # import accepts a topic only from the roster (fleet/store/artifact.py), as written live.
+        if actor != OPERATOR and not self.access.is_member(wl["id"], actor):
+            raise errors.Forbidden(
+                f"{actor!r} is not on the roster of {wl['name']!r} and cannot set the topic there:"
+                " invite it first, or set it as the operator"
+            )
         with self._db.write() as conn:
             was = conn.execute("SELECT topic FROM wavelets WHERE id = ?", (wl["id"],)).fetchone()[0]
             if was == topic:

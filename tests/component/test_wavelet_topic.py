@@ -126,6 +126,8 @@ def test_a_member_sets_it_a_non_member_is_forbidden_and_an_outsider_sees_no_priv
 
     r = set_topic(carol, "demo/main", "carol's plan")
     assert r.status == 403 and "not on the roster of 'main'" in r.error["message"]
+    r = h.post(f"/v1/wavelets/{q('demo/main')}/topic", {"topic": "carol's plan", "as": "carol"})
+    assert r.status == 403 and "'carol' is not on the roster of 'main'" in r.error["message"]
     # A private wavelet alice is not on: the same not-found as any other op on it, so the
     # answer says nothing of whether it exists.
     r = set_topic(alice, "demo/secret", "peek")
