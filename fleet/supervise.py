@@ -197,6 +197,8 @@ class WaveStatus(BaseModel):
     tmux_session_name: str | None = None
     """Its name, for people (``fleet status`` prints it)."""
     generated_at: str
+    topics: dict[str, str] = Field(default_factory=dict)
+    """``WAVE/WAVELET`` -> its topic, for each wavelet the reader sees that has one, oldest first."""
     rows: list[StatusRow] = Field(default_factory=list)
     permissions: list[PermissionWait] = Field(default_factory=list)
     """The permission requests waiting now, newest first (docs/permissions.md); their participants'
@@ -391,6 +393,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
         tmux_session=session.id if session else None,
         tmux_session_name=session.name if session else None,
         generated_at=datetime.now(UTC).isoformat(),
+        topics={wl.path: wl.topic for wl in wave.wavelets if wl.topic},
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
         **{k: v for col in columns for k, v in col.wave().items()},

@@ -340,6 +340,11 @@
           p.title = "private: only its roster can see it";
           row.append(p);
         }
+        if (w.topic) {
+          const t = el("span", "tree-topic", w.topic);
+          t.title = w.topic;
+          row.append(t);
+        }
         const n = S.unread.get(w.id);
         if (n) row.append(el("span", "unread", n));
         const roster = el("span", "tree-roster", w.roster.map((m) => m.name).join(", ") || "nobody");
@@ -378,6 +383,8 @@
     if (top.parent_withheld || (top.parent_id && !waveletById(top.parent_id))) path.unshift("(a private wavelet)");
     $("wavelet-private").hidden = !w.private;
     $("wavelet-title").textContent = `${S.wave.name} / ${path.join(" › ")}`;
+    $("wavelet-topic").textContent = w.topic || "";
+    $("wavelet-topic").hidden = !w.topic;
     $("surface-button").disabled = !w.parent_id;
     $("surface-button").title = w.parent_id
       ? "post a conclusion into the parent wavelet"

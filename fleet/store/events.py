@@ -116,6 +116,19 @@ class RosterLeft(_Shape):
     blip: BlipData
 
 
+class WaveletTopicSet(_Shape):
+    """A wavelet's topic set by ``by`` (or, with ``topic`` '', cleared), with the ``system`` blip
+    that tells its members."""
+
+    type: Literal["wavelet.topic"] = Field(default="wavelet.topic", exclude=True)
+    wavelet_id: str
+    wave_id: str
+    topic: str
+    by: str
+    at: str
+    blip: BlipData
+
+
 class BlipPosted(_Shape):
     """A ``message`` (or an operator's ``system``) blip."""
 
@@ -305,6 +318,7 @@ Event = Annotated[
     | WaveletForked
     | RosterInvited
     | RosterLeft
+    | WaveletTopicSet
     | BlipPosted
     | BlipSurfaced
     | BlipReplaced
@@ -328,6 +342,7 @@ MODELS: tuple[type[_Shape], ...] = (
     WaveletForked,
     RosterInvited,
     RosterLeft,
+    WaveletTopicSet,
     BlipPosted,
     BlipSurfaced,
     BlipReplaced,
@@ -489,6 +504,12 @@ def _roster_invited(conn: sqlite3.Connection, e: RosterInvited) -> None:
 @_on(RosterLeft)
 def _roster_left(conn: sqlite3.Connection, e: RosterLeft) -> None:
     conn.execute("DELETE FROM members WHERE wavelet_id = ? AND name = ?", (e.wavelet_id, e.name))
+    _insert_blip(conn, e.blip)
+
+
+@_on(WaveletTopicSet)
+def _wavelet_topic(conn: sqlite3.Connection, e: WaveletTopicSet) -> None:
+    conn.execute("UPDATE wavelets SET topic = ? WHERE id = ?", (e.topic, e.wavelet_id))
     _insert_blip(conn, e.blip)
 
 

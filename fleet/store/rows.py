@@ -101,6 +101,7 @@ def wavelet(conn: sqlite3.Connection, wl: Row, sight: Sight, wave_name: str | No
         created_at=wl["created_at"],
         roster=members(conn, wl["id"]),
         parent_withheld=withheld,
+        topic=wl["topic"],
     )
 
 

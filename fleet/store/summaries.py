@@ -131,7 +131,7 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str, sight:
             "id": wl["id"], "wave_id": wl["wave_id"], "wave": wave_name, "name": wl["name"],
             "parent_id": parent_id, "fork_blip_id": fork_blip_id, "private": bool(wl["private"]),
             "created_by": wl["created_by"], "created_at": wl["created_at"], "roster": rosters[wl["id"]],
-            "parent_withheld": withheld,
+            "parent_withheld": withheld, "topic": wl["topic"],
         }))  # fmt: skip
     return out
 
