@@ -19,18 +19,22 @@ from fleet import seams
 
 
 def load_channel() -> None:
-    """What plugs into the channel: budgets' hold-back, the resident's worker per forked wavelet."""
+    """What plugs into the channel: budgets' hold-back, the resident's worker per forked wavelet
+    and its attention (the delivery policy ``resident``)."""
     seams.hold_backs.lazy("fleet.budgets", "fleet.budgets:hold_back")
+    seams.policies.lazy("resident", "fleet.resident.attention:policy")
     seams.fork_spawners.lazy("fleet.resident.plug", "fleet.resident.plug:fork_spawner")
 
 
 def load() -> None:
     """Every built-in: the channel's, spawn's prompt parts (the resident), settings hooks
-    (permissions), checks (budgets) and workspaces (worktrees), and the status columns."""
+    (permissions), checks (budgets) and workspaces (worktrees), the status columns, and the
+    daemon's memory pen (the resident's MEMORY.md)."""
     load_channel()
     seams.prompt_parts.lazy("fleet.resident.plug", "fleet.resident.plug:prompt_part")
     seams.launch_settings.lazy("fleet.permissions", "fleet.permissions:settings")
     seams.spawn_checks.lazy("fleet.budgets", "fleet.budgets:before_spawn")
     seams.workspaces.lazy("fleet.worktrees", "fleet.worktrees:planner")
+    seams.memory_pens.lazy("fleet.resident.memory", "fleet.resident.memory:pen")
     for name in ("fleet.worktrees", "fleet.usage", "fleet.budgets"):
         seams.status_columns.lazy(name, f"{name}:StatusColumns")

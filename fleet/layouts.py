@@ -57,9 +57,10 @@ import re
 import shlex
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -71,13 +72,24 @@ from pydantic import (
 )
 
 from fleet import errors
+from fleet.delivery.rules import check_attention
 from fleet.models import PARTICIPANT_RE
 from fleet.paths import Paths
 
 WorktreeMode = Literal["participant", "wave", "none"]
 
 Arrangement = Literal["tiled", "main-vertical", "main-horizontal", "even-horizontal", "even-vertical"]
-Attention = Literal["full", "targeted", "resident"]
+
+
+def _attention(name: str) -> str:
+    try:
+        return check_attention(name)
+    except errors.UsageError as exc:
+        raise ValueError(exc.message) from None
+
+
+Attention = Annotated[str, AfterValidator(_attention)]
+"""full | targeted | a delivery policy's name (resident: :mod:`fleet.delivery.rules`)."""
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 PermissionMode = Literal["acceptEdits", "auto", "bypassPermissions", "manual", "default", "dontAsk", "plan"]
 

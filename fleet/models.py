@@ -25,6 +25,8 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
 OPERATOR = "operator"
 ROOT_WAVELET = "main"
 DEFAULT_MAX_BLIP_BYTES = 256 * 1024
+MAX_TOPIC = 200
+"""Characters (code points) of a wavelet's topic at most: one line a tree or a header shows."""
 
 BlipKind = Literal["message", "system", "surface"]
 ParticipantKind = Literal["agent", "human"]
@@ -76,6 +78,9 @@ class Wavelet(Record, kw_only=True):
     """This wavelet has a parent the reader may not be told of (a private wavelet it is not on):
     ``parent_id`` and ``fork_blip_id`` are None though it is not the root. It is shown as a top of
     the reader's tree, under a private wavelet."""
+    topic: str = ""
+    """Its one-line topic ('' for none): set by a member or the operator (``fleet wavelet topic``),
+    at most :data:`MAX_TOPIC` characters, never a newline or control character."""
 
     @property
     def path(self) -> str:
@@ -424,6 +429,14 @@ class NewFork(Record, kw_only=True, forbid_unknown_fields=True):
 class RosterChange(Record, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, Meta(max_length=MAX_NAME)]
     kind: ParticipantKind = "agent"
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
+
+
+class NewTopic(Record, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/wavelets/{wavelet}/topic``: the wavelet's new topic ('' removes it); the rules are
+    the store's (:func:`fleet.store.checks.topic`)."""
+
+    topic: str
     as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 

@@ -50,6 +50,7 @@ from fleet.models import (
     NewSummary,
     NewSurface,
     NewSystemBlip,
+    NewTopic,
     NewWave,
     Ok,
     PresenceList,
@@ -315,6 +316,10 @@ LEAVE = Route(
     "leave", "POST", f"{WL}/leave", RosterChange, Wavelet, "member", "rebuild", "take off the roster",
     console=True,
 )  # fmt: skip
+SET_TOPIC = Route(
+    "set_topic", "POST", f"{WL}/topic", NewTopic, Wavelet, "member", "rebuild",
+    "set or clear its one-line topic",
+)  # fmt: skip
 POST = Route("post", "POST", f"{WL}/blips", NewBlip, Blip, "member", "exact", "post a message", console=True)
 READ = Route(
     "read", "GET", f"{WL}/blips", None, BlipPage, "token", "read", "blips after a cursor (long-poll)",
@@ -384,9 +389,9 @@ ROUTES: tuple[Route[object], ...] = (
     HEALTH, WHOAMI, CREATE_WAVE, LIST_WAVES, GET_WAVE, FEED, REPORT_PRESENCE, PRESENCE, READ_WAVE, ACTIVITY,
     RECORD_SESSION, SESSIONS, SEAT, CLAIM_SEAT, CLOSE_SEAT, SUPERVISOR, CLAIM_SUPERVISOR, RELEASE_SUPERVISOR,
     MEMORY, WRITE_MEMORY, BUDGETS, SET_BUDGET, BUDGET_REACHED, REPORT_SPEND, ASK_PERMISSION, PERMISSIONS,
-    ANSWER_PERMISSION, PERMISSION, SETTLE_PERMISSION, RESOLVE, GET_WAVELET, FORK, INVITE, LEAVE, POST, READ,
-    POST_SYSTEM, SURFACE, CONTEXT, SUMMARIES, SUMMARIZE, SUMMARY_CHECK, SUMMARY_PENDING, PIN, GET_BLIP,
-    HISTORY, REPLACE, MINT_TOKEN, MINT_MACHINE_TOKEN, LIST_TOKENS, REVOKE_TOKEN, EVENTS,
+    ANSWER_PERMISSION, PERMISSION, SETTLE_PERMISSION, RESOLVE, GET_WAVELET, FORK, INVITE, LEAVE, SET_TOPIC,
+    POST, READ, POST_SYSTEM, SURFACE, CONTEXT, SUMMARIES, SUMMARIZE, SUMMARY_CHECK, SUMMARY_PENDING, PIN,
+    GET_BLIP, HISTORY, REPLACE, MINT_TOKEN, MINT_MACHINE_TOKEN, LIST_TOKENS, REVOKE_TOKEN, EVENTS,
 )  # fmt: skip
 """The whole API, in the order the daemon matches a request against it (the first route whose
 path matches and whose method is the request's serves it)."""

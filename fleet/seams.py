@@ -4,20 +4,23 @@ The core (store, daemon, client, delivery, channel, watch, spawn, supervise, mod
 imports no feature (budgets, usage, worktrees, summaries, permissions, resident, campaigns:
 tests/test_architecture.py). A feature adds its entries to a seam when its module is imported, and
 :mod:`fleet.features` names the built-ins (:meth:`Seam.lazy`, imported when the core first
-reaches the seam: the CLI names them all, the channel its own two). A third-party feature would
+reaches the seam: the CLI names them all, the channel its own three). A third-party feature would
 plug in the same way — llm's habit, whose built-in plugins register through the same hook specs as
 the others — without pluggy: a seam is a typed, named list the core iterates in order.
 
 Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
 :data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
 (budgets' watch; ``fleet watch --hook`` too), :data:`fork_spawners` (the resident's workers).
-``fleet status``: :data:`status_columns` (worktrees, usage, budgets). The supervisor takes its
+The delivery engine: :data:`policies` (the resident's attention). ``fleet status``:
+:data:`status_columns` (worktrees, usage, budgets). The daemon: :data:`memory_pens` (the
+resident's MEMORY.md, the file side of the memory routes). The supervisor takes its
 :class:`Watcher` list from whoever makes it (the resident's keeper, the summary writer), and
 :func:`fleet.supervise.kill` its ``Pruner`` (worktrees) the same way.
 
 What a caller may rely on: a seam with no entry changes nothing (no hook, no hold, no prompt part,
 no column) — except :data:`workspaces`, where a profile asking for a worktree with no planner
-loaded is refused, named, rather than run in the wrong folder. An entry's exception is the
+loaded is refused, named, rather than run in the wrong folder, and :data:`memory_pens`, where the
+memory routes answer 404 naming the missing feature. An entry's exception is the
 caller's (a spawn check's :class:`~fleet.errors.UsageError` stops the spawn before anything is
 made). Adding under a name already there replaces (a module imported twice does not plug in twice).
 """
@@ -32,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 if TYPE_CHECKING:
     from fleet.client import Client
     from fleet.delivery.frames import Frame
+    from fleet.delivery.rules import Rule
     from fleet.layouts import Layout, ResolvedProfile
-    from fleet.models import Blip, SessionRecord, Wave, Wavelet
+    from fleet.models import Blip, MemoryOp, Seat, SessionRecord, Wave, Wavelet
     from fleet.paths import Paths
     from fleet.records.budgets import Budget
     from fleet.spawn import PaneReport
@@ -59,6 +63,14 @@ class Seam(Generic[T]):
         no feature. Nothing changes when ``name`` is plugged in already (its module was imported)."""
         self._entries.setdefault(name, target)
 
+    def get(self, name: str) -> T | None:
+        """The entry plugged in as ``name`` (imported now if it was named lazily), or None."""
+        entry = self._entries.get(name)
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), attr)
+        return cast("T | None", entry)
+
     def remove(self, name: str) -> None:
         self._entries.pop(name, None)
 
@@ -66,11 +78,8 @@ class Seam(Generic[T]):
         return list(self._entries)
 
     def __iter__(self) -> Iterator[T]:
-        for name, entry in list(self._entries.items()):
-            if isinstance(entry, str):
-                module, _, attr = entry.partition(":")
-                entry = self._entries[name] = getattr(importlib.import_module(module), attr)
-            yield cast(T, entry)
+        for name in list(self._entries):
+            yield cast(T, self.get(name))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -250,6 +259,35 @@ ForkSpawner = Callable[[ToolHost, str, list[str]], ForkSpawn]
 fork_spawners: Seam[ForkSpawner] = Seam("channel: wavelet_fork's spawn")
 
 
+# ---------------------------------------------------------------- the delivery engine
+
+
+class Policy(Protocol):
+    """A variant of targeted attention, chosen by its name in :data:`policies` (``--attention NAME``,
+    a profile's ``attention``): the delivery rules route each blip of others as targeted attention
+    does (:func:`fleet.delivery.rules.route`), then ask the policy. Pure, as the rules are: it is
+    called under the transport's lock on every blip."""
+
+    def route(self, blip: Blip, participant: str, root: bool, rule: Rule) -> Rule:
+        """The rule for ``blip`` (someone else's; ``root``: in the wave's root wavelet), given
+        targeted attention's ``rule``. A :class:`~fleet.delivery.rules.Rule` whose ``full`` is
+        True sends it in full; the routing log records the rule's name."""
+        ...
+
+    def holds(self, root: bool) -> bool:
+        """Whether a wavelet's batch with digested blips and none in full waits, with no deadline,
+        for a full blip there (or :data:`~fleet.delivery.rules.HOLD_MAX_LINES` digested ones, or
+        the cap): chatter that never wakes the session alone. False: the digest hold's deadline."""
+        ...
+
+    def instructions(self, participant: str) -> str:
+        """The paragraph the channel's instructions give the session on its attention."""
+        ...
+
+
+policies: Seam[Policy] = Seam("delivery: attention policies beyond full and targeted")
+
+
 # ---------------------------------------------------------------- the supervisor
 
 
@@ -317,6 +355,38 @@ class StatusColumns(Protocol):
 
 StatusColumnsFactory = Callable[[StatusRead], StatusColumns]
 status_columns: Seam[StatusColumnsFactory] = Seam("status: columns of a wave's rows")
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+class MemoryPen(Protocol):
+    """The file side of a wave's memory (``GET``/``POST /v1/waves/{wave}/memory``). The daemon's
+    handlers check who may hold the pen (:mod:`fleet.store.access`, before any of this is called),
+    ask the pen for the file and its text, and post the blip that records a write."""
+
+    def file(self, seat: Seat, wave: str) -> Path:
+        """Where ``wave``'s memory is, located by its resident's ``seat``; a
+        :class:`~fleet.errors.FleetError` when this daemon cannot reach it (nothing changed)."""
+        ...
+
+    def read(self, path: Path) -> str:
+        """What the memory holds (``""``: nothing written yet)."""
+        ...
+
+    def write(self, path: Path, op: MemoryOp, content: str) -> str:
+        """Apply one write (one at a time per file, atomic) and return what the file now holds;
+        a :class:`~fleet.errors.UsageError` for an empty ``content`` (nothing written)."""
+        ...
+
+    def note(
+        self, op: MemoryOp, content: str, summary: str | None, wave: str, by_resident: bool, resident: str
+    ) -> tuple[str, str]:
+        """(the write's summary, the text of the blip recording it in the wave's root wavelet)."""
+        ...
+
+
+memory_pens: Seam[MemoryPen] = Seam("daemon: the wave's MEMORY.md")
 
 
 def first(seam: Seam[T]) -> T | None:

@@ -459,10 +459,11 @@ class Spawner:
         trees, failed = self._worktrees(wave, layout, [n for n in order if n not in live_names], records)
         order = [n for n in order if n not in failed]
         if not order:  # nothing to start: no window either
-            found = self.tmux.find_session(wave.id) or ""
+            found = self.tmux.wave_session(wave.id)
             return SpawnReport(
-                wave=wave.name, wavelet=wl.path, session_id=found, window_id="",
-                panes=list(failed.values()), attach=attach_hint(wave.name), session=self.tmux.names(found)[0],
+                wave=wave.name, wavelet=wl.path, window_id="", panes=list(failed.values()),
+                attach=attach_hint(wave.name), session_id=found.id if found else "",
+                session=found.name if found else "",
             )  # fmt: skip
         session_id, window_id, spare = self._window(wave, wl)
         created_window = bool(spare)

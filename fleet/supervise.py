@@ -197,6 +197,8 @@ class WaveStatus(BaseModel):
     tmux_session_name: str | None = None
     """Its name, for people (``fleet status`` prints it)."""
     generated_at: str
+    topics: dict[str, str] = Field(default_factory=dict)
+    """``WAVE/WAVELET`` -> its topic, for each wavelet the reader sees that has one, oldest first."""
     rows: list[StatusRow] = Field(default_factory=list)
     permissions: list[PermissionWait] = Field(default_factory=list)
     """The permission requests waiting now, newest first (docs/permissions.md); their participants'
@@ -384,13 +386,14 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                 )
             )
     rows.sort(key=lambda r: not agentstate.needs_operator(r.state))  # (stable: roster order kept)
-    session_id = tmux.find_session(wave.id)
+    session = tmux.wave_session(wave.id)
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
-        tmux_session=session_id,
-        tmux_session_name=tmux.names(session_id)[0] or None if session_id else None,
+        tmux_session=session.id if session else None,
+        tmux_session_name=session.name if session else None,
         generated_at=datetime.now(UTC).isoformat(),
+        topics={wl.path: wl.topic for wl in wave.wavelets if wl.topic},
         rows=rows,
         permissions=[PermissionWait.of(p) for p in waiting],
         **{k: v for col in columns for k, v in col.wave().items()},
@@ -904,7 +907,10 @@ class KillReport(BaseModel):
     """The wave's name, or ``WAVE/WAVELET``."""
     scope: Literal["wave", "wavelet"]
     killed: str | None = None
-    """The tmux session (wave) or window (wavelet) killed; None when nothing was running."""
+    """The tmux session (wave) or window (wavelet) killed, by name (``SESSION`` or
+    ``SESSION:WINDOW``, as ``tmux attach -t`` takes it); None when nothing was running."""
+    killed_id: str | None = None
+    """Its tmux id (``$3``, ``@7``)."""
     panes: list[str] = Field(default_factory=list)
     participants: list[str] = Field(default_factory=list)
     """Reported ``gone``. Their sessions stay recorded: ``fleet spawn`` resumes them."""
@@ -974,20 +980,23 @@ def kill(
     changes and nothing unmerged; the others are listed as kept).
     """
     wave, wl = resolve_target(client, ref, wave_hint)
-    session = tmux.find_session(wave.id)
+    found = tmux.wave_session(wave.id)
+    session = found.id if found else None
     panes = tmux.fleet_panes(wave.id) if session else []
     killed: str | None = None
+    killed_name: str | None = None
     if wl is not None:
         window = tmux.find_window(session, wl.id) if session else None
         victims = [p for p in panes if p.window_id == window] if window else []
         if window:
+            labels = tmux.names(window)  # (before the kill: then tmux no longer knows it)
             tmux.kill_window(window)
-            killed = window
+            killed, killed_name = window, ":".join(n for n in labels if n) or window
     else:
         victims = [p for p in panes if p.session_id == session]
-        if session:
-            tmux.kill_session(session)
-            killed = session
+        if found:
+            tmux.kill_session(found.id)
+            killed, killed_name = found.id, found.name
     await_exit(victims)
     names = sorted({p.participant for p in victims})
     for name in names:
@@ -996,7 +1005,8 @@ def kill(
         wave=wave.name,
         target=wl.path if wl else wave.name,
         scope="wavelet" if wl else "wave",
-        killed=killed,
+        killed=killed_name,
+        killed_id=killed,
         panes=[p.pane_id for p in victims],
         participants=names,
     )

@@ -133,6 +133,14 @@ def check_length(argv: Sequence[str], what: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class SessionRef:
+    """A wave's tmux session: ``id`` (``$3``) for commands, ``name`` (the wave's) for people."""
+
+    id: str
+    name: str
+
+
 class Tmux:
     """fleet's view of one tmux server: sessions per wave, windows per wavelet, panes per participant."""
 
@@ -186,14 +194,27 @@ class Tmux:
     def fleet_panes(self, wave_id: str) -> list[PaneInfo]:
         return [p for p in self.panes() if p.wave == wave_id and p.participant]
 
-    def find_session(self, wave_id: str) -> str | None:
-        if not self.alive():
+    def wave_session(self, wave_id: str) -> SessionRef | None:
+        """The session of wave ``wave_id`` (its ``@fleet_wave``), id and name from one tmux command;
+        None when there is none, or no server answers (as :meth:`alive` would say: this is the same
+        ``list-sessions``, so a status costs one tmux command here, not four)."""
+        try:
+            res = self.srv.cmd("list-sessions", "-F", "#{session_id}\t#{session_name}\t#{@fleet_wave}")
+        except LibTmuxException:
             return None
-        for line in self._cmd("list-sessions", "-F", "#{session_id}\t#{@fleet_wave}"):
-            sid, _, wave = line.partition("\t")
+        if res.returncode != 0:
+            return None
+        for line in res.stdout:
+            sid, _, rest = line.partition("\t")
+            name, _, wave = rest.rpartition("\t")  # (a wave id has no tab; a name might)
             if wave == wave_id:
-                return sid
+                return SessionRef(sid, name)
         return None
+
+    def find_session(self, wave_id: str) -> str | None:
+        """The id of wave ``wave_id``'s session (:meth:`wave_session`), or None."""
+        ref = self.wave_session(wave_id)
+        return ref.id if ref else None
 
     def find_window(self, session_id: str, wavelet_id: str) -> str | None:
         for line in self._cmd("list-windows", "-t", session_id, "-F", "#{window_id}\t#{@fleet_wavelet}"):

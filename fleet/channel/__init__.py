@@ -3,7 +3,7 @@
 Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
 
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
-        [--cap 40] [--state-dir DIR] [--attention full|targeted|resident [--digest-hold 30]
+        [--cap 40] [--state-dir DIR] [--attention full|targeted|POLICY [--digest-hold 30]
         [--attendant CMD [--attendant-timeout 2]]] [--no-deliver]
         [--receipts auto|transcript|none] [--hook-fallback [--bound 3]]
 
@@ -102,11 +102,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--attention",
-        choices=["full", "targeted", "resident"],
         default="full",
+        metavar="full|targeted|POLICY",
         help="full: every blip is pushed. targeted: only blips naming you, the operator's and surfaces; "
-        "the rest as one digest per wavelet batch. resident (a wave's resident): full on the wave's root "
-        "wavelet, targeted elsewhere with DONE: reports in full and chatter held until one comes.",
+        "the rest as one digest per wavelet batch. POLICY: a feature's policy; resident (a wave's resident): "
+        "full on the root wavelet, targeted elsewhere with DONE: reports in full and chatter held until one "
+        "comes.",
     )
     p.add_argument(
         "--attendant",

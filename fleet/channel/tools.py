@@ -22,7 +22,7 @@ from fleet import errors
 from fleet.agentstate import describe
 from fleet.client import Client
 from fleet.delivery.frames import blip_block
-from fleet.delivery.rules import Attention
+from fleet.delivery.rules import Attention, policy_of
 from fleet.ids import request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
@@ -85,17 +85,8 @@ prefixed "operator asks:".
 def _attention_paragraph(participant: str, attention: Attention) -> str:
     if attention == "targeted":
         return _targeted_paragraph(participant)
-    if attention == "resident":
-        return f"""
-Your attention on your workers' wavelets is targeted: every blip of the wave's root wavelet reaches \
-you in full, but in a wavelet you forked a blip does only when it names you ("{participant}" or \
-[[{participant}]]), comes from the operator, is a surface, or is a report starting with "DONE:". \
-Everything else there (a worker's progress talk) is held and arrives with the next of those as one \
-message of kind "digest": one line per blip with its author, the start of its text and its id in \
-brackets (the ids are also in the blip_ids attribute). A digest is not a request. Read a digested \
-blip in full with wavelet_read (wavelet and blip_id) only when it bears on your task.
-"""
-    return ""
+    policy = policy_of(attention)
+    return "" if policy is None else policy.instructions(participant)
 
 
 def _targeted_paragraph(participant: str) -> str:

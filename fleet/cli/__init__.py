@@ -77,6 +77,7 @@ COMMANDS: dict[str, str] = {
     "fork": "wavelet",
     "invite": "wavelet",
     "leave": "wavelet",
+    "wavelet": "wavelet",
     "post": "blips",
     "read": "blips",
     "surface": "blips",

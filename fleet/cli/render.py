@@ -9,8 +9,10 @@ Data goes to stdout; notices and errors go to stderr.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -179,7 +181,8 @@ def wave_list(waves: Sequence[Wave]) -> None:
 
 
 def wave_tree(wave: Wave) -> None:
-    """The wavelet tree: one line per wavelet with its roster, private ones marked. A wavelet whose
+    """The wavelet tree: one line per wavelet with its roster, private ones marked, and its topic (cut
+    to the terminal's width: a tree line never wraps for it). A wavelet whose
     parent the reader may not see (``parent_withheld``) is a top of the tree, marked as under a
     private wavelet, after the root."""
     out(f"{wave.name}  ({short(wave.id)})")
@@ -201,7 +204,8 @@ def wave_tree(wave: Wave) -> None:
             last = i == len(nodes) - 1
             private = "  (private)" if wl.private else ""
             where = "  (under a private wavelet)" if under_private(wl) else ""
-            out(f"{indent}{'└── ' if last else '├── '}{wl.name}  [{roster(wl.roster)}]{private}{where}")
+            line = f"{indent}{'└── ' if last else '├── '}{wl.name}  [{roster(wl.roster)}]{private}{where}"
+            out(with_topic(line, wl.topic))
             walk(sorted(children.get(wl.id, []), key=lambda w: w.id), indent + ("    " if last else "│   "))
 
     walk(tops, "")
@@ -210,6 +214,60 @@ def wave_tree(wave: Wave) -> None:
 def wavelet(wl: Wavelet, verb: str) -> None:
     private = " (private)" if wl.private else ""
     out(f"{verb} {wl.path}{private}  [{roster(wl.roster)}]  {short(wl.id)}")
+
+
+def width() -> int:
+    """The columns a line may take: ``COLUMNS``, else the terminal's, else 80. (Not
+    ``shutil.get_terminal_size``: importing shutil costs every command 2 ms of start-up.)"""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+        if columns > 0:
+            return columns
+    except ValueError:
+        pass
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+    except (OSError, ValueError):
+        columns = 0
+    return columns if columns > 0 else 80
+
+
+def _cells(ch: str) -> int:
+    import unicodedata  # here, not at the top: only a line with a topic pays for it
+
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def cells(text: str) -> int:
+    """How many terminal columns ``text`` takes (wide characters two, combining marks none)."""
+    return sum(_cells(ch) for ch in text)
+
+
+def fit(text: str, room: int) -> str:
+    """``text`` cut to at most ``room`` columns, ending in ``…`` where it was cut ('' for no room)."""
+    if cells(text) <= room:
+        return text
+    if room < 1:
+        return ""
+    out, used = [], 0
+    for ch in text:
+        w = _cells(ch)
+        if used + w > room - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "…"
+
+
+def with_topic(line: str, topic: str) -> str:
+    """``line`` followed by ``  — TOPIC``, the topic cut so the whole fits :func:`width` (left off
+    when not two columns of it fit); ``line`` as it was without a topic."""
+    if not topic:
+        return line
+    room = width() - cells(line) - 4
+    return f"{line}  — {fit(topic, room)}" if room >= 2 else line
 
 
 # ---------------------------------------------------------------- tokens
@@ -294,11 +352,14 @@ def overview(waves: Sequence[WaveOverview]) -> None:
 
 
 def status_table(st: WaveStatus) -> None:
-    """One wave's ``fleet status``: a header line, then one row per (wavelet, participant), who waits
-    on the operator first (``!`` marks them)."""
+    """One wave's ``fleet status``: a header line, a line per wavelet with a topic (``  NAME  — TOPIC``,
+    cut to the width), then one row per (wavelet, participant), who waits on the operator first
+    (``!`` marks them)."""
     name = st.tmux_session_name or st.tmux_session
     where = f"tmux session {name}" if name else "no tmux session"
     out(f"wave {st.wave}  ({where})")
+    for path, topic in st.topics.items():
+        out(with_topic(f"  {path.split('/', 1)[-1]}", topic))
     if not st.rows:
         out("  no agents on any roster")
         return

@@ -40,9 +40,10 @@ TokenFileOpt = Annotated[
 AttentionOpt = Annotated[
     Attention,
     typer.Option(
+        metavar="full|targeted|POLICY",
         help="full: every blip. targeted: only blips naming you, the operator's and surfaces in full; "
         "the rest as one digest per wavelet batch (docs/design.md §4). resident: a wave's resident "
-        "(full on the root wavelet, DONE: reports in full elsewhere; docs/attention.md)."
+        "(full on the root wavelet, DONE: reports in full elsewhere; docs/attention.md).",
     ),
 ]
 StateDirOpt = Annotated[

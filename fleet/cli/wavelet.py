@@ -1,4 +1,5 @@
-"""``fleet fork``, ``fleet invite``, ``fleet leave``: the wavelet tree and its rosters."""
+"""``fleet fork``, ``fleet invite``, ``fleet leave``, ``fleet wavelet topic``: the wavelet tree, its
+rosters and its topics."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, complete_wavelet, names, wavelet
 from fleet.cli.spawn import AgentOpt, LayoutOpt, SocketOpt, make_spawner, report_and_exit
@@ -87,7 +89,46 @@ def leave(
         render.wavelet(wl, f"{name} left")
 
 
+app = typer.Typer(name="wavelet", help="One wavelet's own settings: its topic.", no_args_is_help=True)
+
+
+@app.command()
+def topic(
+    wavelet_ref: WaveletArg,
+    text: Annotated[
+        str | None,
+        typer.Argument(metavar="[TEXT]", help="The new topic: one line, at most 200 characters."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the topic.")] = False,
+    as_: AsOpt = None,
+    wave: WaveOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show WAVELET's one-line topic, set it to TEXT, or remove it with --clear.
+
+    Anyone on its roster (and the operator) may set it; each change writes a system blip into the
+    wavelet. With --json: the wavelet (its `topic` '' when it has none).
+    """
+    if clear and text is not None:
+        raise errors.UsageError("give TEXT or --clear, not both")
+    if text == "":
+        raise errors.UsageError("the topic is empty: to remove it, use --clear")
+    c = client()
+    wl = wavelet(wavelet_ref, wave)
+    if clear or text is not None:
+        wl = c.set_topic(wl.id, "" if clear else str(text), as_=as_)
+    if as_json:
+        render.dump(wl)
+    elif clear:
+        render.note(f"{wl.path} has no topic now")
+    elif wl.topic:
+        render.out(wl.topic)
+    else:
+        render.note(f"{wl.path} has no topic: set one with `fleet wavelet topic {wl.path} TEXT`")
+
+
 def register(root: typer.Typer) -> None:
     root.command()(fork)
     root.command()(invite)
     root.command()(leave)
+    root.add_typer(app)

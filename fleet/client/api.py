@@ -36,6 +36,7 @@ from fleet.models import (
     NewSummary,
     NewSurface,
     NewSystemBlip,
+    NewTopic,
     NewWave,
     PresenceReport,
     PresenceRow,
@@ -110,6 +111,10 @@ class Client(Transport):
 
     def leave(self, wavelet_id: str, name: str, as_: str | None = None) -> Wavelet:
         return self.call(R.LEAVE, RosterChange(name=name, as_=as_), wavelet=wavelet_id)
+
+    def set_topic(self, wavelet_id: str, topic: str, as_: str | None = None) -> Wavelet:
+        """Set the wavelet's one-line topic ('' clears it); the wavelet as it is now."""
+        return self.call(R.SET_TOPIC, NewTopic(topic=topic, as_=as_), wavelet=wavelet_id)
 
     def post(self, wavelet_id: str, text: str, as_: str | None = None, *, key: str | None = None) -> Blip:
         """A ``message`` blip. ``key``: the request key, when the caller makes two calls one post."""

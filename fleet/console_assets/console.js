@@ -62,6 +62,18 @@
     c.dataset.state = state;
   }
 
+  // The daemon's routes by name (FLEET_ROUTES: /assets/routes.js, generated from fleet/routes.py):
+  // the page writes no API path of its own, so a route moved in the table moves here too.
+  async function call(name, args, body) {
+    const r = window.FLEET_ROUTES && window.FLEET_ROUTES[name];
+    if (!r) return Promise.reject(new Error(`the console knows no route ${name}: reload the page`));
+    const path = r.path.replace(/\{(\w+)\}/g, (_, k) => {
+      if (args[k] === undefined) throw new Error(`route ${name} needs ${k}`);
+      return enc(args[k]);
+    });
+    return api(r.method, path, body);
+  }
+
   async function api(method, path, body) {
     const init = { method, credentials: "same-origin", headers: {} };
     if (body !== undefined) {
@@ -115,7 +127,7 @@
   // ------------------------------------------------------------------ waves and the stream
 
   async function loadWaves() {
-    const data = await api("GET", "/api/v1/waves");
+    const data = await call("list_waves", {});
     const same = data.waves.map((w) => w.name).join("/") === S.waves.map((w) => w.name).join("/");
     S.waves = data.waves;
     const sel = $("wave-select");
@@ -174,7 +186,7 @@
       }
       // The browser gave up (an error answer): find out whether we are still logged in, then retry.
       setConn("offline");
-      api("GET", "/api/v1/whoami").then(
+      call("whoami", {}).then(
         () => setTimeout(() => { if (S.es === es) openWave(name); }, 2000),
         () => setTimeout(() => { if (S.es === es) openWave(name); }, 5000),
       );
@@ -225,7 +237,7 @@
 
   async function answerPermission(r, behavior) {
     try {
-      await api("POST", `/api/v1/waves/${enc(S.waveRef)}/permissions/answer`,
+      await call("answer_permission", { wave: S.waveRef },
         { participant: r.participant, request_id: r.id, behavior, via: "console" });
       status(`${r.participant}: ${r.tool} ${behavior === "allow" ? "allowed" : "denied"}`);
     } catch (e) {
@@ -328,6 +340,11 @@
           p.title = "private: only its roster can see it";
           row.append(p);
         }
+        if (w.topic) {
+          const t = el("span", "tree-topic", w.topic);
+          t.title = w.topic;
+          row.append(t);
+        }
         const n = S.unread.get(w.id);
         if (n) row.append(el("span", "unread", n));
         const roster = el("span", "tree-roster", w.roster.map((m) => m.name).join(", ") || "nobody");
@@ -366,6 +383,8 @@
     if (top.parent_withheld || (top.parent_id && !waveletById(top.parent_id))) path.unshift("(a private wavelet)");
     $("wavelet-private").hidden = !w.private;
     $("wavelet-title").textContent = `${S.wave.name} / ${path.join(" › ")}`;
+    $("wavelet-topic").textContent = w.topic || "";
+    $("wavelet-topic").hidden = !w.topic;
     $("surface-button").disabled = !w.parent_id;
     $("surface-button").title = w.parent_id
       ? "post a conclusion into the parent wavelet"
@@ -566,7 +585,7 @@
       return;
     }
     try {
-      const data = await api("GET", `/api/v1/blips/${enc(id)}/history`);
+      const data = await call("history", { blip: id });
       const ol = el("ol", "history");
       for (const v of data.blips) {
         const li = el("li", v.id === id ? "current" : "");
@@ -693,7 +712,7 @@
       return;
     }
     try {
-      await api("POST", `/api/v1/wavelets/${enc(S.wavelet)}/leave`, { name });
+      await call("leave", { wavelet: S.wavelet }, { name });
       status(`${name} is off the roster`);
     } catch (e) {
       status(e.message, true);
@@ -716,7 +735,7 @@
     $("form-fork").addEventListener("submit", (e) => {
       e.preventDefault();
       act(e.target, async (v) => {
-        const wl = await api("POST", `/api/v1/wavelets/${enc(S.wavelet)}/fork`, {
+        const wl = await call("fork", { wavelet: S.wavelet }, {
           name: v.name.trim(), with: names(v.with), private: v.private === "on",
         });
         S.want = wl.id;
@@ -729,7 +748,7 @@
       e.preventDefault();
       act(e.target, async (v) => {
         for (const n of names(v.name)) {
-          await api("POST", `/api/v1/wavelets/${enc(S.wavelet)}/invite`, { name: n });
+          await call("invite", { wavelet: S.wavelet }, { name: n });
         }
         status("invited");
       });
@@ -737,7 +756,7 @@
     $("form-surface").addEventListener("submit", (e) => {
       e.preventDefault();
       act(e.target, async (v) => {
-        await api("POST", `/api/v1/wavelets/${enc(S.wavelet)}/surface`, { text: v.text });
+        await call("surface", { wavelet: S.wavelet }, { text: v.text });
         status("surfaced into the parent");
       });
     });
@@ -806,7 +825,7 @@
     const btn = $("post");
     btn.disabled = true;
     try {
-      const b = await api("POST", `/api/v1/wavelets/${enc(S.wavelet)}/blips`, { text });
+      const b = await call("post", { wavelet: S.wavelet }, { text });
       c.value = "";
       if (b.wavelet_id === S.wavelet && !S.loading) showBlip(b);
     } catch (e) {

@@ -1,4 +1,5 @@
-"""Wavelets: resolve a reference, read one, fork, invite, leave, and its assembled context."""
+"""Wavelets: resolve a reference, read one, fork, invite, leave, set its topic, and its assembled
+context."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from fleet import errors
 from fleet.daemon.request import Answer, Rebuild, Request
-from fleet.models import NewFork, RosterChange
-from fleet.store.events import Event, RosterInvited, RosterLeft, WaveletForked
+from fleet.models import NewFork, NewTopic, RosterChange
+from fleet.store.events import Event, RosterInvited, RosterLeft, WaveletForked, WaveletTopicSet
 from fleet.store.summaries import CONTEXT_PAGE
 
 if TYPE_CHECKING:
@@ -46,6 +47,13 @@ def leave(d: Dispatcher, r: Request) -> Answer:
     return 200, wl
 
 
+def set_topic(d: Dispatcher, r: Request) -> Answer:
+    body = r.model(NewTopic)
+    wl = d.s.set_topic(r.who, r.arg, body.topic, as_=body.as_)
+    d.roster_changed(wl)  # its readers (the system blip), its wave's feeds and the tree (the console)
+    return 200, wl
+
+
 def context(d: Dispatcher, r: Request) -> Answer:
     """One page of the assembled context: ``limit`` entries (default 500), older than ``before``."""
     limit = r.q_int("limit", CONTEXT_PAGE)
@@ -60,16 +68,22 @@ HANDLERS = (
     fork,
     invite,
     leave,
+    set_topic,
     context,
 )
 
 
 def _wavelet_answer(status: int) -> Rebuild:
     def rebuild(d: Dispatcher, r: Request, e: Event) -> Answer:
-        assert isinstance(e, WaveletForked | RosterInvited | RosterLeft)
+        assert isinstance(e, WaveletForked | RosterInvited | RosterLeft | WaveletTopicSet)
         return status, d.s.resolve(r.who, e.wavelet_id)
 
     return rebuild
 
 
-REBUILDS = {"fork": _wavelet_answer(201), "invite": _wavelet_answer(200), "leave": _wavelet_answer(200)}
+REBUILDS = {
+    "fork": _wavelet_answer(201),
+    "invite": _wavelet_answer(200),
+    "leave": _wavelet_answer(200),
+    "set_topic": _wavelet_answer(200),
+}

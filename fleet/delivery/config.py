@@ -30,7 +30,7 @@ from typing import Literal
 
 from fleet import errors
 from fleet.delivery.ledger import BOUND
-from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention
+from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention, check_attention
 from fleet.models import OPERATOR, PARTICIPANT_RE
 from fleet.paths import get_paths
 from fleet.wire import Record, field
@@ -147,6 +147,7 @@ def resolve(
 
 def check(config: TransportConfig) -> None:
     """Reject settings that cannot work, before any protocol starts."""
+    check_attention(config.attention)
     if config.attendant is not None:
         if config.attention == "full":
             raise errors.UsageError("--attendant only rescues digested blips: add --attention targeted")

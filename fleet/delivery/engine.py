@@ -197,7 +197,7 @@ class Engine:
             del self._held_back[wavelet]  # delivery resumes: the next feed starts at the cursor
         with self.lock:
             self.labels = labels
-            if feed.wavelets:  # (resident attention: the root wavelet's blips go in full)
+            if feed.wavelets:  # (for an attention policy: which wavelets are the wave's root)
                 core.roots = frozenset(w.id for w in feed.wavelets if w.root)
             core.retain(self.labels)
             before = self.feed_cursors

@@ -24,12 +24,14 @@ Pure: no I/O, no clock of its own, no threads. Every transport (the channel's MC
   again (a frame pushed before the failure may then be pushed twice; nothing is skipped). Nothing
   is ever dropped: every blip of others is in exactly one committed frame, or stepped over by the
   cap as in full mode.
-* **The resident's attention** (``attention="resident"``, the default of a wave's resident,
-  docs/resident.md): full on the wave's root wavelet (where the operator and the workers' surfaces
-  speak to the mind: :attr:`Delivery.roots`), targeted on every other wavelet (its workers'),
-  where a worker's report (a blip starting with ``DONE:``, :data:`DONE`) goes in full too. A
-  worker wavelet's digest-only batch is held with no deadline: the chatter rides with the next full
-  blip there (or goes out at :data:`HOLD_MAX_LINES`), so progress talk never wakes the mind alone.
+* **Attention policies** (``attention=NAME``, any other name): targeted attention as above, then
+  the policy plugged into :data:`fleet.seams.policies` under ``NAME`` may send more blips in full
+  (:meth:`~fleet.seams.Policy.route`, told whether the blip is in the wave's root wavelet:
+  :attr:`Delivery.roots`) and hold a wavelet's digest-only batch with no deadline
+  (:meth:`~fleet.seams.Policy.holds`): the chatter then rides with the next full blip there (or
+  goes out at :data:`HOLD_MAX_LINES`). A name no policy holds is refused (:func:`policy_of`). The
+  resident's (``resident``, docs/resident.md) is one: the root wavelet and ``DONE:`` reports in
+  full, its workers' chatter held.
 * **The digest hold** (targeted, ``hold`` > 0, :meth:`Delivery.gather`): a wavelet batch with
   nothing to deliver in full is held back, uncommitted, for up to ``hold`` seconds so that later
   chatter joins the same digest frame (one wake instead of one per blip). A full blip in that
@@ -43,8 +45,9 @@ import enum
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from fleet import errors, seams
 from fleet.models import OPERATOR, Blip
 
 if TYPE_CHECKING:
@@ -102,12 +105,39 @@ class Decision:
 
 # ---------------------------------------------------------------- attention rules
 
-Attention = Literal["full", "targeted", "resident"]
-"""``full``: every blip of others is pushed as itself. ``targeted``: :func:`route` decides.
-``resident``: full on the wave's root wavelet, targeted (with ``DONE:`` reports in full) elsewhere."""
+Attention = str
+"""``full``: every blip of others is pushed as itself. ``targeted``: :func:`route` decides. Any
+other name: the policy of that name on :data:`fleet.seams.policies` (``resident``, the resident's),
+checked by :func:`policy_of`."""
 
-DONE = "DONE:"
-"""How a worker's report that its job is done begins (the resident's fold counts the job done)."""
+BUILT_IN: tuple[str, ...] = ("full", "targeted")
+"""The attentions the rules know without a policy."""
+
+
+def attentions() -> list[str]:
+    """Every attention a participant may be given: the built-ins, then the policies plugged in."""
+    return [*BUILT_IN, *(n for n in seams.policies.names() if n not in BUILT_IN)]
+
+
+def policy_of(attention: str) -> seams.Policy | None:
+    """The policy ``attention`` names (None: ``full`` or ``targeted``, which need none); a
+    :class:`~fleet.errors.UsageError` naming the choices when no policy is plugged in under it."""
+    if attention in BUILT_IN:
+        return None
+    got = seams.policies.get(attention)
+    if got is None:
+        raise errors.UsageError(
+            f"attention {attention!r} is not one of {', '.join(attentions())}: pass one of those"
+            " (a policy other than full or targeted is a feature's, plugged into fleet.seams.policies)"
+        )
+    return got
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` when it names an attention (:func:`policy_of`'s error otherwise), not imported."""
+    if attention not in BUILT_IN and attention not in seams.policies.names():
+        policy_of(attention)
+    return attention
 
 
 class Rule(enum.StrEnum):
@@ -122,10 +152,10 @@ class Rule(enum.StrEnum):
     ATTENDANT = "attendant"
     """Full: the rules digested it and the external attendant promoted it."""
     ROOT = "root"
-    """Full (resident attention): a blip in the wave's root wavelet, where the operator and the
-    workers' surfaces speak to the mind."""
+    """Full (a policy's): a blip in the wave's root wavelet (the resident's: where the operator and
+    the workers' surfaces speak to the mind)."""
     DONE = "done"
-    """Full (resident attention): a worker's report, a blip starting with ``DONE:``."""
+    """Full (a policy's): a report that a job is done (the resident's: a blip starting ``DONE:``)."""
     SYSTEM = "system"
     """Digest: fleet's provenance (a fork, join or leave), whoever caused it."""
     UNADDRESSED = "unaddressed"
@@ -150,25 +180,20 @@ def mentions(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w-]){n}(?![\w-])|\[\[{n}\]\]", text, re.IGNORECASE) is not None
 
 
-def route(blip: Blip, participant: str, *, resident: bool = False, root: bool = False) -> Rule:
+def route(blip: Blip, participant: str) -> Rule:
     """The targeted-attention rule for a blip of someone else, first match wins.
 
     ``system`` blips are provenance and always digested, even when they name the participant (an
     invitation still shows up as a digest line in the new wavelet; its blips then follow). Then the
-    operator's blips, surfaces and mentions go in full; everything else is digested.
-    ``resident`` (the resident's attention): every blip of the root wavelet (``root``) goes in full
-    too, and so does a worker's ``DONE:`` report.
+    operator's blips, surfaces and mentions go in full; everything else is digested. A policy
+    (:class:`fleet.seams.Policy`) is asked after this, with its answer.
     """
     if blip.kind == "system":
         return Rule.SYSTEM
-    if resident and root:
-        return Rule.ROOT
     if blip.author == OPERATOR:
         return Rule.OPERATOR
     if blip.kind == "surface":
         return Rule.SURFACE
-    if resident and blip.text.lstrip().startswith(DONE):
-        return Rule.DONE
     if mentions(blip.text, participant):
         return Rule.MENTION
     return Rule.UNADDRESSED
@@ -280,13 +305,15 @@ class Delivery:
         self.state = state
         self.cap = cap
         self.attention: Attention = attention
+        self.policy = policy_of(attention)
+        """The attention's policy (None: full or targeted)."""
         self.hold = hold
         """Targeted attention: seconds :meth:`gather` holds a digest-only batch (0: never)."""
         self.dirty = False
         """True when the state changed since the last :meth:`mark_saved`."""
         self.roots: frozenset[str] = frozenset()
-        """Resident attention: the ids of the wave's root wavelet(s) (the transport sets them from
-        each feed's wavelets); their blips go in full."""
+        """The ids of the wave's root wavelet(s) (the transport sets them from each feed's
+        wavelets), for the policy (:meth:`fleet.seams.Policy.route`'s ``root``)."""
         # recorded for `fleet status` (which cannot know what cap was passed), saved with the next
         # change: a start alone writes nothing
         state.cap = cap
@@ -413,9 +440,10 @@ class Delivery:
                 batch = by_wavelet[wavelet] = Batch(wavelet)
             batch.blips.append(blip)
             if not self.own(blip):
-                batch.rules[blip.id] = route(
-                    blip, self.participant, resident=self.attention == "resident", root=wavelet in self.roots
-                )
+                rule = route(blip, self.participant)
+                if self.policy is not None:
+                    rule = self.policy.route(blip, self.participant, wavelet in self.roots, rule)
+                batch.rules[blip.id] = rule
         return list(by_wavelet.values())
 
     def gather(self, blips: Iterable[Blip], now: float) -> list[Batch]:
@@ -441,14 +469,14 @@ class Delivery:
                 still[wavelet] = batch.blips  # provenance alone never wakes: held with no deadline
                 continue
             if (
-                self.attention == "resident"
-                and wavelet not in self.roots
+                self.policy is not None
+                and self.policy.holds(wavelet in self.roots)
                 and digested
                 and not batch.full
                 and len(digested) < HOLD_MAX_LINES
                 and wavelet not in self.state.exhausted
             ):
-                still[wavelet] = batch.blips  # a worker's chatter never wakes the mind alone
+                still[wavelet] = batch.blips  # the policy's: chatter never wakes the session alone
                 continue
             start = since.get(wavelet, now)
             due = (

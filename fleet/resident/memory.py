@@ -17,7 +17,8 @@ What a caller may rely on (docs/resident.md):
   run in the resident's own session (its shell: ``CLAUDE_CODE_SESSION_ID`` is the seat's) writes
   as the resident even with the operator's token.
 
-This module is the file side (the daemon's); :func:`show` and :func:`write` are the CLI's.
+This module is the file side, which the daemon reaches through :data:`fleet.seams.memory_pens`
+(:data:`pen`, named by :mod:`fleet.features`); :func:`show` and :func:`write` are the CLI's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleet import errors
+from fleet import errors, seams
 from fleet.models import MemoryAnswer, MemoryOp, Seat
 from fleet.resident import repo
 
@@ -101,6 +102,29 @@ def blip_text(op: MemoryOp, said: str, wave: str, by_resident: bool, resident: s
     if by_resident:
         return f"resident: memory {verb}: {said} (wave/{wave}/MEMORY.md)"
     return f"memory {verb}: {said} — {resident}: re-read wave/{wave}/MEMORY.md, the wave's memory"
+
+
+class Pen:
+    """The daemon's pen (:class:`fleet.seams.MemoryPen`): this module's file side."""
+
+    def file(self, seat: Seat, wave: str) -> Path:
+        return memory_file(seat, wave)
+
+    def read(self, path: Path) -> str:
+        return read(path)
+
+    def write(self, path: Path, op: MemoryOp, content: str) -> str:
+        return apply(path, op, content)
+
+    def note(
+        self, op: MemoryOp, content: str, summary: str | None, wave: str, by_resident: bool, resident: str
+    ) -> tuple[str, str]:
+        said = summary_of(content, summary)
+        return said, blip_text(op, said, wave, by_resident, resident)
+
+
+pen = Pen()
+seams.memory_pens.add(__name__, pen)
 
 
 # ---------------------------------------------------------------- the CLI's side

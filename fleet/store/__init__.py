@@ -12,6 +12,8 @@ The data model (docs/design.md §1), in prose:
   and leave change it. Every join and leave is an event, and writes a ``system`` blip into the
   wavelet so the transcript itself says who came and went. Each member remembers ``since``, the last
   blip before it joined: delivery to it starts right after.
+- A wavelet may have a one-line **topic**, set or cleared by a member or the operator; each change is
+  an event with a ``system`` blip in the wavelet, so its members read what it is about now.
 - A **blip** is one message: ``message``, ``system`` or ``surface``. Blips are never edited. A
   **replace** appends a new blip with ``replaces`` pointing at the old one (so it is delivered like
   any other) and marks the old one ``superseded_by``; reads show the latest version and the history
@@ -107,6 +109,7 @@ from fleet.store.events import (
     TokenRevoked,
     WaveCreated,
     WaveletForked,
+    WaveletTopicSet,
     parse,
     record,
     replay,
@@ -610,6 +613,42 @@ class Store:
                     wavelet_id=wl["id"],
                     wave_id=wl["wave_id"],
                     name=name,
+                    at=at,
+                    blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
+                ),
+            )
+        return self._current(who, wl["id"])
+
+    def set_topic(self, who: Principal, ref: str, topic: str, *, as_: str | None = None) -> Wavelet:
+        """Set ``ref``'s topic ('' clears it): members and the operator (as itself, or as a member).
+        A topic it already has changes nothing (no event, no blip). Refused (UsageError) unless one
+        line within :data:`fleet.models.MAX_TOPIC` characters (:func:`fleet.store.checks.topic`)."""
+        actor = self.access.author(who, as_)
+        wl = self.access.wavelet(who, ref)
+        checks.topic(topic)
+        self.access.require_member(who, wl, "set the topic")
+        # The operator acting as someone acts as a member: the event names the setter, and an
+        # import accepts a topic only from the roster (fleet/store/artifact.py), as written live.
+        if actor != OPERATOR and not self.access.is_member(wl["id"], actor):
+            raise errors.Forbidden(
+                f"{actor!r} is not on the roster of {wl['name']!r} and cannot set the topic there:"
+                " invite it first, or set it as the operator"
+            )
+        with self._db.write() as conn:
+            was = conn.execute("SELECT topic FROM wavelets WHERE id = ?", (wl["id"],)).fetchone()[0]
+            if was == topic:
+                return self._current(who, wl["id"])
+            at = now()
+            # json.dumps quotes it: the blip shows exactly where the topic starts and ends.
+            quoted = json.dumps(topic, ensure_ascii=False)
+            text = f"{actor} set the topic: {quoted}" if topic else f"{actor} cleared the topic"
+            record(
+                conn,
+                WaveletTopicSet(
+                    wavelet_id=wl["id"],
+                    wave_id=wl["wave_id"],
+                    topic=topic,
+                    by=actor,
                     at=at,
                     blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
                 ),

@@ -62,6 +62,7 @@ from fleet.store.events import (
     TokenRevoked,
     WaveCreated,
     WaveletForked,
+    WaveletTopicSet,
     apply,
     parse,
 )
@@ -465,8 +466,9 @@ class _Adder:
       or a participant's summary by a member of the wavelet at that point (or the operator); system
       blips by ``system`` only; a replacement of the latest version, keeping its author and kind; a
       surface into its source's parent; a fork point and an invitee's ``since`` that are the
-      wavelet's last blip then; a leave of a member; a seat claimed over no open seat of another
-      session, closed only when open; a budget reached that was set; blip texts within the limit.
+      wavelet's last blip then; a leave of a member; a topic within the rules, set by a member; a
+      seat claimed over no open seat of another session, closed only when open; a budget reached
+      that was set; blip texts within the limit.
     - Tokens only with ``with_tokens``.
 
     The tables this looks in are indexed by what it asks; the only state it keeps itself is the
@@ -622,6 +624,15 @@ class _Adder:
             if not self._member(wl["id"], event.name):
                 raise _Refused(f"{event.name!r} leaves {wl['name']!r} without being on its roster")
             self._system_blip(event.blip, event.wave_id, wl["id"])
+        elif isinstance(event, WaveletTopicSet):
+            self._wave(event.wave_id)
+            wl = self._wavelet(event.wavelet_id, event.wave_id)
+            try:
+                checks.topic(event.topic)
+            except errors.FleetError as exc:
+                raise _Refused(f"wavelet {wl['name']!r}: {exc.message}") from None
+            self._by_member(wl, event.by, "set the topic")
+            self._system_blip(event.blip, event.wave_id, wl["id"])
         elif isinstance(event, BlipPosted):
             b = event.blip
             self._wave(b.wave_id)
@@ -690,8 +701,10 @@ class _Adder:
             self._permission_asked(event)
         elif isinstance(event, PermissionAnswered):
             self._permission_answered(event)
-        else:
+        elif isinstance(event, BudgetReached):
             self._budget_reached(event)
+        else:  # an event type added without its check here: refused, not applied unchecked
+            raise _Refused(f"this fleet has no import check for {event.type} events: upgrade fleet")
 
     def _permission_asked(self, e: PermissionAsked) -> None:
         """A prompt of a participant on its wave's roster (a wave created in this file), a new id."""

@@ -104,6 +104,18 @@ class RosterLeft(_Event, kw_only=True, tag="roster.left"):
     blip: Blip
 
 
+class WaveletTopicSet(_Event, kw_only=True, tag="wavelet.topic"):
+    """A wavelet's topic set by ``by`` (or, with ``topic`` '', cleared), with the ``system`` blip
+    that tells its members."""
+
+    wavelet_id: str
+    wave_id: str
+    topic: str
+    by: str
+    at: str
+    blip: Blip
+
+
 class BlipPosted(_Event, kw_only=True, tag="blip.posted"):
     """A ``message`` (or an operator's ``system``) blip."""
 
@@ -242,6 +254,7 @@ Event = (
     | WaveletForked
     | RosterInvited
     | RosterLeft
+    | WaveletTopicSet
     | BlipPosted
     | BlipSurfaced
     | BlipReplaced
@@ -264,6 +277,7 @@ MODELS: tuple[type[_Event], ...] = (
     WaveletForked,
     RosterInvited,
     RosterLeft,
+    WaveletTopicSet,
     BlipPosted,
     BlipSurfaced,
     BlipReplaced,
@@ -462,6 +476,12 @@ def _roster_invited(conn: sqlite3.Connection, e: RosterInvited) -> None:
 @_on(RosterLeft)
 def _roster_left(conn: sqlite3.Connection, e: RosterLeft) -> None:
     conn.execute("DELETE FROM members WHERE wavelet_id = ? AND name = ?", (e.wavelet_id, e.name))
+    _insert_blip(conn, e.blip)
+
+
+@_on(WaveletTopicSet)
+def _wavelet_topic(conn: sqlite3.Connection, e: WaveletTopicSet) -> None:
+    conn.execute("UPDATE wavelets SET topic = ? WHERE id = ?", (e.topic, e.wavelet_id))
     _insert_blip(conn, e.blip)
 
 

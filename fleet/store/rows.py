@@ -90,6 +90,7 @@ def wavelet(
         private=bool(wl["private"]),
         roster=members(conn, wl["id"]) if roster is None else roster,
         parent_withheld=withheld,
+        topic=wl["topic"],
     )
 
 

@@ -343,6 +343,11 @@ def _m0013_budget_spend_unpriced(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE budget_spend ADD COLUMN unpriced TEXT NOT NULL DEFAULT ''")
 
 
+def _m0014_wavelet_topic(conn: sqlite3.Connection) -> None:
+    """A wavelet's one-line topic ('' for none), set by ``wavelet.topic`` events (issue 27)."""
+    conn.execute("ALTER TABLE wavelets ADD COLUMN topic TEXT NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
@@ -357,6 +362,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0011_request_keys", _m0011_request_keys),
     ("0012_permissions", _m0012_permissions),
     ("0013_budget_spend_unpriced", _m0013_budget_spend_unpriced),
+    ("0014_wavelet_topic", _m0014_wavelet_topic),
 ]
 """Named, forward-only. Append new ones; never edit or reorder a shipped one."""
 

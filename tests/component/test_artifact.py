@@ -97,6 +97,7 @@ def build_state(op: Client) -> dict[str, str]:
     op.surface(side.id, "side is done", source_blip_id=found.id, as_="alice")
     op.invite(side.id, "carol")
     op.leave(side.id, "carol")
+    op.set_topic(side.id, "the secret side, in one line", as_="alice")
     alice = op.mint_token("w", "alice")
     spare = op.mint_token("w", "bob")
     op.revoke_token(token_id=spare.id)

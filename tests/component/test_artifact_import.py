@@ -161,6 +161,38 @@ def test_a_crafted_blip_into_an_existing_private_wavelet_is_refused(
     assert all(b.text != "I agree to everything" for b in op.read(side.id).blips)
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"topic": "two\nlines"}, "newline"),
+        ({"topic": "x" * 201}, "over the limit"),
+        ({"by": "zed"}, "'zed' is not on the roster"),
+    ],
+)
+def test_a_crafted_topic_event_is_refused_as_a_live_write_would_be(
+    tmp_path: Path, started: list[Daemon], change: dict[str, str], named: str
+) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    d, op = serve(src, started)
+    w = op.create_wave("t", ["alice"])
+    op.set_topic(w.root_id, "a fine topic", as_="alice")
+    lines = export_of(src).splitlines()
+    d.stop()
+    started.remove(d)
+    rows = [json.loads(x) for x in lines[1:-1]]
+    (topic,) = [r for r in rows if r["type"] == "wavelet.topic"]
+    topic["payload"].update(change)
+    bad = tmp_path / "topic.jsonl"
+    bad.write_text(seal([lines[0], *(json.dumps(r) for r in rows)]))
+    refused(fleet("import", str(bad), home=dst), 2, "wavelet.topic", named, "nothing was imported")
+    # The file as exported imports, topic and all.
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    ok(fleet("import", str(good), home=dst))
+    _, op2 = serve(dst, started)
+    assert op2.resolve("t/main").topic == "a fine topic"
+
+
 def test_truncated_and_resealed_wrong_files_are_refused_and_allow_partial_takes_the_whole_prefix(
     tmp_path: Path, started: list[Daemon]
 ) -> None:
@@ -378,6 +410,7 @@ def test_mutated_exports_are_refused_untouched_or_only_add(tmp_path: Path, start
         "wave.created", "wavelet.forked", "roster.invited", "roster.left", "blip.posted",
         "blip.surfaced", "blip.replaced", "token.minted", "token.revoked", "session.recorded",
         "seat.claimed", "seat.closed", "summary.recorded", "blip.pinned", "budget.set", "budget.reached",
+        "wavelet.topic",
     }  # fmt: skip
     d.stop()
     started.remove(d)

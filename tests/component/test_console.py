@@ -62,6 +62,7 @@ def test_without_a_session_nothing_is_served(d: Daemon, wave: Any, op: Client) -
         for path in (
             "/assets/console.js",
             "/assets/console.css",
+            "/assets/routes.js",
             "/api/v1/waves",
             f"/api/v1/wavelets/{wave.root_id}/blips",
             f"/api/console/wavelets/{wave.root_id}/tail",
@@ -91,6 +92,9 @@ def test_the_login_link_works_once_and_sets_a_strict_httponly_cookie(d: Daemon, 
     shell = request(d, "GET", "/", cookie=session)
     assert shell.status == 200 and b"/assets/console.js" in shell.body
     assert "script-src 'self'" in shell.headers["Content-Security-Policy"]
+    table = request(d, "GET", "/assets/routes.js", cookie=session)  # the page's routes, by name
+    assert table.status == 200 and table.headers["Content-Type"].startswith("text/javascript")
+    assert b"window.FLEET_ROUTES" in table.body and b'"path": "/api/v1/wavelets/{wavelet}/fork"' in table.body
     assert request(d, "GET", "/api/v1/waves", cookie=session).json()["waves"][0]["name"] == "demo"
     # Logging out ends the session.
     out = request(d, "POST", "/logout", cookie=session, origin=ui(d).url)

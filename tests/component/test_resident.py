@@ -6,14 +6,15 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleet import errors
+from fleet import errors, seams
 from fleet.client import Client
-from fleet.models import NewSeat
+from fleet.models import MemoryOp, NewSeat, Seat
 from fleet.paths import Paths
 
 # ---------------------------------------------------------------- GOAL.md
@@ -277,3 +278,52 @@ def test_resident_status_says_what_fleet_status_says_and_never_idle_turns_0_with
         assert mind["state"] == agent.kind and mind["agent"] == row["state"], (mind, row)
     text = run_fleet(operator, tmp_path / "x", "resident", "status", "w")
     assert "failed: API" in text.stdout and "unknown (no transcript here)" in text.stdout, text.stdout
+
+
+class _ThirdPartyPen:
+    """A pen of another feature's: its memory is one file of its own, whatever the seat says."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def file(self, seat: Seat, wave: str) -> Path:
+        return self.path
+
+    def read(self, path: Path) -> str:
+        return path.read_text(encoding="utf-8") if path.exists() else ""
+
+    def write(self, path: Path, op: MemoryOp, content: str) -> str:
+        path.write_text(content, encoding="utf-8")
+        return content
+
+    def note(
+        self, op: MemoryOp, content: str, summary: str | None, wave: str, by_resident: bool, resident: str
+    ) -> tuple[str, str]:
+        return content, f"noted ({op}, resident={by_resident}): {content}"
+
+
+def test_the_daemon_writes_memory_through_the_pen_on_its_seam_and_without_one_says_so(
+    operator: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seated_repo(operator, tmp_path)
+    residents = tmp_path / "repo" / "wave" / "w" / "MEMORY.md"
+    mine = tmp_path / "elsewhere.md"
+    monkeypatch.setattr(seams.memory_pens, "_entries", {"third.party": _ThirdPartyPen(mine)})
+    got = operator.write_memory("w", "update", "kept by another pen")
+    assert (got.path, got.content) == (str(mine), "kept by another pen") and mine.read_text() == got.content
+    assert not residents.exists()
+    last = operator.read(operator.resolve("w/main").id).blips[-1]
+    assert (last.id, last.text) == (got.blip_id, "noted (update, resident=False): kept by another pen")
+    assert operator.memory("w").content == "kept by another pen"
+
+    monkeypatch.setattr(seams.memory_pens, "_entries", {})
+    asks: list[Callable[[], object]] = [
+        lambda: operator.memory("w"),
+        lambda: operator.write_memory("w", "add", "lost"),
+    ]
+    for ask in asks:
+        with pytest.raises(errors.NotFound) as caught:
+            ask()
+        assert "no memory pen" in caught.value.message and "fleet daemon start" in caught.value.message
+    assert operator.read(operator.resolve("w/main").id).blips[-1].id == got.blip_id  # nothing recorded
+    assert mine.read_text() == "kept by another pen" and not residents.exists()

@@ -36,6 +36,8 @@ FEATURES = {
     "fleet.resident",
     "fleet.resident.plug",
     "fleet.resident.dispatch",
+    "fleet.resident.attention",
+    "fleet.resident.memory",
     "fleet.campaign",
 }
 
@@ -56,6 +58,19 @@ def test_short_lived_processes_import_only_the_features_they_reach() -> None:
     )
     assert "fleet.channel.server" in served
     assert served & FEATURES == {"fleet.budgets"}, "the channel imported features it does not use"
+
+
+def test_a_residents_channel_imports_its_attention_policy_and_no_other_feature() -> None:
+    """``--attention resident`` reaches the policy seam: the resident's policy (and its package) is
+    imported, nothing else of the resident; a channel of full attention imports neither."""
+    make = (
+        "import fleet.features as f\nf.load_channel()\nfrom fleet.delivery.rules import Delivery\n"
+        "from fleet.delivery.state import DeliveryState\n"
+        "Delivery('resident', DeliveryState(daemon='d', wave='w', participant='resident'), attention={!r})"
+    )
+    resident = loaded(make.format("resident"))
+    assert resident & FEATURES == {"fleet.resident", "fleet.resident.attention"}
+    assert loaded(make.format("full")) & FEATURES == set()
 
 
 def test_a_worker_spawned_from_a_channel_gets_the_same_seams_as_the_clis() -> None:

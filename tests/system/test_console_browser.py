@@ -215,6 +215,33 @@ def test_the_operator_forks_invites_removes_and_surfaces_from_the_page(
     no_js_errors(page)
 
 
+def test_a_wavelets_topic_shows_beside_its_name_in_the_tree_and_the_head(
+    page: Page, d: Daemon, wave: Any, op: Client
+) -> None:
+    side = op.fork(wave.root_id, "side", ["alice"])
+    op.set_topic(side.id, "retry the flaky upload <b>now</b>")
+    open_console(page, d, "#/demo/side")
+    retry_until(lambda: selected(page) == side.id, what="side")
+
+    def shown() -> list[Any]:
+        return list(page.eval(
+            "[document.querySelector('.tree-row[data-name=side] .tree-topic')?.textContent ?? null,"
+            " document.querySelector('.tree-row[data-name=main] .tree-topic')?.textContent ?? null,"
+            " document.getElementById('wavelet-topic').hidden,"
+            " document.getElementById('wavelet-topic').textContent]"
+        ))  # fmt: skip
+
+    topic = "retry the flaky upload <b>now</b>"  # text, never markup
+    assert shown() == [topic, None, False, topic]
+    # A change reaches the open page through its stream's tree, with no reload and no new request.
+    op.set_topic(side.id, "")
+    op.set_topic(wave.root_id, "the release")
+    retry_until(lambda: shown() == [None, "the release", True, ""], what="the topics to move")
+    page.click(".tree-row[data-name=main]")
+    retry_until(lambda: shown()[2:] == [False, "the release"], what="main's topic in the head")
+    no_js_errors(page)
+
+
 def test_a_click_on_a_wavelet_is_not_lost_when_a_blip_arrives_between_press_and_release(
     page: Page, d: Daemon, wave: Any, op: Client
 ) -> None:

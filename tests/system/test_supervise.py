@@ -430,8 +430,13 @@ def test_kill_a_wavelet_then_the_wave_then_spawn_resumes_the_same_sessions(
     recorded = {r.participant: r.session_id for r in operator.sessions("demo")}
     assert set(recorded) == {"alice", "bob", "carol", "dave"}
 
+    session = tmux.wave_session(wave_id)
+    assert session is not None
     report = kill(operator, tmux, "demo/side")
     assert (report.scope, report.participants) == ("wavelet", ["dave"])
+    assert report.killed == f"{session.name}:side" and (report.killed_id or "").startswith(
+        "@"
+    )  # names, for people
     assert sorted(p.participant for p in tmux.fleet_panes(wave_id)) == ["alice", "bob", "carol"]
     assert {p.participant: p.state for p in operator.presence("demo")}["dave"] == "gone"
     assert any(
@@ -441,10 +446,11 @@ def test_kill_a_wavelet_then_the_wave_then_spawn_resumes_the_same_sessions(
 
     report = kill(operator, tmux, "demo")
     assert (report.scope, report.participants) == ("wave", ["alice", "bob", "carol"])
+    assert (report.killed, report.killed_id) == (session.name, session.id)
     assert tmux.find_session(wave_id) is None and tmux.fleet_panes(wave_id) == []
     assert {p.state for p in operator.presence("demo")} == {"gone"}
     again = kill(operator, tmux, "demo")
-    assert again.killed is None and again.participants == []
+    assert again.killed is None and again.killed_id is None and again.participants == []
     # all data kept: the rows say how to bring them back
     rows = status(operator, tmux, fleet_env, "demo").rows
     assert {r.pane for r in rows} == {"none"} and all("resumes it" in r.note for r in rows)

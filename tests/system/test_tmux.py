@@ -218,3 +218,30 @@ def test_a_typed_line_is_echoed_before_its_enter_so_a_busy_tui_reads_enter_alone
         got = read(n)
     assert "".join(got) == f"{line}\r" * 2
     assert all(c == "\r" or "\r" not in c for c in got), f"an Enter read together with its text: {got}"
+
+
+def test_a_waves_session_id_and_name_come_from_one_tmux_command(
+    tmux_server: libtmux.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fleet status`` (and kill, and spawn's report) read the session's id and name together."""
+    tmux = Tmux(tmux_server)
+    sid, _, _ = tmux.new_session("wave-1", "my wave", "main", "wl-1")
+    tmux.new_session("wave-2", "my wave", "main", "wl-2")  # the same wave name: tmux's name differs
+    calls: list[tuple[object, ...]] = []
+    real = tmux_server.cmd
+
+    def counted(*args: object, **kw: object) -> object:
+        calls.append(args)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tmux_server, "cmd", counted)
+    got = tmux.wave_session("wave-1")
+    assert got is not None and (got.id, got.name) == (sid, "my wave") and len(calls) == 1
+    other = tmux.wave_session("wave-2")
+    assert other is not None and other.name not in ("", "my wave") and other.id != sid
+    calls.clear()
+    assert tmux.wave_session("no-such-wave") is None and tmux.find_session("wave-1") == sid
+    assert len(calls) == 2
+    monkeypatch.undo()
+    tmux_server.kill()
+    assert tmux.wave_session("wave-1") is None and tmux.find_session("wave-1") is None  # no server: none

@@ -58,16 +58,6 @@ FEATURES = (
 """Modules (and packages) that plug into the core's seams: the core never imports them; the edges
 (the CLI, the console, :mod:`fleet.features`) and other features may."""
 
-KNOWN: dict[tuple[str, str], str] = {
-    ("fleet.daemon", "fleet.resident.memory"): (
-        "the memory routes' handlers (GET/POST /v1/waves/{wave}/memory) write MEMORY.md with their own"
-        " access check: the route-table work (branch routes27) moves them out of the daemon's core"
-    ),
-}
-"""Core → feature imports still to be cut (core prefix, feature prefix: a package split of either
-still matches), each with who cuts it. Empty is the goal; an entry is a debt named, never a new
-import allowed silently, and a stale entry fails too."""
-
 
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -188,17 +178,10 @@ def test_no_import_circle() -> None:
 
 def test_core_imports_no_feature() -> None:
     edges = graph(modules())
-    bad = {(m, t) for m, got in edges.items() if under(m, CORE) for t in got if under(t, FEATURES)}
-
-    def known(edge: tuple[str, str]) -> tuple[str, str] | None:
-        return next((k for k in KNOWN if under(edge[0], (k[0],)) and under(edge[1], (k[1],))), None)
-
-    new = sorted(e for e in bad if known(e) is None)
-    assert not new, "core modules importing a feature (plug the feature into a seam instead): " + ", ".join(
-        f"{m} -> {t}" for m, t in new
+    bad = sorted((m, t) for m, got in edges.items() if under(m, CORE) for t in got if under(t, FEATURES))
+    assert not bad, "core modules importing a feature (plug the feature into a seam instead): " + ", ".join(
+        f"{m} -> {t}" for m, t in bad
     )
-    stale = sorted(set(KNOWN) - {known(e) for e in bad})
-    assert not stale, f"KNOWN lists imports that are gone (remove them): {stale}"
 
 
 def test_every_module_is_placed() -> None:

@@ -66,3 +66,33 @@ def test_only_quoted_fleet_commands_change_and_each_gains_the_options_once(
     assert got.replace(f"fleet --remote {name} ", "fleet ") == text or f"--remote {name}" in text
     quoted = re.findall(r"`(?:[A-Z][A-Z0-9_]*=\S+ )*fleet (?!--remote)", text)
     assert got.count(f"fleet --remote {name} ") - text.count(f"fleet --remote {name} ") == len(quoted)
+
+
+@given(
+    line=st.text(alphabet="ab └─│[], 中", max_size=30),
+    topic=st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=200),
+    columns=st.integers(1, 120),
+)
+def test_a_topic_is_cut_to_the_width_and_never_widens_a_line_past_it(
+    line: str, topic: str, columns: int
+) -> None:
+    from unittest import mock
+
+    with mock.patch.object(render, "width", lambda: columns):
+        shown = render.with_topic(line, topic)
+    assert shown.startswith(line)
+    if shown != line:  # the topic was shown, whole or cut
+        assert render.cells(shown) <= columns
+        rest = shown[len(line) :]
+        assert rest.startswith("  — ")
+        told = rest[len("  — ") :]
+        assert told == topic or (told.endswith("…") and topic.startswith(told[:-1]))
+    if topic and render.cells(line) + 4 + render.cells(topic) <= columns:
+        assert shown == f"{line}  — {topic}"  # room for all of it: nothing is cut
+    if not topic:
+        assert shown == line
+
+
+def test_wide_characters_count_two_columns_and_combining_marks_none() -> None:
+    assert render.cells("中文") == 4 and render.cells("e\u0301") == 1 and render.cells("😀") == 2
+    assert render.fit("中文字", 5) == "中文…" and render.fit("abc", 3) == "abc" and render.fit("abc", 0) == ""

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet import wire
+from fleet import errors, seams, wire
+from fleet.channel.tools import instructions
 from fleet.delivery import (
     EXCERPT_CHARS,
     HOLD_MAX_LINES,
@@ -23,7 +27,10 @@ from fleet.delivery import (
     mentions,
     route,
 )
+from fleet.delivery.config import TransportConfig, check
+from fleet.delivery.rules import attentions, check_attention, policy_of
 from fleet.ids import IdMinter
+from fleet.layouts import parse
 from fleet.models import Blip
 
 DAEMON = "http://127.0.0.1:8086"
@@ -245,11 +252,6 @@ def test_route_rules_first_match_wins() -> None:
     assert route(s.blip("a", "carol", "bob: please review"), "bob") is Rule.MENTION
     assert route(s.blip("a", "carol", "bobby: please review"), "bob") is Rule.UNADDRESSED
     assert route(s.blip("a", "carol", "DONE: built"), "bob") is Rule.UNADDRESSED  # (targeted)
-    # the resident's attention: the root in full, then a worker's DONE: report
-    assert route(s.blip("a", "carol", "chatter"), "bob", resident=True, root=True) is Rule.ROOT
-    assert route(s.blip("a", "carol", "DONE: built"), "bob", resident=True) is Rule.DONE
-    assert route(s.blip("a", "carol", "chatter"), "bob", resident=True) is Rule.UNADDRESSED
-    assert route(s.blip("a", "system", "x", kind="system"), "bob", resident=True, root=True) is Rule.SYSTEM
     assert {r for r in Rule if r.full} == {
         Rule.OPERATOR, Rule.SURFACE, Rule.MENTION, Rule.ATTENDANT, Rule.ROOT, Rule.DONE,
     }  # fmt: skip
@@ -481,3 +483,127 @@ def test_the_provenance_of_a_participants_own_act_does_not_wake_it() -> None:
         assert d.decide(sys_blip(2, "bob")).action is Action.DELIVER
         (batch,) = d.batches([sys_blip(1, "alice"), sys_blip(2, "bob")])
         assert list(batch.rules) == [sys_blip(2, "bob").id]  # routed: only the other's act
+
+
+# ---------------------------------------------------------------- attention policies (fleet.seams.policies)
+
+
+def keep(pushed: list[Decision]) -> Callable[[Decision], bool]:
+    def push(d: Decision) -> bool:
+        pushed.append(d)
+        return True
+
+    return push
+
+
+class OperatorOnly:
+    """A third party's policy: only the operator's blips wake the session, in every wavelet;
+    the rest waits for one with no deadline."""
+
+    def route(self, blip: Blip, participant: str, root: bool, rule: Rule) -> Rule:
+        return rule if rule in (Rule.SYSTEM, Rule.OPERATOR) else Rule.UNADDRESSED
+
+    def holds(self, root: bool) -> bool:
+        return True
+
+    def instructions(self, participant: str) -> str:
+        return f"\n{participant}: only the operator wakes you.\n"
+
+
+@pytest.fixture
+def operator_only() -> Iterator[OperatorOnly]:
+    policy = OperatorOnly()
+    seams.policies.add("operator-only", policy)
+    try:
+        yield policy
+    finally:
+        seams.policies.remove("operator-only")
+
+
+def test_the_resident_policy_is_named_by_the_features_and_imported_when_first_asked() -> None:
+    assert "resident" in seams.policies.names() and "resident" in attentions()
+    assert attentions()[:2] == ["full", "targeted"]
+    assert policy_of("full") is None and policy_of("targeted") is None
+    from fleet.resident.attention import policy
+
+    assert policy_of("resident") is policy
+    assert Delivery("bob", fresh("bob"), attention="resident").policy is policy
+
+
+def test_an_unknown_attention_is_refused_naming_the_choices(tmp_path: Path) -> None:
+    for refuse in (
+        lambda: Delivery("bob", fresh("bob"), attention="nope"),
+        lambda: check_attention("nope"),
+        lambda: check(
+            TransportConfig(participant="bob", wave="w", daemon=DAEMON, state_dir=tmp_path, attention="nope")
+        ),
+    ):
+        with pytest.raises(errors.UsageError) as caught:
+            refuse()
+        assert "attention 'nope' is not one of full, targeted, resident" in caught.value.message
+    with pytest.raises(errors.UsageError) as caught:
+        parse('[participants.bob]\nattention = "nope"\n', "l.toml", "l")
+    assert "participants.bob.attention" in caught.value.message and "not one of full" in caught.value.message
+    assert parse('[participants.bob]\nattention = "resident"\n', "l.toml", "l").participants["bob"].attention
+
+
+def test_a_third_party_policy_routes_holds_and_instructs(operator_only: OperatorOnly) -> None:
+    assert "operator-only" in attentions()
+    layout = parse('[participants.bob]\nattention = "operator-only"\n', "l.toml", "l")
+    assert layout.participants["bob"].attention == "operator-only"
+    assert "only the operator wakes you" in instructions("bob", "w", "operator-only")
+    s = Stream()
+    core = Delivery("bob", fresh("bob"), cap=0, attention="operator-only", hold=30.0)
+    chatter = [s.blip("a", "carol", "bob: please review"), s.blip("a", "carol", "side", kind="surface")]
+    assert core.deliver(core.gather(chatter, now=0.0), lambda d: True) == (0, True)
+    assert core.gather([], now=1e9) == [], "held with no deadline: a mention does not wake it alone"
+    pushed: list[Decision] = []
+    core.deliver(core.gather([s.blip("a", "operator", "bob, stop")], now=1e9), keep(pushed))
+    assert [(d.rule, d.blip.author, [b.author for b in d.digest]) for d in pushed] == [
+        (Rule.OPERATOR, "operator", []),
+        (None, "carol", ["carol", "carol"]),
+    ]
+    assert [r.rule for r in core.take_routed()] == [Rule.OPERATOR, Rule.UNADDRESSED, Rule.UNADDRESSED]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rules=st.dictionaries(st.integers(0, 29), st.sampled_from(list(Rule)), max_size=30),
+    specs=st.lists(
+        st.tuples(st.sampled_from("ab"), st.sampled_from(["carol", "bob", "operator"]), st.booleans()),
+        max_size=30,
+    ),
+    holds=st.booleans(),
+)
+def test_any_policy_drops_nothing(
+    rules: dict[int, Rule], specs: list[tuple[str, str, bool]], holds: bool
+) -> None:
+    """Whatever rule a policy gives each blip, and whether it holds: every blip of others is in
+    exactly one pushed frame once nothing is held, and none twice."""
+
+    class Arbitrary:
+        def route(self, blip: Blip, participant: str, root: bool, rule: Rule) -> Rule:
+            return rules.get(int(blip.text), rule)
+
+        def holds(self, root: bool) -> bool:
+            return holds
+
+        def instructions(self, participant: str) -> str:
+            return ""
+
+    seams.policies.add("arbitrary", Arbitrary())
+    try:
+        s = Stream()
+        core = Delivery("bob", fresh("bob"), cap=0, attention="arbitrary", hold=0.0)
+        blips = [
+            s.blip(w, who, str(i), kind="system" if sys else "message")
+            for i, (w, who, sys) in enumerate(specs)
+        ]
+        pushed: list[Decision] = []
+        core.deliver(core.gather(blips, now=0.0), keep(pushed))
+        seen = [b.id for d in pushed for b in d.blips]
+        held = {b.id for part in core._held.values() for b in part}
+        others = {b.id for b in blips if b.author != "bob"}
+        assert len(seen) == len(set(seen)) and set(seen) == others - held
+    finally:
+        seams.policies.remove("arbitrary")

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.delivery.rules import HOLD_MAX_LINES, Action, Delivery
+from fleet.delivery.rules import HOLD_MAX_LINES, Action, Delivery, Rule, route
 from fleet.delivery.state import DeliveryState
 from fleet.layouts import parse
 from fleet.models import Blip
@@ -23,6 +23,24 @@ def test_the_resident_profile_is_resident_attention_unless_the_layout_names_one(
     assert resident_profile(full).attention == "full"
     every = parse('[defaults]\nattention = "targeted"\n', "t.toml", "t")
     assert resident_profile(every).attention == "targeted"
+
+
+def test_the_resident_policy_sends_the_root_and_done_reports_in_full() -> None:
+    from fleet.resident.attention import policy
+
+    def rule(author: str, text: str, root: bool = False, kind: str = "message") -> Rule:
+        b = Blip(id="1", wavelet_id="x", wave_id="w", author=author, kind=kind, text=text, created_at="")  # type: ignore[arg-type]
+        return policy.route(b, "bob", root, route(b, "bob"))
+
+    assert rule("carol", "chatter", root=True) is Rule.ROOT
+    assert rule("carol", "DONE: built") is Rule.DONE
+    assert rule("carol", "  DONE: built") is Rule.DONE
+    assert rule("carol", "chatter") is Rule.UNADDRESSED
+    assert rule("carol", "bob: look") is Rule.MENTION
+    assert rule("operator", "DONE: stop") is Rule.OPERATOR  # (first match wins, as before the seam)
+    assert rule("carol", "DONE: x", kind="surface") is Rule.SURFACE
+    assert rule("system", "x", root=True, kind="system") is Rule.SYSTEM
+    assert policy.holds(root=False) and not policy.holds(root=True)
 
 
 ROOT, JOB = "wl-root", "wl-job"

@@ -5,6 +5,7 @@ and no other module writes a ``/v1/`` path. Who may do what is decided in fleet/
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -136,6 +137,34 @@ def test_no_module_but_the_route_table_writes_a_v1_path() -> None:
             ):
                 found.append(f"{path.relative_to(FLEET)}:{node.lineno}: {node.value[:60]!r}")
     assert found == []
+
+
+def test_the_console_page_writes_no_v1_path_and_calls_only_console_routes_by_name() -> None:
+    """The page's scripts call routes by name from /assets/routes.js (fleet.console.routes_js, made
+    from the table): no ``/v1/`` path in any asset, comments included, and every name it calls is
+    a route the console exposes."""
+    assets = FLEET / "console_assets"
+    found = [
+        f"{p.name}:{n}: {line.strip()[:70]!r}"
+        for p in sorted(assets.iterdir())
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "/v1/" in line or re.search(r"/v1\b", line)
+    ]
+    assert found == []
+    from fleet.console import routes_js
+
+    served = routes_js().decode()
+    table = json.loads(served[served.index("(") + 1 : served.rindex(")")])
+    assert table == {
+        r.name: {"method": r.method, "path": "/api" + r.path, "query": list(r.query)}
+        for r in ROUTES
+        if r.console
+    }
+    called = set(re.findall(r"\bcall\(\s*\"(\w+)\"", (assets / "console.js").read_text(encoding="utf-8")))
+    assert called and called <= set(table), f"the console calls routes it is not given: {called - set(table)}"
+    assert '<script src="/assets/routes.js" defer></script>\n<script src="/assets/console.js"' in (
+        assets / "index.html"
+    ).read_text(encoding="utf-8"), "the map must load before the page's script"
 
 
 def test_every_route_has_exactly_one_client_method_named_as_it() -> None:

@@ -57,6 +57,7 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "0011_request_keys",
         "0012_permissions",
         "0013_budget_spend_unpriced",
+        "0014_wavelet_topic",
     ]
     assert migrate(conn) == []  # recorded: never applied twice
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -77,6 +78,10 @@ def test_migrating_an_empty_database_gives_the_final_schema(tmp_path: Path) -> N
         "actor",
         "replaced_by",
     }
+    wavelet_cols = {r[1] for r in conn.execute("PRAGMA table_info(wavelets)")}
+    assert wavelet_cols == {
+        "id", "wave_id", "parent_id", "fork_blip_id", "name", "private", "created_by", "created_at", "topic"
+    }  # fmt: skip
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     conn.close()
@@ -439,6 +444,8 @@ def _every_event_type(store: Store) -> None:
     _exercise(store)
     store.fork(OP, "demo/main", "public", ["bob"])
     store.post_system(OP, "demo/main", "supervisor: restarted bob")
+    store.set_topic(OP, "demo/public", "the public plan, in one line")
+    store.set_topic(participant(store, "demo", "bob"), "demo/public", "")
     wave = store.get_wave(OP, "demo")
     sid = "0b6f3a52-3c1e-4d53-9a57-5d2b3f1c9e01"
     store.record_session(OP, "demo", NewSession(participant="alice", session_id=sid, wavelet_id=wave.root_id))
@@ -491,6 +498,7 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
         "blip.pinned",
         "permission.asked",
         "permission.answered",
+        "wavelet.topic",
     }
     src = connect(tmp_path / "old.sqlite3")
     migrate(src)
@@ -501,6 +509,8 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
     expected = {k: [tuple(r) for r in rows] for k, rows in old["tables"].items()}
     # a replacement's replacer came after this log: its replacements keep the replacer as author
     expected["blips"] = [(*r, None) for r in expected["blips"]]
+    # and topics came after it: every wavelet has none
+    expected["wavelets"] = [(*r, "") for r in expected["wavelets"]]
     later: dict[str, list[tuple[object, ...]]] = {
         "token_grants": [],
         "seats": [],
