@@ -3,9 +3,9 @@
 Prints figures, asserts nothing. Every figure is the median of ``--runs`` fresh interpreters (import
 figures) or of ``--runs`` timed loops in one interpreter (decode/encode), in one run:
 
-- ``import fleet.models`` (every wire record fleet declares, with the record library) from each source
-  tree given: this one, and with ``--baseline-tree DIR`` another checkout (e.g. the commit before the
-  records moved to msgspec), beside ``python -c pass``;
+- ``import fleet.models`` (every wire record fleet declares, with the record library) from each
+  source tree given (this one; with ``--baseline-tree DIR`` another checkout, e.g. the commit before
+  the records moved to msgspec), alone and after the stdlib modules a channel imports anyway;
 - the candidates on the same three declarations (a request body, ``Blip``, a page of blips): msgspec
   ``Struct`` and pydantic ``BaseModel``: the library's import plus the classes' definition (pydantic
   builds its validator then), then decoding a request body, decoding a 500-blip page from JSON bytes
@@ -115,6 +115,14 @@ encode_page = lambda: page.model_dump_json().encode()
 }
 _LIBS = {name: setup.replace("BLIP_FIELDS", _BLIP_FIELDS) for name, setup in _LIBS.items()}
 
+_ANYWAY = """
+import ast, datetime, enum, inspect, json, pathlib, platform, re, textwrap, typing, uuid
+t0 = time.perf_counter()
+"""
+"""What a fleet command or a channel imports anyway, before its records (the old tree's channel
+imported all of these: ``python -X importtime -m fleet channel``): ``fleet.models`` on top of it is
+what such a process pays for its records."""
+
 _FLEET = """
 import fleet.models
 t_defined = time.perf_counter()
@@ -220,9 +228,11 @@ def main() -> None:
     for label, tree in trees:
         tree_env = {**env, "PYTHONPATH": str(tree)}
         define = _median_define(_FLEET, tree_env, args.runs)
+        on_top = _median_define(_ANYWAY + _FLEET, tree_env, args.runs)
         t = _measure(_FLEET, tree_env, timings=True)
         print(
-            f"  {label:20} import fleet.models {_ms(define)}  decode NewFork {_us(t['body'])}"
+            f"  {label:20} import fleet.models {_ms(define)} ({_ms(on_top)} after a channel's stdlib)"
+            f"  decode NewFork {_us(t['body'])}"
             f"  decode 500-blip page {_ms(t['page'])}  encode it {_ms(t['encode'])}"
             f"  HTTP read of 500 blips {_ms(_read(tree, args.runs * 4))}  ({tree})"
         )
