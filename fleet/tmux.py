@@ -149,10 +149,15 @@ def _escape(arg: str) -> str:
     return arg[:-1] + "\\;" if arg.endswith(";") else arg
 
 
+_HASHES = re.compile(r"(#+)(\[?)")
+
+
 def literal(arg: str) -> str:
     """``arg`` for an argument tmux format-expands (names, ``-c``): ``#`` doubled (``##`` is a literal
-    ``#``, so ``#(…)``, ``#{…}`` and ``#[…]`` stay text), the trailing ``;`` escaped."""
-    return _escape(arg.replace("#", "##"))
+    ``#``, so ``#(…)`` and ``#{…}`` stay text), the trailing ``;`` escaped. A run of ``#`` before ``[``
+    is left as it is: the expander copies ``#…#[`` through untouched (a style, for the status line to
+    draw), so doubling it would change the text."""
+    return _escape(_HASHES.sub(lambda m: m[0] if m[2] else m[1] * 2, arg))
 
 
 def _size(argv: Sequence[str]) -> int:
