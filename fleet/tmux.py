@@ -7,13 +7,16 @@ What callers may rely on (docs/design.md §6):
   ``@fleet_wave``, ``@fleet_wavelet`` and ``@fleet_participant``. Objects are addressed by tmux id
   (``$N``, ``@N``, ``%N``), so a user's ``base-index`` or renamed windows change nothing.
 - A pane's agent is the pane's own command, executed by tmux without a shell (argv with several
-  items), so nothing in it is re-quoted or expanded. A pane is first created running a placeholder,
-  given its options and ``remain-on-exit on``, and only then respawned into the agent: an agent
-  that dies at once leaves a dead pane with its exit status and last lines, never a vanished one.
+  items), so nothing in it is re-quoted or expanded. A pane gets its options and ``remain-on-exit
+  on`` before its agent can exit: a placeholder pane before it is respawned into the agent, a pane
+  split off with its agent in the same invocation (tmux runs an invocation's commands before it
+  sees any process exit). An agent that dies at once leaves a dead pane with its exit status and
+  last lines, never a vanished one.
 - No string fleet passes reaches a shell or tmux's format expander. tmux format-expands some
-  arguments (``new-session -s``, ``-n`` window names, ``respawn-pane -c``: ``#(cmd)`` there runs
-  ``cmd`` through ``/bin/sh``), so those go through :func:`literal` (``#`` doubled, which tmux reads as
-  one ``#``); every argument's trailing ``;`` (tmux's command separator) is escaped
+  arguments (``new-session -s``, ``-n`` window names, ``-c`` of ``respawn-pane`` and
+  ``split-window``: ``#(cmd)`` there runs ``cmd`` through ``/bin/sh``), so those go through
+  :func:`literal` (``#`` doubled, which tmux reads as one ``#``, but for a run of ``#`` before ``[``,
+  which it passes through); every argument's trailing ``;`` (tmux's command separator) is escaped
   (:func:`_escape`). The command, ``-e`` environment and option values are never expanded.
 - A command over tmux's length limit is refused with an error, never truncated.
 - A wavelet's panes are built in as few tmux invocations as its length limit allows: a new window in
