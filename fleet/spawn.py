@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -55,7 +56,7 @@ from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.seams import Launch, Workspace, launch_settings, prompt_parts, spawn_checks, workspaces
-from fleet.tmux import PaneInfo, Tmux, check_length
+from fleet.tmux import PaneInfo, PaneLaunch, Tmux, check_length, session_name
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,13 @@ PRESS_AGAIN = {"Down": 0.3, "Up": 0.3, "Enter": 1.5}
 Code to redraw (a Down), or to close the dialog (an Enter: one still showing after that was missed)."""
 PRESSES = 6
 """Keys spawn presses at one pane's dialogs before it leaves them to the operator."""
+LOOK_EVERY = 0.4
+"""Seconds before spawn's first read of tmux (the panes, and the screens of panes not yet heard from)
+while it waits for channels' pings, growing by half each read up to :data:`LOOK_MAX`: a ping says a
+pane is ready, only a screen that it waits at a dialog, and a dialog comes no sooner (Claude Code
+draws its first a second or more after launch). After a key at a dialog the screen is read again
+once the key may have taken effect (:data:`PRESS_AGAIN`)."""
+LOOK_MAX = 1.0
 
 
 class HookSettingsFn(Protocol):
@@ -100,6 +108,31 @@ class HookSettingsFn(Protocol):
         cap: int | None,
         gate: bool = False,
     ) -> str: ...
+
+
+@dataclasses.dataclass
+class _Start:
+    """A participant ready to start: its report (the pane id filled in once tmux made the pane), what
+    its pane runs, and the launch id its channel was given."""
+
+    report: PaneReport
+    pane: PaneLaunch
+    launch: str
+
+
+@dataclasses.dataclass
+class _Window:
+    """The wavelet's window as :meth:`Spawner._start` builds into it."""
+
+    window_id: str
+    focus: str
+    """The pane left active after the build (the one a person there was looking at)."""
+    arrangement: str
+    main_size: str | None
+    made: bool = False
+    """Made by this spawn (its tags are set in the same invocation as its panes)."""
+    tag_session: str = ""
+    """A session made by this spawn, tagged with the wave in the same invocation."""
 
 
 class PaneReport(BaseModel):
@@ -289,6 +322,8 @@ class Spawner:
 
             hook_settings = partial(fleet_hook, daemon=client.base_url)
         self.hook_settings: HookSettingsFn = hook_settings
+        self._taken: set[str] = set()
+        """The session names on the server at the last :meth:`_find_window` (names are unique in tmux)."""
         self._launches: dict[str, str] = {}
         """Pane id -> the launch id its channel was given (``FLEET_LAUNCH``): readiness is its ping."""
 
@@ -332,7 +367,7 @@ class Spawner:
         write_private(ids, minted.id + "\n")
         return path
 
-    def _launch(
+    def _prepare(
         self,
         pane_id: str,
         wave: Wave,
@@ -342,7 +377,9 @@ class Spawner:
         record: SessionRecord | None,
         resume: bool,
         tree: Workspace | None = None,
-    ) -> PaneReport:
+    ) -> _Start:
+        """Everything a participant's launch needs but tmux: its token, session record, argv, cwd and
+        env (``pane_id``: the pane it goes into, '' for a new one)."""
         profile = layout.profile(participant)
         agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
         words = agent_words(agent)
@@ -359,7 +396,6 @@ class Spawner:
         # no transcript gets the channel alone (no receipts: nothing for a hook to take over)
         fallback = transport == "auto" and claude
         launch = str(uuid.uuid4())
-        self._launches[pane_id] = launch
         entry = channel_entry(
             participant, wave.name, self.client.base_url, token_file,
             attention=profile.attention, deliver=transport != "hook", cap=profile.cap,
@@ -415,12 +451,10 @@ class Spawner:
                 host=socket.gethostname(),
             ),
         )  # fmt: skip
-        self.tmux.tag_pane(pane_id, wave.id, wl.id, participant)
         # values never logged; FLEET_WAVELET_ID tells this fleet's processes from another's (another
         # FLEET_HOME or daemon on this machine may hold a wavelet of the same path)
         env = {**profile.env, "FLEET_WAVELET": wl.path, "FLEET_WAVELET_ID": wl.id, "FLEET_WAVE": wave.name}
-        self.tmux.respawn(pane_id, argv, cwd=cwd, env=env)
-        return PaneReport(
+        report = PaneReport(
             participant=participant,
             pane_id=pane_id,
             action="respawned" if resume else "launched",
@@ -430,6 +464,22 @@ class Spawner:
             worktree=str(tree.path) if tree else "",
             branch=tree.branch if tree else "",
         )
+        return _Start(report, PaneLaunch(pane_id, participant, argv, cwd, env), launch)
+
+    def _start(self, wave: Wave, wl: Wavelet, starts: list[_Start], window: _Window | None) -> None:
+        """Start ``starts`` in tmux (one invocation for a wavelet, or as few as tmux's length limit
+        allows): each in its pane, or a new one split off ``window``, which is laid out after. Fills in
+        each report's pane id."""
+        pane_ids = self.tmux.launch(
+            wave.id, wl.id, [s.pane for s in starts],
+            window_id=window.window_id if window else "",
+            tag_session=window.tag_session if window else "", tag_window=bool(window and window.made),
+            focus=window.focus if window else "",
+            arrangement=window.arrangement if window else "", main_size=window.main_size if window else None,
+        )  # fmt: skip
+        for start, pane_id in zip(starts, pane_ids, strict=True):
+            start.report.pane_id = pane_id
+            self._launches[pane_id] = start.launch
 
     # ---------------------------------------------------------------- the job
 
@@ -454,54 +504,55 @@ class Spawner:
         for check in spawn_checks:  # before anything is made (budgets: a cost budget over no price)
             check(self.client, self.paths, wave, wl, layout, roster)
 
-        panes = self.tmux.fleet_panes(wave.id)
+        every = self.tmux.panes()
+        panes = [p for p in every if p.wave == wave.id and p.participant]
         live_names = {p.participant for p in panes if p.alive}
         trees, failed = self._worktrees(wave, layout, [n for n in order if n not in live_names], records)
         order = [n for n in order if n not in failed]
+        session_id, found = self._find_window(wave, wl)
         if not order:  # nothing to start: no window either
-            found = self.tmux.wave_session(wave.id)
             return SpawnReport(
-                wave=wave.name, wavelet=wl.path, window_id="", panes=list(failed.values()),
-                attach=attach_hint(wave.name), session_id=found.id if found else "",
-                session=found.name if found else "",
+                wave=wave.name, wavelet=wl.path, session_id=session_id or "", window_id="",
+                panes=list(failed.values()), attach=attach_hint(wave.name),
+                session=self.tmux.names(session_id)[0] if session_id else "",
             )  # fmt: skip
-        session_id, window_id, spare = self._window(wave, wl)
-        created_window = bool(spare)
-        reports: list[PaneReport] = []
+        before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
+        window_id = found[0] if found else ""
+        reports, starts = self._prepare_all(wave, wl, layout, order, panes, records, trees, window_id)
+        window: _Window | None = None
+        if found is not None:
+            window = _Window(found[0], found[1], layout.arrangement, layout.main_size)
+        elif any(not s.pane.pane_id for s in starts):  # the wavelet's window, made for its new panes
+            session_id, window = self._open_window(wave, wl, layout, session_id, starts)
         try:
-            before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
-            self._launch_all(wave, wl, layout, order, panes, records, trees, window_id, spare, reports)
+            self._start(wave, wl, starts, window)
         except BaseException:
-            # Nothing launched in a window made just now: take it away again (no stray placeholder).
-            if created_window and not reports:
-                with contextlib.suppress(errors.FleetError):
-                    self.tmux.kill_window(window_id)
-            else:
-                for leftover in spare:
-                    with contextlib.suppress(errors.FleetError):
-                        self.tmux.kill_pane(leftover)
+            # Nothing stays half made: a window made just now goes, as do panes added to an old one.
+            with contextlib.suppress(errors.FleetError):
+                if window is not None and window.made:
+                    self.tmux.kill_window(window.window_id)
+                elif window is not None:
+                    had = {p.pane_id for p in every}
+                    for pane_id in self.tmux.window_panes(window.window_id):
+                        if pane_id not in had:
+                            self.tmux.kill_pane(pane_id)
             raise
-        for leftover in spare:  # a placeholder nobody took (every member already ran elsewhere)
-            self.tmux.kill_pane(leftover)
-            if created_window:
-                window_id = ""
-        if window_id:
-            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
+        window_id = window.window_id if window else ""
         self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
         self._check_running(wave, wl, [r for r in reports if r.action == "running"])
-        session, window = self.tmux.names(window_id or session_id)
+        session, window_name = self.tmux.names(window_id or session_id or "")
         return SpawnReport(
             wave=wave.name,
             wavelet=wl.path,
-            session_id=session_id,
+            session_id=session_id or "",
             window_id=window_id,
             panes=reports + list(failed.values()),
             attach=attach_hint(wave.name),
             session=session,
-            window=window if window_id else "",
+            window=window_name if window_id else "",
         )
 
-    def _launch_all(
+    def _prepare_all(
         self,
         wave: Wave,
         wl: Wavelet,
@@ -511,10 +562,11 @@ class Spawner:
         records: dict[str, SessionRecord],
         trees: dict[str, Workspace],
         window_id: str,
-        spare: list[str],
-        reports: list[PaneReport],
-    ) -> None:
-        """Launch (or report running) each member in ``order``, appending to ``reports``."""
+    ) -> tuple[list[PaneReport], list[_Start]]:
+        """Each member in ``order``: reported running (a live pane anywhere in the wave), or prepared
+        to start in its dead pane (the one in this window first) or in a new pane ('' pane id)."""
+        reports: list[PaneReport] = []
+        starts: list[_Start] = []
         for name in order:
             mine = [p for p in panes if p.participant == name]
             live = next((p for p in mine if p.alive), None)
@@ -533,19 +585,22 @@ class Spawner:
             dead = next((p for p in mine if p.window_id == window_id), None) or (mine[0] if mine else None)
             record = records.get(name)
             if dead is not None:
-                reports.append(
-                    self._launch(
-                        dead.pane_id, wave, wl, layout, name, record, resume=record is not None,
-                        tree=trees.get(name),
-                    )
-                )  # fmt: skip
-                continue
-            pane_id = spare.pop() if spare else self.tmux.split(window_id)
-            # no pane at all (`fleet kill`, a closed window): a session recorded here resumes
-            resume = record is not None and record.wavelet_id == wl.id
-            reports.append(
-                self._launch(pane_id, wave, wl, layout, name, record, resume=resume, tree=trees.get(name))
+                resume = record is not None
+            else:  # no pane at all (`fleet kill`, a closed window): a session recorded here resumes
+                resume = record is not None and record.wavelet_id == wl.id
+            start = self._prepare(
+                dead.pane_id if dead else "",
+                wave,
+                wl,
+                layout,
+                name,
+                record,
+                resume=resume,
+                tree=trees.get(name),
             )
+            reports.append(start.report)
+            starts.append(start)
+        return reports, starts
 
     def _worktrees(
         self, wave: Wave, layout: Layout, names: list[str], records: dict[str, SessionRecord]
@@ -596,20 +651,26 @@ class Spawner:
             " (fleet.worktrees is not loaded: run it through the `fleet` command)"
         )
 
-    def _window(self, wave: Wave, wl: Wavelet) -> tuple[str, str, list[str]]:
-        """The wave's session and the wavelet's window, created if missing: (session, window, spare).
+    def _find_window(self, wave: Wave, wl: Wavelet) -> tuple[str | None, tuple[str, str] | None]:
+        """The wave's session (``None``: none yet) and the wavelet's window in it with its active pane."""
+        sessions = self.tmux.sessions()
+        self._taken = {s.name for s in sessions}  # a new session's name is picked from these
+        session_id = next((s.session_id for s in sessions if s.wave == wave.id), None)
+        return session_id, (self.tmux.window_of(session_id, wl.id) if session_id else None)
 
-        ``spare`` holds the placeholder pane of a window created just now (to be used or removed).
-        """
-        session_id = self.tmux.find_session(wave.id)
-        if session_id is None:
-            session_id, window_id, first = self.tmux.new_session(wave.id, wave.name, wl.name, wl.id)
-            return session_id, window_id, [first]
-        found = self.tmux.find_window(session_id, wl.id)
-        if found is None:
-            window_id, first = self.tmux.new_window(session_id, wave.id, wl.name, wl.id)
-            return session_id, window_id, [first]
-        return session_id, found, []
+    def _open_window(
+        self, wave: Wave, wl: Wavelet, layout: Layout, session_id: str | None, starts: list[_Start]
+    ) -> tuple[str, _Window]:
+        """The wavelet's window, made now (in a new session when the wave has none), whose placeholder
+        pane the first start needing a new pane takes: (session id, window)."""
+        sid, wid, first = self.tmux.open_window(
+            wl.name, session_id=session_id, new_session_name=session_name(wave.name, self._taken)
+        )
+        start = next(s for s in starts if not s.pane.pane_id)
+        start.pane = dataclasses.replace(start.pane, pane_id=first)
+        window = _Window(wid, first, layout.arrangement, layout.main_size, made=True)
+        window.tag_session = "" if session_id else sid
+        return sid, window
 
     def respawn(self, wave_ref: str, participant: str, *, force: bool = False) -> PaneReport:
         """Relaunch ``participant``'s agent with ``--resume`` of its recorded session, where it was.
@@ -645,13 +706,18 @@ class Spawner:
                 )
             saved = str(self.save_screen(wave, participant, pane.pane_id))
         before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
-        if pane is None:
-            _session, window_id, spare = self._window(wave, wl)
-            pane_id = spare.pop() if spare else self.tmux.split(window_id)
-            report = self._launch(pane_id, wave, wl, layout, participant, record, resume=True, tree=tree)
-            self.tmux.arrange(window_id, layout.arrangement, layout.main_size)
-        else:
-            report = self._launch(pane.pane_id, wave, wl, layout, participant, record, resume=True, tree=tree)
+        start = self._prepare(
+            pane.pane_id if pane else "", wave, wl, layout, participant, record, resume=True, tree=tree
+        )
+        window: _Window | None = None
+        if pane is None:  # a new pane in the recorded wavelet's window (made if it is gone too)
+            session_id, found = self._find_window(wave, wl)
+            if found is not None:
+                window = _Window(found[0], found[1], layout.arrangement, layout.main_size)
+            else:
+                _sid, window = self._open_window(wave, wl, layout, session_id, [start])
+        self._start(wave, wl, [start], window)
+        report = start.report
         self._await_ready(wave, [report], before)
         if saved:
             report.why = f"{report.why}; previous screen saved to {saved}"
@@ -664,9 +730,11 @@ class Spawner:
         ready, as :meth:`spawn` does for each member (``resume``: its recorded session)."""
         record = next((r for r in self.client.sessions(wave.id, participant)), None)
         before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
-        report = self._launch(
+        start = self._prepare(
             pane_id, wave, wl, layout, participant, record, resume=resume and record is not None
         )
+        self._start(wave, wl, [start], None)
+        report = start.report
         self._await_ready(wave, [report], before)
         return report
 
@@ -717,11 +785,24 @@ class Spawner:
         """Per pane: keys pressed at its dialogs, the last one, and when."""
         waiting: dict[str, dialogs.Found] = {}
         """Panes at a dialog spawn leaves to the operator, by participant."""
-        deadline = time.monotonic() + self.ready_timeout
+        start = time.monotonic()
+        deadline = start + self.ready_timeout
+        every = LOOK_EVERY
+        look_at = start + every
         delay = 0.05
         while pending and time.monotonic() < deadline:
+            round_at = time.monotonic()
             presence = {p.participant: p for p in self.client.presence(wave.id)}
-            panes = {p.pane_id: p for p in self.tmux.fleet_panes(wave.id)}
+            # tmux is read only for what no ping says: whether a pane that has not pinged died or waits
+            # at a dialog, and a ready Claude Code pane's channels verdict. One invocation per look.
+            look = time.monotonic() >= look_at
+            panes: dict[str, PaneInfo] = {}
+            screens: dict[str, list[str]] = {}
+            if look:
+                listed, screens = self.tmux.screens([r.pane_id for r in pending.values()])
+                panes = {p.pane_id: p for p in listed if p.wave == wave.id and p.participant}
+                every = min(every * 1.5, LOOK_MAX)
+                look_at = time.monotonic() + every
             for name, rep in list(pending.items()):
                 pane: PaneInfo | None = panes.get(rep.pane_id)
                 row = presence.get(name)
@@ -738,8 +819,10 @@ class Spawner:
                         del pending[name]
                     else:
                         verdicts[name] = time.monotonic() + VERDICT_WAIT
+                elif not look:
+                    continue
                 elif rep.ready:
-                    screen = self.tmux.capture(rep.pane_id)
+                    screen = screens.get(rep.pane_id, [])
                     found = dialogs.find(screen)
                     if dialogs.shows(screen, NO_CHANNELS):
                         self._no_channels(rep)
@@ -759,7 +842,7 @@ class Spawner:
                         waiting.pop(name, None)
                         del pending[name]
                 else:
-                    screen = self.tmux.capture(rep.pane_id)
+                    screen = screens.get(rep.pane_id, [])
                     found = dialogs.find(screen)
                     waiting.pop(name, None)
                     if found is None:
@@ -776,8 +859,11 @@ class Spawner:
                     else:  # the operator's to answer, and no dialog goes away by itself: said at once
                         waiting[name] = found
                         del pending[name]
+            due = [at + PRESS_AGAIN[key] for _n, key, at in keys.values() if at >= round_at]
+            if due:  # a key pressed at a dialog just now: its screen again once it may have been redrawn
+                look_at = min(look_at, max(due))
             if pending:
-                time.sleep(delay)
+                time.sleep(max(0.0, min(delay, look_at - time.monotonic())))
                 delay = min(delay * 2, 0.5)
         for name, rep in pending.items():
             if rep.ready:

@@ -390,7 +390,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
     return WaveStatus(
         wave=wave.name,
         wave_id=wave.id,
-        tmux_session=session.id if session else None,
+        tmux_session=session.session_id if session else None,
         tmux_session_name=session.name if session else None,
         generated_at=datetime.now(UTC).isoformat(),
         topics={wl.path: wl.topic for wl in wave.wavelets if wl.topic},
@@ -981,7 +981,7 @@ def kill(
     """
     wave, wl = resolve_target(client, ref, wave_hint)
     found = tmux.wave_session(wave.id)
-    session = found.id if found else None
+    session = found.session_id if found else None
     panes = tmux.fleet_panes(wave.id) if session else []
     killed: str | None = None
     killed_name: str | None = None
@@ -995,8 +995,8 @@ def kill(
     else:
         victims = [p for p in panes if p.session_id == session]
         if found:
-            tmux.kill_session(found.id)
-            killed, killed_name = found.id, found.name
+            tmux.kill_session(found.session_id)
+            killed, killed_name = found.session_id, found.name
     await_exit(victims)
     names = sorted({p.participant for p in victims})
     for name in names:

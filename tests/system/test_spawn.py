@@ -463,3 +463,69 @@ def test_a_respawn_is_ready_on_its_own_channel_not_on_the_one_it_replaces(
     assert again.ready, again.why
     runs = argv_received(fleet_env, "bob")
     assert len(runs) == 2 and "--resume" in runs[1], "ready before the respawned agent had started"
+
+
+class Counted:
+    """Every tmux client invocation of ``srv`` (libtmux's one runner, ``Server.cmd``), as argv."""
+
+    def __init__(self, srv: libtmux.Server) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.srv, self.real = srv, srv.cmd
+
+    def __enter__(self) -> Counted:
+        def counted(cmd: str, *args: object, target: str | int | None = None) -> libtmux.common.tmux_cmd:
+            self.calls.append((cmd, *map(str, args)))
+            return self.real(cmd, *args, target=target)
+
+        self.srv.cmd = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.srv.cmd  # the class's own again
+
+
+def test_eight_members_are_built_in_two_tmux_invocations_and_waited_for_on_their_pings(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths
+) -> None:
+    """The window and its 8 panes: one invocation for the window, one that splits, tags and starts
+    every pane and lays it out (issue #28: it was ~30 invocations). While channels connect, tmux is
+    read only in looks of one invocation each (the panes and the screens of panes not heard from),
+    never a capture-pane of its own; a spawn with nothing to do reads no screen at all."""
+    names = [f"a{i}" for i in range(8)]
+    operator.create_wave("eight", names)
+    lay = layouts.load("trio", fleet_env)
+    with Counted(tmux_server) as seen:
+        rep = spawner(operator, tmux_server, fleet_env, agent="fleet-standin").spawn("eight/main", lay)
+    assert rep.all_ready, [(p.participant, p.why) for p in rep.panes]
+    assert [c[0] for c in seen.calls[:3]] == ["list-panes", "list-sessions", "new-session"]
+    chain = seen.calls[3]
+    assert chain.count("split-window") == 7 and chain.count("respawn-pane") == 1
+    assert chain.count("@fleet_participant") == 8 and chain.count("select-pane") == 1
+    later = seen.calls[4:]
+    assert not [c for c in later if c[0] in ("split-window", "respawn-pane", "capture-pane", "new-session")]
+    assert all(c[0] == "list-panes" for c in later if "capture-pane" in c)  # screens only in a look
+    listed = {p.participant: p for p in Tmux(tmux_server).fleet_panes(operator.get_wave("eight").id)}
+    assert sorted(listed) == names and len({p.window_id for p in listed.values()}) == 1
+    assert {p.participant: p.pane_id for p in rep.panes} == {n: p.pane_id for n, p in listed.items()}
+    with Counted(tmux_server) as again:
+        spawner(operator, tmux_server, fleet_env, agent="fleet-standin").spawn("eight/main", lay)
+    assert len(again.calls) <= 6 and not [c for c in again.calls if "capture-pane" in c], again.calls
+
+
+def test_a_member_added_to_a_window_someone_looks_at_leaves_their_pane_focused(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, wave: str
+) -> None:
+    """New panes are split without ``-d`` (so the window names them in the same invocation); the pane
+    a person there was looking at is the active one again at the end of that invocation."""
+    lay = layouts.load("trio", fleet_env)
+    first = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    bob = next(p.pane_id for p in first.panes if p.participant == "bob")
+    tmux_server.cmd("select-pane", "-t", bob)
+    operator.invite(operator.resolve("demo/main").id, "dave")
+    again = spawner(operator, tmux_server, fleet_env).spawn("demo/main", lay)
+    dave = next(p for p in again.panes if p.participant == "dave")
+    assert dave.action == "launched" and dave.ready, dave.why
+    active = tmux_server.cmd("display-message", "-p", "-t", first.window_id, "#{pane_id}").stdout
+    assert active == [bob]
+    assert opt(tmux_server, dave.pane_id, "@fleet_participant", "-p") == "dave"
+    assert again.window_id == first.window_id

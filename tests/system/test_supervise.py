@@ -446,7 +446,7 @@ def test_kill_a_wavelet_then_the_wave_then_spawn_resumes_the_same_sessions(
 
     report = kill(operator, tmux, "demo")
     assert (report.scope, report.participants) == ("wave", ["alice", "bob", "carol"])
-    assert (report.killed, report.killed_id) == (session.name, session.id)
+    assert (report.killed, report.killed_id) == (session.name, session.session_id)
     assert tmux.find_session(wave_id) is None and tmux.fleet_panes(wave_id) == []
     assert {p.state for p in operator.presence("demo")} == {"gone"}
     again = kill(operator, tmux, "demo")

@@ -8,20 +8,24 @@ command, its arguments, model, environment), must arrive exactly as written and 
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import sys
+import uuid
 from pathlib import Path
 
 import libtmux
 import pytest
 from conftest import retry_until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fleet import errors, layouts
 from fleet.client import Client
 from fleet.paths import Paths
 from fleet.spawn import Spawner
-from fleet.tmux import Tmux
+from fleet.tmux import MAX_COMMAND_BYTES, PaneLaunch, Tmux, session_name
 
 
 def hostile(tag: str) -> list[str]:
@@ -88,6 +92,25 @@ def test_names_cwd_env_and_argv_reach_tmux_and_the_pane_literally(
     opt = tmux_server.cmd("show-options", "-p", "-v", "-t", pane, "@fleet_participant").stdout
     assert opt == ["alice;"]
     assert pwned(tmp_path) == []  # nothing ran
+
+
+def test_a_working_directory_holding_a_style_or_hashes_before_one_is_the_panes_cwd_as_written(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tmux's expander copies a run of ``#`` before ``[`` (a style) through as it is, so doubling
+    those ``#`` (as every other ``#`` is) gave the pane another folder: tmux fell back to the
+    client's (found by the property below)."""
+    monkeypatch.chdir(tmp_path)
+    t = Tmux(tmux_server)
+    _sid, _wid, pane = t.new_session("wave-id", "w", "w", "wl-id")
+    for name in ("a#[fg=red]b", "##[x", "#[#(touch pwned-style)]", "x#y#[z"):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        out = tmp_path / "seen.json"
+        out.unlink(missing_ok=True)
+        t.respawn(pane, [sys.executable, "-c", RECORDER, str(out)], cwd=str(cwd))
+        assert recorded(out)["cwd"] == str(cwd)
+    assert pwned(tmp_path) == []
 
 
 @pytest.fixture
@@ -236,12 +259,138 @@ def test_a_waves_session_id_and_name_come_from_one_tmux_command(
 
     monkeypatch.setattr(tmux_server, "cmd", counted)
     got = tmux.wave_session("wave-1")
-    assert got is not None and (got.id, got.name) == (sid, "my wave") and len(calls) == 1
+    assert got is not None and (got.session_id, got.name) == (sid, "my wave") and len(calls) == 1
     other = tmux.wave_session("wave-2")
-    assert other is not None and other.name not in ("", "my wave") and other.id != sid
+    assert other is not None and other.name not in ("", "my wave") and other.session_id != sid
     calls.clear()
     assert tmux.wave_session("no-such-wave") is None and tmux.find_session("wave-1") == sid
     assert len(calls) == 2
     monkeypatch.undo()
     tmux_server.kill()
     assert tmux.wave_session("wave-1") is None and tmux.find_session("wave-1") is None  # no server: none
+
+
+# Pieces of strings that act if tmux (or a shell) reads them: a format's job ``#(…)`` runs its command,
+# ``#{…}``/``#[…]`` expand, a trailing ``;`` splits a command list, ``\`` and quotes are shell syntax.
+PIECES = ["#(touch pwned-chain)", "#{pane_id}", "#[fg=red]", "##", "#", ";", "\\;", "\\", "'", '"', "$HOME",
+          "%1", "@1", "{", "}", " ", "-t", "x", "é", "~"]  # fmt: skip
+PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
+
+
+def crafted(min_size: int = 0, chars: st.SearchStrategy[str] = PRINTABLE) -> st.SearchStrategy[str]:
+    pieces = st.sampled_from(PIECES) | st.text(chars, max_size=4)
+    return st.lists(pieces, min_size=min_size, max_size=6).map("".join).filter(lambda s: len(s) >= min_size)
+
+
+NAMED = st.characters(min_codepoint=0x20, max_codepoint=0x7E) | st.sampled_from("éü¢—")
+"""Characters tmux shows in a session or window name as given. It escapes (vis(3) style: a display
+escape, not an expansion) ``\\``, control characters and what its width table does not know as
+printable (private-use and unassigned code points), and ``$`` in a session name (a ``$`` names a
+session id in a target); fleet's names are ``[a-z0-9_.-]`` anyway."""
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=crafted(1, NAMED).filter(lambda s: "\\" not in s and "$" not in s),
+    who=st.lists(crafted(1), min_size=3, max_size=3),
+    args=st.lists(crafted() | st.text(max_size=8).filter(lambda s: "\0" not in s), max_size=4),
+    env=crafted(),
+    folder=crafted(1).filter(lambda s: "/" not in s and s not in (".", "..") and len(s.encode()) < 200),
+)
+def test_any_string_in_one_build_chain_reaches_tmux_and_the_panes_literally(
+    tmux_server: libtmux.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    who: list[str],
+    args: list[str],
+    env: str,
+    folder: str,
+) -> None:
+    """A window built in one invocation (a new session, its placeholder respawned, two panes split off
+    with their agents) holds every name, option, argv, cwd and env value exactly as given: nothing in
+    the chain is format-expanded, shell-read or taken for a separator."""
+    monkeypatch.chdir(tmp_path)
+    t = Tmux(tmux_server)
+    session = session_name(name, {s.name for s in t.sessions()})
+    sid, wid, first = t.open_window(name, new_session_name=session)
+    try:
+        cwd = tmp_path / folder
+        cwd.mkdir(exist_ok=True)
+        outs = [tmp_path / f"seen-{uuid.uuid4().hex}.json" for _ in who]
+        launches = [
+            PaneLaunch(pane, w, [sys.executable, "-c", RECORDER, str(out), *args], str(cwd), {"HOSTILE": env})
+            for pane, w, out in zip([first, "", ""], who, outs, strict=True)
+        ]
+        calls: list[str] = []
+        real = tmux_server.cmd
+
+        def counted(cmd: str, *args: object, target: str | int | None = None) -> libtmux.common.tmux_cmd:
+            calls.append(cmd)
+            return real(cmd, *args, target=target)
+
+        tmux_server.cmd = counted  # type: ignore[method-assign]
+        try:
+            panes = t.launch(
+                "wave-id",
+                "wl-id",
+                launches,
+                window_id=wid,
+                tag_session=sid,
+                tag_window=True,
+                focus=first,
+                arrangement="tiled",
+            )
+        finally:
+            del tmux_server.cmd  # the class's own again
+        assert len(calls) == 1, calls  # the whole build: one tmux invocation
+        assert panes[0] == first and len(set(panes)) == 3
+        for out in outs:
+            assert recorded(out) == {"cwd": str(cwd), "argv": args, "env": env}
+        listed = {p.pane_id: p for p in t.panes()}
+        assert [listed[p].participant for p in panes] == who
+        assert {
+            (listed[p].wave, listed[p].wavelet, listed[p].session_id, listed[p].window_id) for p in panes
+        } == {("wave-id", "wl-id", sid, wid)}
+        assert t.names(wid) == (session, name)
+        active = tmux_server.cmd("display-message", "-p", "-t", wid, "#{pane_id}").stdout
+        assert active == [first]  # the focus given back
+    finally:  # an example that failed leaves no session for the next to collide with
+        t.kill_session(sid)
+    assert pwned(tmp_path) == []
+
+
+def test_agents_whose_command_lines_pass_tmuxs_limit_together_start_in_as_few_invocations_as_fit(
+    tmux_server: libtmux.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight panes of ~5 KB command lines each (Claude Code's prompt and settings are that size) are
+    over tmux's 16 KB message together: they go in three invocations, no pane's commands in two."""
+    t = Tmux(tmux_server)
+    sid, wid, first = t.open_window("big", new_session_name="big")
+    outs = [tmp_path / f"seen-{i}.json" for i in range(8)]
+    big = ["x" * 5000 + ";"]
+    launches = [
+        PaneLaunch(pane, f"p{i}", [sys.executable, "-c", RECORDER, str(out), *big], str(tmp_path))
+        for i, (pane, out) in enumerate(zip([first, *[""] * 7], outs, strict=True))
+    ]
+    calls: list[int] = []
+    real = tmux_server.cmd
+
+    def sized(cmd: str, *args: object, target: str | int | None = None) -> libtmux.common.tmux_cmd:
+        calls.append(sum(len(str(a).encode()) + 1 for a in (cmd, *args)))
+        return real(cmd, *args, target=target)
+
+    monkeypatch.setattr(tmux_server, "cmd", sized)
+    panes = t.launch(
+        "w", "wl", launches, window_id=wid, tag_session=sid, tag_window=True, arrangement="tiled"
+    )
+    monkeypatch.undo()
+    assert 1 < len(calls) < 8 and max(calls) <= MAX_COMMAND_BYTES, calls
+    assert all(a + b > MAX_COMMAND_BYTES for a, b in itertools.pairwise(calls)), calls  # none could be one
+    for out in outs:
+        assert recorded(out)["argv"] == big
+    listed = {p.pane_id: p for p in t.panes()}
+    assert [listed[p].participant for p in panes] == [f"p{i}" for i in range(8)]
+    with pytest.raises(errors.UsageError, match="over tmux's limit"):
+        t.launch("w", "wl", [PaneLaunch(first, "huge", ["a", "b" * MAX_COMMAND_BYTES])], window_id=wid)
+    t.kill_session(sid)
