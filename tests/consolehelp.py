@@ -196,8 +196,12 @@ def blip_ids(events: list[Event]) -> list[str]:
 # ---------------------------------------------------------------- browser fixtures
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    """One headless Chromium per test process (each xdist worker), each test's page in a browser
+    context of its own (:meth:`Browser.new_page`: its own cookies and storage). Not per module: with
+    the slow tiers' tests handed out one at a time, a worker goes from module to module and a module
+    fixture started Chromium again for most browser tests (1–4 s each)."""
     b = Browser()
     try:
         yield b

@@ -115,14 +115,29 @@ _KNOWN: dict[tuple[str, str], str] = {}
 """(state dir, daemon key) -> store id, learnt by this process."""
 
 
-def store_identity(directory: Path, daemon: str, *, wait: float = 2.0) -> str:
+STORE_WAIT = 2.0
+"""Seconds :func:`store_identity` keeps asking a daemon that does not answer, with nothing remembered."""
+
+
+def _store_wait() -> float:
+    """:data:`STORE_WAIT`, or ``FLEET_STORE_WAIT`` (seconds; a test-only knob, for tests that start a
+    channel against a daemon that is down on purpose and would otherwise wait this out each time)."""
+    try:
+        return max(0.0, float(os.environ["FLEET_STORE_WAIT"]))
+    except (KeyError, ValueError):
+        return STORE_WAIT
+
+
+def store_identity(directory: Path, daemon: str, *, wait: float | None = None) -> str:
     """The identity of the store the daemon at ``daemon`` serves ('' when it cannot be learnt).
 
     Asked of ``/v1/health`` and remembered in ``<directory>/stores/<host_port>``, so a channel or
     hook that starts while its daemon restarts still finds its state: with a remembered identity the
-    daemon is asked once, without one it is asked again for up to about ``wait`` seconds. '' (the
-    host:port key) only when neither answers.
+    daemon is asked once, without one it is asked again for up to about ``wait`` seconds (None:
+    :func:`_store_wait`). '' (the host:port key) only when neither answers.
     """
+    if wait is None:
+        wait = _store_wait()
     key = daemon_key(daemon)
     memo = (str(directory), key)
     if memo in _KNOWN:

@@ -107,7 +107,10 @@ def test_status_follows_one_real_session_through_idle_turning_failed_permission_
     operator.post(main, "alice: break now")
     failed = reached("failed", "failed")
     assert "500" in failed.error or "an outage" in failed.error, failed
-    assert any(x.get("isApiErrorMessage") for x in transcript.lines()), "the failure is in its transcript"
+    # (the StopFailure hook can say so before Claude Code has written the failure to its transcript)
+    real.wait(
+        lambda: any(x.get("isApiErrorMessage") for x in transcript.lines()), "the failure in its transcript"
+    )
     assert same_everywhere("failed")["state_text"].startswith("failed: ")
 
     operator.post(main, "alice: run the check")
