@@ -59,7 +59,6 @@ from typing import Any
 
 from fleet.delivery.receipts import receipt_of, stamp
 from fleet.models import MAX_LINES, AgentState
-from fleet.wire import json_lines
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +74,22 @@ HOOK_EVENTS = ("Notification", "StopFailure", "SessionEnd")
 
 MAX_HOOK_READ = 1 << 20
 """Bytes of the hook file read at most per look (a hook line is one small JSON object)."""
+
+
+def json_lines(buffered: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """The JSON objects on the complete lines of ``buffered`` (a line that is not one is skipped),
+    and what follows the last newline: the line still being written, for the next read to finish.
+    What every tail of an appended JSONL file (a transcript, a hook's log) reads with."""
+    *lines, rest = buffered.split(b"\n")
+    out: list[dict[str, Any]] = []
+    for raw in lines:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out, rest
 
 
 @dataclass

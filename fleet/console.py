@@ -69,7 +69,7 @@ from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.paths import Paths
 from fleet.records.permissions import PermissionList
 from fleet.store import OPERATOR_PRINCIPAL, Store
-from fleet.wire import record
+from fleet.wire import Record
 
 if TYPE_CHECKING:
     import ssl
@@ -192,16 +192,14 @@ class ConsoleHost(Protocol):
 # ---------------------------------------------------------------- shapes the page reads
 
 
-@record
-class TailPage:
+class TailPage(Record, kw_only=True):
     """A page of a wavelet's history, oldest first; ``more`` says older blips exist."""
 
     blips: list[Blip]
     more: bool
 
 
-@record
-class StreamReady:
+class StreamReady(Record, kw_only=True):
     """The first event of a stream opened without a cursor: where it starts (a blip id, or '')."""
 
     cursor: str

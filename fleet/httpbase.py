@@ -39,7 +39,6 @@ import functools
 import gc
 import io
 import ipaddress
-import json
 import logging
 import re
 import socket
@@ -54,7 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fleet import errors, hangup
 from fleet.models import ErrorBody, ErrorEnvelope
-from fleet.wire import dump
+from fleet.wire import encode
 
 if TYPE_CHECKING:
     import ssl
@@ -228,8 +227,9 @@ class HostRule:
 
 
 def json_bytes(payload: Any) -> bytes:
-    """A record (or plain data holding records) as compact JSON."""
-    return json.dumps(dump(payload), separators=(",", ":")).encode("utf-8")
+    """A record (or plain data holding records) as compact UTF-8 JSON, encoded by msgspec straight
+    from the records (no intermediate dicts: a 500-blip read's answer was half its time in them)."""
+    return encode(payload)
 
 
 class Headers:

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from fleet.wire import dump, record
+from fleet.wire import Record, dump
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,12 @@ def take_stdout() -> IO[str]:
 # ---------------------------------------------------------------- tools
 
 
-@record(extra="forbid")
-class TextContent:
+class TextContent(Record, kw_only=True, forbid_unknown_fields=True):
     type: Literal["text"] = "text"
     text: str
 
 
-@record(extra="forbid")
-class ToolResult:
+class ToolResult(Record, kw_only=True, forbid_unknown_fields=True):
     """A ``tools/call`` result as it goes on the wire (field names are the MCP wire names)."""
 
     content: list[TextContent]

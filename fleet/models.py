@@ -2,18 +2,19 @@
 
 The daemon renders these, the client loads them, the CLI and the channel consume them; nothing
 passes a ``dict[str, Any]`` between layers. Field names are the wire names (``with_`` travels as
-``with``, ``as_`` as ``as``). They are :mod:`fleet.wire` records, not pydantic models: they sit on
-the start-up path of every ``fleet`` command and channel process (see that module for why).
+``with``, ``as_`` as ``as``). They are :mod:`fleet.wire` records (msgspec Structs: they sit on the
+start-up path of every ``fleet`` command and channel process; see that module for why), and the
+event log and the rows use the same ones (:mod:`fleet.store.events`, :mod:`fleet.store.rows`).
 Requests (client → daemon) refuse unknown fields; responses ignore fields a newer daemon may add.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fleet.records.budgets import Budget
-from fleet.wire import dump, field, record
+from fleet.wire import Meta, Record, dump, field
 
 PARTICIPANT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 """Participant names (docs/design.md §1). ``operator`` is the reserved human."""
@@ -45,17 +46,20 @@ def jsonable(obj: Any) -> Any:
 # ---------------------------------------------------------------- records (daemon -> client)
 
 
-@record
-class Member:
+class Joining(Record, kw_only=True):
+    """A participant joining a roster: what the roster events carry and a :class:`Member` starts with."""
+
     name: str
     kind: ParticipantKind = "agent"
-    joined_at: str
     since: str = ""
     """Blip id just before this member joined ('' = the wavelet's start): delivery starts after it."""
 
 
-@record
-class Wavelet:
+class Member(Joining, kw_only=True):
+    joined_at: str
+
+
+class Wavelet(Record, kw_only=True):
     id: str
     wave_id: str
     wave: str
@@ -83,8 +87,7 @@ class Wavelet:
         return f"{self.wave}/{self.name}"
 
 
-@record
-class Wave:
+class Wave(Record, kw_only=True):
     id: str
     name: str
     created_at: str
@@ -92,28 +95,34 @@ class Wave:
     wavelets: list[Wavelet] = field(default_factory=list)
 
 
-@record
-class Blip:
+class Blip(Record, kw_only=True):
+    """One version of a blip: what reads answer with and what the ``blip.*`` events carry.
+
+    The fields are in the order the event log has always written them; an event's payload leaves
+    out the unset optional ones and never holds ``superseded_by`` (:func:`fleet.store.events.payload_of`)."""
+
     id: str
     wavelet_id: str
     wave_id: str
     author: str
     kind: BlipKind
     text: str
+    created_at: str
     replaces: str | None = None
     source_wavelet_id: str | None = None
     """A surface's source wavelet, a provenance blip's other wavelet; None where there is none, and
     withheld (None) from a reader who cannot see it (a private wavelet it is not on)."""
     source_blip_id: str | None = None
     """The blip in ``source_wavelet_id`` it refers to (withheld with it)."""
-    created_at: str
-    superseded_by: str | None = None
-    """Set on reads that include history: the id of the blip that replaced this one."""
     actor: str | None = None
     """On a ``system`` blip: the participant whose act (fork, invite, leave) it records, if any."""
     replaced_by: str | None = None
     """On a replacement version: who wrote it. ``author`` stays the blip's original author (who,
-    with the operator, may replace it again)."""
+    with the operator, may replace it again). Absent in events written before replaces kept the
+    author: their ``author`` is the replacer."""
+    superseded_by: str | None = None
+    """Set on reads that include history: the id of the blip that replaced this one (a column of
+    the ``blips`` table, never in an event)."""
 
     @property
     def writer(self) -> str:
@@ -121,8 +130,7 @@ class Blip:
         return self.replaced_by or self.author
 
 
-@record
-class BlipPage:
+class BlipPage(Record, kw_only=True):
     blips: list[Blip]
     cursor: str
     """The greatest id the reader has now seen (pass it back as ``after``); unchanged if none."""
@@ -131,8 +139,7 @@ class BlipPage:
 SummaryAuthorKind = Literal["participant", "summarizer", "extractive"]
 
 
-@record
-class Summary:
+class Summary(Record, kw_only=True):
     """A rolling summary: it stands in for its wavelet's blips up to ``upto`` (inclusive) in a context.
 
     Recorded only if ``cites`` names every id in ``load_bearing`` (surfaces, ``DONE:`` blips, pinned
@@ -155,8 +162,7 @@ class Summary:
     created_at: str
 
 
-@record
-class Context:
+class Context(Record, kw_only=True):
     """What a participant sees when it reads a wavelet: for each ancestor, its latest summary up to
     the fork point and the blips after it up to the fork point; then this wavelet's own latest
     summary and live tail. One page of it: the newest ``limit`` blips older than ``before``."""
@@ -182,13 +188,11 @@ class Context:
     """The oldest position on this page (a blip id or a summary's ``upto``); '' on an empty page."""
 
 
-@record
-class SummaryList:
+class SummaryList(Record, kw_only=True):
     summaries: list[Summary]
 
 
-@record
-class SummaryVerdict:
+class SummaryVerdict(Record, kw_only=True):
     """The answer to a summary: recorded, or rejected with the load-bearing ids it failed to cite."""
 
     accepted: bool
@@ -198,8 +202,7 @@ class SummaryVerdict:
     reason: str = ""
 
 
-@record
-class SummaryCheck:
+class SummaryCheck(Record, kw_only=True):
     """``GET …/summaries/check``: the wavelet's latest summary against its range's load-bearing blips
     now (pins may have been added since), and what is not yet summarized."""
 
@@ -214,8 +217,7 @@ class SummaryCheck:
     pending_bytes: int = 0
 
 
-@record
-class SummaryInput:
+class SummaryInput(Record, kw_only=True):
     """What a summary writer is given: the previous summary and the blips after it (oldest first),
     with the ids a new summary must cite."""
 
@@ -227,8 +229,7 @@ class SummaryInput:
     """More blips remain after these (a writer covers these; the next run covers the rest)."""
 
 
-@record
-class FeedWavelet:
+class FeedWavelet(Record, kw_only=True):
     id: str
     name: str
     wave: str
@@ -239,8 +240,7 @@ class FeedWavelet:
     """The wave's root wavelet (it has no parent): the resident hears all of it."""
 
 
-@record
-class Feed:
+class Feed(Record, kw_only=True):
     """One long-poll across every wavelet on a participant's roster (the channel's delivery input)."""
 
     wavelets: list[FeedWavelet]
@@ -253,8 +253,7 @@ class Feed:
     needs no request of its own per delivery); None from a daemon that does not send them."""
 
 
-@record
-class PresenceRow:
+class PresenceRow(Record, kw_only=True):
     wave_id: str
     participant: str
     state: PresenceState
@@ -271,8 +270,7 @@ class PresenceRow:
     channel is not heard, ``unknown`` with why. None only from a daemon older than agent states."""
 
 
-@record
-class Activity:
+class Activity(Record, kw_only=True):
     """What one participant wrote in one wavelet (system blips are not counted)."""
 
     wavelet_id: str
@@ -283,8 +281,7 @@ class Activity:
     last_blip_at: str
 
 
-@record
-class WaveActivity:
+class WaveActivity(Record, kw_only=True):
     """``GET /v1/waves/{wave}/activity``: who wrote where, and the wave's newest blip."""
 
     wave_id: str
@@ -293,8 +290,7 @@ class WaveActivity:
     activity: list[Activity] = field(default_factory=list)
 
 
-@record
-class SessionRecord:
+class SessionRecord(Record, kw_only=True):
     """The agent session a participant runs in a wave: what ``fleet respawn`` needs on any machine."""
 
     participant: str
@@ -308,11 +304,11 @@ class SessionRecord:
     transport: Transport = "channel"
     cwd: str = ""
     host: str = ""
+    wave_id: str = ""
     updated_at: str = ""
 
 
-@record
-class TokenInfo:
+class TokenInfo(Record, kw_only=True):
     id: str
     wave_id: str
     wave: str
@@ -326,14 +322,12 @@ class TokenInfo:
     """A machine token: the waves (names) it has the operator's powers in. None for a participant's."""
 
 
-@record
-class MintedToken(TokenInfo):
+class MintedToken(TokenInfo, kw_only=True):
     token: str
     """The secret, shown once. The daemon keeps only its hash."""
 
 
-@record
-class Whoami:
+class Whoami(Record, kw_only=True):
     principal: str
     """``operator`` or the participant name."""
     wave_id: str | None = None
@@ -348,8 +342,7 @@ class Whoami:
     """Whether this token may mint participant tokens (what ``fleet spawn`` needs)."""
 
 
-@record
-class Health:
+class Health(Record, kw_only=True):
     ok: bool
     version: str
     pid: int
@@ -359,8 +352,7 @@ class Health:
     """Long-polls and event streams parked on the notifier now (benchmarks, tests)."""
 
 
-@record
-class ErrorBody:
+class ErrorBody(Record, kw_only=True):
     kind: str
     message: str
 
@@ -368,43 +360,35 @@ class ErrorBody:
 # ---------------------------------------------------------------- response envelopes (daemon and client)
 
 
-@record
-class WaveList:
+class WaveList(Record, kw_only=True):
     waves: list[Wave]
 
 
-@record
-class BlipList:
+class BlipList(Record, kw_only=True):
     blips: list[Blip]
 
 
-@record
-class PresenceList:
+class PresenceList(Record, kw_only=True):
     presence: list[PresenceRow]
 
 
-@record
-class TokenList:
+class TokenList(Record, kw_only=True):
     tokens: list[TokenInfo]
 
 
-@record
-class SessionList:
+class SessionList(Record, kw_only=True):
     sessions: list[SessionRecord]
 
 
-@record
-class Revoked:
+class Revoked(Record, kw_only=True):
     revoked: list[TokenInfo]
 
 
-@record
-class Ok:
+class Ok(Record, kw_only=True):
     ok: bool = True
 
 
-@record
-class ErrorEnvelope:
+class ErrorEnvelope(Record, kw_only=True):
     """Every error answer: ``{"error": {"kind", "message"}}`` (``kind`` names a :mod:`fleet.errors` class)."""
 
     error: ErrorBody
@@ -430,44 +414,38 @@ MAX_ITEMS = 1000
 """A list or map in a request: names to add, waves of a machine token, cursors of a feed."""
 
 
-@record(extra="forbid")
-class NewWave:
-    name: str = field(max_length=MAX_NAME)
-    with_: list[str] = field(default_factory=list, key="with", max_length=MAX_ITEMS)
+class NewWave(Record, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(max_length=MAX_NAME)]
+    with_: Annotated[list[str], Meta(max_length=MAX_ITEMS)] = field(default_factory=list, name="with")
 
 
-@record(extra="forbid")
-class NewFork:
-    name: str = field(max_length=MAX_NAME)
-    with_: list[str] = field(default_factory=list, key="with", max_length=MAX_ITEMS)
+class NewFork(Record, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(max_length=MAX_NAME)]
+    with_: Annotated[list[str], Meta(max_length=MAX_ITEMS)] = field(default_factory=list, name="with")
     private: bool = False
-    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class RosterChange:
-    name: str = field(max_length=MAX_NAME)
+class RosterChange(Record, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(max_length=MAX_NAME)]
     kind: ParticipantKind = "agent"
-    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class NewTopic:
+class NewTopic(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/wavelets/{wavelet}/topic``: the wavelet's new topic ('' removes it); the rules are
     the store's (:func:`fleet.store.checks.topic`)."""
 
     topic: str
-    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class NewBlip:
+class NewBlip(Record, kw_only=True, forbid_unknown_fields=True):
     text: str
-    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class NewSummary:
+class NewSummary(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/wavelets/{wavelet}/summaries``: a summary of the wavelet's blips up to ``upto``."""
 
     text: str
@@ -476,32 +454,28 @@ class NewSummary:
     author_kind: SummaryAuthorKind = "participant"
     author: str | None = None
     """Operator only: who wrote it (a summarizer's name, ``fleet``); a participant writes as itself."""
-    as_: str | None = field(default=None, key="as")
+    as_: str | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class NewPin:
-    as_: str | None = field(default=None, key="as")
+class NewPin(Record, kw_only=True, forbid_unknown_fields=True):
+    as_: str | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class NewSystemBlip:
+class NewSystemBlip(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/wavelets/{wavelet}/system`` (operator only): a ``system`` blip, authored ``system``."""
 
     text: str
 
 
-@record(extra="forbid")
-class NewSurface:
+class NewSurface(Record, kw_only=True, forbid_unknown_fields=True):
     text: str
-    source_blip_id: str | None = field(default=None, max_length=MAX_REF)
-    as_: str | None = field(default=None, key="as", max_length=MAX_NAME)
+    source_blip_id: Annotated[str, Meta(max_length=MAX_REF)] | None = None
+    as_: Annotated[str, Meta(max_length=MAX_NAME)] | None = field(default=None, name="as")
 
 
-@record(extra="forbid")
-class FeedRequest:
-    participant: str = field(max_length=MAX_NAME)
-    cursors: dict[str, str] = field(default_factory=dict, max_length=MAX_ITEMS)
+class FeedRequest(Record, kw_only=True, forbid_unknown_fields=True):
+    participant: Annotated[str, Meta(max_length=MAX_NAME)]
+    cursors: Annotated[dict[str, str], Meta(max_length=MAX_ITEMS)] = field(default_factory=dict)
     """wavelet id -> last delivered blip id. Missing wavelets start at the member's ``since``."""
     wait: float = 0.0
     limit: int = 200
@@ -511,8 +485,7 @@ MAX_LINES = 20
 """Lines of a dead pane's screen an agent state carries."""
 
 
-@record(extra="forbid")
-class AgentState:
+class AgentState(Record, kw_only=True, forbid_unknown_fields=True):
     """One agent session's state (:mod:`fleet.agentstate` folds it; docs/design.md §2). Only the
     fields of its ``kind`` are set; ``since`` is Unix time by the clock of whoever saw it begin
     (the session's transcript stamps, a hook's arrival, the daemon for a channel gone), None when
@@ -520,35 +493,34 @@ class AgentState:
 
     kind: AgentKind
     since: float | None = None
-    woken_by: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
+    woken_by: Annotated[list[str], Meta(max_length=MAX_ITEMS)] = field(default_factory=list)
     """``turning``: the blip ids whose delivery opened the turn, and those that entered it since
     (empty: typed, or not fleet's)."""
-    wavelets: list[str] = field(default_factory=list, max_length=MAX_ITEMS)
+    wavelets: Annotated[list[str], Meta(max_length=MAX_ITEMS)] = field(default_factory=list)
     """``turning``: the wavelets (``WAVE/WAVELET``) of those blips: a turn is *for* them."""
-    tool: str = field(default="", max_length=MAX_NAME)
+    tool: Annotated[str, Meta(max_length=MAX_NAME)] = ""
     """``turning``: the tool running now ('' between tools); ``permission``: the tool asked for."""
-    input: str = field(default="", max_length=MAX_NOTE)
+    input: Annotated[str, Meta(max_length=MAX_NOTE)] = ""
     """``permission``: a preview of the tool's input."""
-    dialog: str = field(default="", max_length=MAX_NOTE)
+    dialog: Annotated[str, Meta(max_length=MAX_NOTE)] = ""
     """``dialog``: its first line."""
-    error: str = field(default="", max_length=MAX_NOTE)
+    error: Annotated[str, Meta(max_length=MAX_NOTE)] = ""
     """``failed``: the API error that ended the turn."""
-    exit: str = field(default="", max_length=MAX_NAME)
+    exit: Annotated[str, Meta(max_length=MAX_NAME)] = ""
     """``dead``: ``status N``, ``signal N`` or ``unknown``."""
-    lines: list[str] = field(default_factory=list, max_length=MAX_LINES)
+    lines: Annotated[list[str], Meta(max_length=MAX_LINES)] = field(default_factory=list)
     """``dead``: the pane's last lines."""
-    why: str = field(default="", max_length=MAX_NOTE)
+    why: Annotated[str, Meta(max_length=MAX_NOTE)] = ""
     """``unknown``: why fleet cannot see (no transcript access, channel gone, too old a Claude Code)."""
 
 
-@record(extra="forbid")
-class PresenceReport:
-    participant: str = field(max_length=MAX_NAME)
+class PresenceReport(Record, kw_only=True, forbid_unknown_fields=True):
+    participant: Annotated[str, Meta(max_length=MAX_NAME)]
     event: Literal["ping", "delivered", "gone"]
     count: int = 0
-    session_id: str | None = field(default=None, max_length=MAX_SESSION_ID)
-    host: str | None = field(default=None, max_length=MAX_HOST)
-    launch: str | None = field(default=None, max_length=MAX_SESSION_ID)
+    session_id: Annotated[str, Meta(max_length=MAX_SESSION_ID)] | None = None
+    host: Annotated[str, Meta(max_length=MAX_HOST)] | None = None
+    launch: Annotated[str, Meta(max_length=MAX_SESSION_ID)] | None = None
     """The launch this channel belongs to (``FLEET_LAUNCH``, set by spawn per launch): a respawn is
     ready only when its own channel speaks, not the one it replaces (same session id)."""
     agent: AgentState | None = None
@@ -556,23 +528,20 @@ class PresenceReport:
     channel older than agent states, shown as ``unknown``)."""
 
 
-@record(extra="forbid")
-class NewSession:
-    participant: str = field(max_length=MAX_NAME)
-    session_id: str = field(max_length=MAX_SESSION_ID)
-    wavelet_id: str = field(max_length=MAX_REF)
-    layout: str = field(default="", max_length=MAX_PATH)
-    agent: str = field(default="", max_length=MAX_PATH)
+class NewSession(Record, kw_only=True, forbid_unknown_fields=True):
+    participant: Annotated[str, Meta(max_length=MAX_NAME)]
+    session_id: Annotated[str, Meta(max_length=MAX_SESSION_ID)]
+    wavelet_id: Annotated[str, Meta(max_length=MAX_REF)]
+    layout: Annotated[str, Meta(max_length=MAX_PATH)] = ""
+    agent: Annotated[str, Meta(max_length=MAX_PATH)] = ""
     transport: Transport = "channel"
-    cwd: str = field(default="", max_length=MAX_PATH)
-    host: str = field(default="", max_length=MAX_HOST)
+    cwd: Annotated[str, Meta(max_length=MAX_PATH)] = ""
+    host: Annotated[str, Meta(max_length=MAX_HOST)] = ""
 
 
-@record
-class Seat:
-    """The seat of a wave's resident (docs/resident.md): one mind per wave, recorded in the store.
-
-    Open while ``closed_at`` is None; the newest seat per wave is kept, closed ones included."""
+class SeatClaim(Record, kw_only=True):
+    """A resident's claim of its wave's seat: what the ``seat.claimed`` event carries and a
+    :class:`Seat` starts with."""
 
     wave_id: str
     participant: str
@@ -585,64 +554,65 @@ class Seat:
     cwd: str = ""
     """The wave's worktree, ``<repo>.<wave>``."""
     claimed_at: str = ""
+
+
+class Seat(SeatClaim, kw_only=True):
+    """The seat of a wave's resident (docs/resident.md): one mind per wave, recorded in the store.
+
+    Open while ``closed_at`` is None; the newest seat per wave is kept, closed ones included."""
+
     closed_at: str | None = None
     closed_why: str = ""
 
 
-@record(extra="forbid")
-class NewSeat:
+class NewSeat(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/seat``: claim the wave's seat (operator only).
 
     An open seat of another session is refused unless ``force``; one of the same session is
     refreshed (a revived mind: new pid, same session)."""
 
-    participant: str = field(max_length=MAX_NAME)
-    session_id: str = field(max_length=MAX_SESSION_ID)
-    host: str = field(max_length=MAX_HOST)
-    pid: int = field(ge=0)
-    pane_id: str = field(default="", max_length=MAX_NAME)
-    cwd: str = field(default="", max_length=MAX_PATH)
+    participant: Annotated[str, Meta(max_length=MAX_NAME)]
+    session_id: Annotated[str, Meta(max_length=MAX_SESSION_ID)]
+    host: Annotated[str, Meta(max_length=MAX_HOST)]
+    pid: Annotated[int, Meta(ge=0)]
+    pane_id: Annotated[str, Meta(max_length=MAX_NAME)] = ""
+    cwd: Annotated[str, Meta(max_length=MAX_PATH)] = ""
     force: bool = False
 
 
-@record(extra="forbid")
-class CloseSeat:
+class CloseSeat(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/seat/close``: close the open seat (operator only); ``session_id``
     set: only if the open seat is that session's."""
 
-    why: str = field(max_length=MAX_NOTE)
-    session_id: str | None = field(default=None, max_length=MAX_SESSION_ID)
+    why: Annotated[str, Meta(max_length=MAX_NOTE)]
+    session_id: Annotated[str, Meta(max_length=MAX_SESSION_ID)] | None = None
 
 
-@record
-class SeatAnswer:
+class SeatAnswer(Record, kw_only=True):
     seat: Seat | None = None
 
 
-@record(extra="forbid")
-class SupervisorClaim:
+class SupervisorClaim(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/supervisor``: claim or renew the wave's supervisor lease (operator
     only; docs/resident.md). Held by another ``holder`` and not lapsed: 409 naming it, unless
     ``force`` takes it over."""
 
-    holder: str = field(min_length=1, max_length=MAX_SESSION_ID)
+    holder: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID)]
     """An id the supervising process minted for itself; its renewals name the same."""
-    pid: int = field(ge=0)
-    host: str = field(max_length=MAX_HOST)
-    ttl: float = field(default=30.0, ge=1, le=3600)
+    pid: Annotated[int, Meta(ge=0)]
+    host: Annotated[str, Meta(max_length=MAX_HOST)]
+    ttl: Annotated[float, Meta(ge=1, le=3600)] = 30.0
     """Seconds the lease lasts without a renewal."""
     force: bool = False
 
 
-@record(extra="forbid")
-class SupervisorRelease:
+class SupervisorRelease(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/supervisor/release``: give the lease up, if ``holder`` holds it."""
 
-    holder: str = field(min_length=1, max_length=MAX_SESSION_ID)
+    holder: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID)]
 
 
-@record
-class SupervisorLease:
+class SupervisorLease(Record, kw_only=True):
     """Who supervises a wave now: the lease a ``fleet supervise`` holds and renews. Kept in the
     daemon's memory (like presence): a restarted daemon knows none until the holder renews."""
 
@@ -659,8 +629,7 @@ class SupervisorLease:
     """On a forced claim's answer: ``pid N on HOST`` of the holder it displaced ('' otherwise)."""
 
 
-@record
-class SupervisorAnswer:
+class SupervisorAnswer(Record, kw_only=True):
     lease: SupervisorLease | None = None
     """None: no supervisor holds the wave (none claimed it, it was released, or it lapsed)."""
 
@@ -668,8 +637,7 @@ class SupervisorAnswer:
 MemoryOp = Literal["update", "add"]
 
 
-@record(extra="forbid")
-class MemoryWrite:
+class MemoryWrite(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/memory`` (the operator or the seated resident): ``update`` replaces
     the wave's MEMORY.md with ``content``, ``add`` appends it as a new paragraph; ``summary`` (None:
     its first non-empty line) is what the blip recording the write says."""
@@ -677,13 +645,12 @@ class MemoryWrite:
     op: MemoryOp
     content: str
     summary: str | None = None
-    as_: str | None = field(default=None, key="as")
+    as_: str | None = field(default=None, name="as")
     """The operator writing for the seated resident (``fleet memory`` run in the resident's own
     session): recorded as the resident's write."""
 
 
-@record
-class MemoryAnswer:
+class MemoryAnswer(Record, kw_only=True):
     """The wave's MEMORY.md (``GET``/``POST /v1/waves/{wave}/memory``) after a read or a write."""
 
     wave: str
@@ -694,28 +661,25 @@ class MemoryAnswer:
     """The blip that recorded the write ('' for a read)."""
 
 
-@record(extra="forbid")
-class MintRequest:
-    wave: str = field(max_length=MAX_REF)
-    participant: str = field(max_length=MAX_NAME)
-    machine: str | None = field(default=None, max_length=MAX_NAME)
+class MintRequest(Record, kw_only=True, forbid_unknown_fields=True):
+    wave: Annotated[str, Meta(max_length=MAX_REF)]
+    participant: Annotated[str, Meta(max_length=MAX_NAME)]
+    machine: Annotated[str, Meta(max_length=MAX_NAME)] | None = None
     """Mint it for this machine (a participant's join): listed and revoked with the machine's."""
 
 
-@record(extra="forbid")
-class NewMachine:
+class NewMachine(Record, kw_only=True, forbid_unknown_fields=True):
     """A machine token: the operator's powers in ``waves`` (names or ids) for the machine ``name``."""
 
-    name: str = field(max_length=MAX_NAME)
-    waves: list[str] = field(max_length=MAX_ITEMS)
+    name: Annotated[str, Meta(max_length=MAX_NAME)]
+    waves: Annotated[list[str], Meta(max_length=MAX_ITEMS)]
 
 
-@record(extra="forbid")
-class RevokeRequest:
-    token_id: str | None = field(default=None, max_length=MAX_REF)
-    wave: str | None = field(default=None, max_length=MAX_REF)
-    participant: str | None = field(default=None, max_length=MAX_NAME)
-    machine: str | None = field(default=None, max_length=MAX_NAME)
+class RevokeRequest(Record, kw_only=True, forbid_unknown_fields=True):
+    token_id: Annotated[str, Meta(max_length=MAX_REF)] | None = None
+    wave: Annotated[str, Meta(max_length=MAX_REF)] | None = None
+    participant: Annotated[str, Meta(max_length=MAX_NAME)] | None = None
+    machine: Annotated[str, Meta(max_length=MAX_NAME)] | None = None
     """Every live token of this machine: its machine token and those minted for or by it."""
 
 
@@ -726,8 +690,7 @@ JOIN_PREFIX = "fleet-join1:"
 """How a join string starts; the rest is the :class:`JoinTicket` as base64url JSON (no padding)."""
 
 
-@record
-class JoinTicket:
+class JoinTicket(Record, kw_only=True):
     """What ``fleet remote mint`` prints, encoded as one line, for ``fleet remote join`` elsewhere."""
 
     url: str
@@ -741,8 +704,7 @@ class JoinTicket:
     """Set for a participant token (it speaks as this participant); None for a machine token."""
 
 
-@record
-class Remote:
+class Remote(Record, kw_only=True):
     """One joined daemon, stored 0600 as ``data/remotes/NAME.json``: ``FLEET_DAEMON=NAME`` uses it."""
 
     name: str
@@ -754,8 +716,7 @@ class Remote:
     joined_at: float = 0.0
 
 
-@record
-class StopProgress:
+class StopProgress(Record, kw_only=True):
     """``state/daemon.stopping``: how far a graceful stop has got (``fleet daemon stop`` waits while
     it moves). Rewritten at each phase and each time a request in flight finishes."""
 
@@ -768,8 +729,7 @@ class StopProgress:
     at: float = 0.0
 
 
-@record
-class Endpoint:
+class Endpoint(Record, kw_only=True):
     """``state/daemon.json``: where the local daemon listens."""
 
     url: str
@@ -784,8 +744,7 @@ class Endpoint:
 # ---------------------------------------------------------------- the event log (fleet export)
 
 
-@record
-class LogRow:
+class LogRow(Record, kw_only=True):
     """One row of the event log as ``GET /v1/events`` pages it: ``payload`` is the stored JSON text,
     verbatim (``type`` is not in it)."""
 
@@ -795,8 +754,7 @@ class LogRow:
     created_at: str
 
 
-@record
-class EventPage:
+class EventPage(Record, kw_only=True):
     """``GET /v1/events?after=SEQ&limit=N[&wave=W]`` (full operator only): log rows after ``after``
     (of wave ``W`` only, when named); ``cursor`` is the last seq scanned, ``more`` whether rows follow."""
 

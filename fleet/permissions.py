@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fleet import seams
+from fleet.agentstate import json_lines
 from fleet.records.permissions import (
     HOOK_WAIT,
     TOOL_MAX,
@@ -52,7 +53,6 @@ from fleet.records.permissions import (
     pending_note,
     preview,
 )
-from fleet.wire import json_lines
 
 if TYPE_CHECKING:
     from fleet.client import Client

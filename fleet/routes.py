@@ -75,7 +75,7 @@ from fleet.models import (
     WaveList,
     Whoami,
 )
-from fleet.records.budgets import BudgetList, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.records.budgets import BudgetList, BudgetReachedAnswer, BudgetReport, SetBudget, SpendReport
 from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
@@ -265,7 +265,7 @@ SET_BUDGET = Route(
     "set_budget", "POST", f"{W}/budgets", SetBudget, BudgetList, "operator", "rerun", "set a budget"
 )
 BUDGET_REACHED = Route(
-    "budget_reached", "POST", f"{W}/budgets/reached", BudgetReport, BudgetReached, "self", "rerun",
+    "budget_reached", "POST", f"{W}/budgets/reached", BudgetReport, BudgetReachedAnswer, "self", "rerun",
     "a channel says a budget was passed",
 )  # fmt: skip
 REPORT_SPEND = Route(

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from fleet import errors
 from fleet.client import Client
@@ -43,7 +43,7 @@ from fleet.delivery.attention import (
 from fleet.models import Blip, NewSummary, SummaryInput
 from fleet.paths import Paths
 from fleet.procs import run_fail_open
-from fleet.wire import RecordError, dumps, field, loads, record
+from fleet.wire import Meta, Record, RecordError, dumps, field, loads
 
 if TYPE_CHECKING:
     from fleet.layouts import SummarizerSpec
@@ -97,8 +97,7 @@ def extractive(inp: SummaryInput) -> NewSummary | None:
 # ---------------------------------------------------------------- the external summarizer
 
 
-@record(extra="forbid")
-class SummarizerRequest:
+class SummarizerRequest(Record, kw_only=True, forbid_unknown_fields=True):
     """What a summarizer reads on stdin: a wavelet's previous summary and the blips after it."""
 
     version: Literal[1] = 1
@@ -115,11 +114,10 @@ class SummarizerRequest:
     """The load-bearing ids the summary must cite, or it is rejected."""
 
 
-@record(extra="forbid")
-class SummarizerAnswer:
+class SummarizerAnswer(Record, kw_only=True, forbid_unknown_fields=True):
     """What a summarizer prints on stdout."""
 
-    text: str = field(min_length=1)
+    text: Annotated[str, Meta(min_length=1)]
     cites: list[str] = field(default_factory=list)
     """The blip ids the summary relies on."""
 

@@ -63,7 +63,7 @@ from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import Feed
 from fleet.paths import get_paths
 from fleet.procs import identity
-from fleet.wire import RecordError, dumps, loads, record
+from fleet.wire import Record, RecordError, dumps, loads
 from fleet.wire import field as wfield
 
 if TYPE_CHECKING:
@@ -92,8 +92,7 @@ GATE_WAIT = 10.0
 SessionStart can run before the channel is up) before it delivers on its own."""
 
 
-@record
-class AfterLine:
+class AfterLine(Record, kw_only=True):
     """The last line of ``fleet watch --json``: the value to pass back as ``--after``."""
 
     after: str
@@ -102,8 +101,7 @@ class AfterLine:
 # ---------------------------------------------------------------- the re-arm value
 
 
-@record(extra="forbid")
-class _After:
+class _After(Record, kw_only=True, forbid_unknown_fields=True):
     """What an ``after=`` value carries (short keys: it is retyped by people and agents)."""
 
     p: str
@@ -363,8 +361,7 @@ class _OrphanGuard:
                     os._exit(0)
 
 
-@record
-class HookInput:
+class HookInput(Record, kw_only=True):
     """What Claude Code writes to a hook's stdin (the fields fleet reads; claude-code.md §4)."""
 
     session_id: str = ""
@@ -528,8 +525,7 @@ def _to_stderr(text: str) -> None:
 HOOK_EVENTS = ("SessionStart", "Stop", "StopFailure")
 
 
-@record(extra="forbid")
-class HookHandler:
+class HookHandler(Record, kw_only=True, forbid_unknown_fields=True):
     """One command hook in Claude Code's settings (claude-code.md §4); field names are Claude Code's."""
 
     type: Literal["command"] = "command"
@@ -540,13 +536,11 @@ class HookHandler:
     rewakeMessage: str
 
 
-@record(extra="forbid")
-class HookMatcher:
+class HookMatcher(Record, kw_only=True, forbid_unknown_fields=True):
     hooks: list[HookHandler]
 
 
-@record(extra="forbid")
-class HookSettings:
+class HookSettings(Record, kw_only=True, forbid_unknown_fields=True):
     """The ``--settings`` JSON :func:`hook_settings` prints: event name -> matchers."""
 
     hooks: dict[str, list[HookMatcher]]

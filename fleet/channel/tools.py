@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from fleet import errors
 from fleet.agentstate import describe
@@ -27,7 +27,7 @@ from fleet.ids import request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
 from fleet.seams import first, fork_spawners
-from fleet.wire import RecordError, field, load, record, schema
+from fleet.wire import Meta, Record, RecordError, field, load, schema
 
 if TYPE_CHECKING:  # loaded under targeted attention only
     from fleet.delivery.attention import RoutingLog
@@ -104,116 +104,113 @@ digested blip in full with wavelet_read (wavelet and blip_id) only when it bears
 _WAVELET = "The wavelet: WAVE/WAVELET, a wavelet name in this wave (e.g. main), or a wavelet id."
 
 
-@record(extra="forbid")
-class PostArgs:
-    wavelet: str = field(min_length=1, doc=_WAVELET)
-    text: str = field(min_length=1, doc="The blip's text (markdown is fine).")
+class PostArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
+    text: Annotated[str, Meta(min_length=1, description="The blip's text (markdown is fine).")]
 
 
-@record(extra="forbid")
-class ReadArgs:
-    wavelet: str = field(min_length=1, doc=_WAVELET)
-    after: str = field(
-        default="",
-        doc="Only this wavelet's blips newer than this blip id (no ancestor context). "
-        "Default: the full context.",
-    )
-    limit: int = field(
-        default=READ_LIMIT_DEFAULT, ge=1, le=READ_LIMIT_MAX, doc="At most this many blips, the newest ones."
-    )
-    blip_id: str = field(
-        default="",
-        doc="Only this blip, in full (for example an id from a digest line); "
-        "after and limit are then ignored.",
-    )
-    before: str = field(
-        default="",
-        doc="The context's older entries: those before this position (the `before` of a previous read).",
-    )
+_READ_ARGS_AFTER = (
+    "Only this wavelet's blips newer than this blip id (no ancestor context). Default: the full context."
+)
+_READ_ARGS_LIMIT = "At most this many blips, the newest ones."
+_READ_ARGS_BLIP_ID = (
+    "Only this blip, in full (for example an id from a digest line); after and limit are then ignored."
+)
+_READ_ARGS_BEFORE = (
+    "The context's older entries: those before this position (the `before` of a previous read)."
+)
 
 
-@record(extra="forbid")
-class SummarizeArgs:
-    wavelet: str = field(min_length=1, doc=_WAVELET)
-    text: str = field(
-        default="",
-        doc="The summary: what the covered blips established, rolled forward from the previous summary. "
-        "Empty: show the blips to cover and the ids the summary must cite.",
-    )
-    cites: list[str] = field(
-        default_factory=list,
-        doc="The blip ids it relies on: every id in must_cite (surfaces, DONE: blips, pinned blips, "
-        "blips naming a participant), or it is rejected.",
-    )
-    upto: str = field(default="", doc="The last blip id it covers. Default: the wavelet's newest blip.")
+class ReadArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
+    after: Annotated[str, Meta(description=_READ_ARGS_AFTER)] = ""
+    limit: Annotated[int, Meta(ge=1, le=READ_LIMIT_MAX, description=_READ_ARGS_LIMIT)] = READ_LIMIT_DEFAULT
+    blip_id: Annotated[str, Meta(description=_READ_ARGS_BLIP_ID)] = ""
+    before: Annotated[str, Meta(description=_READ_ARGS_BEFORE)] = ""
 
 
-@record(extra="forbid")
-class PinArgs:
-    blip_id: str = field(min_length=1, doc="The blip to pin: every summary of its wavelet must cite it.")
+_SUMMARIZE_ARGS_TEXT = (
+    "The summary: what the covered blips established, rolled forward from the previous summary. Empty: "
+    "show the blips to cover and the ids the summary must cite."
+)
+_SUMMARIZE_ARGS_CITES = (
+    "The blip ids it relies on: every id in must_cite (surfaces, DONE: blips, pinned blips, blips naming "
+    "a participant), or it is rejected."
+)
+_SUMMARIZE_ARGS_UPTO = "The last blip id it covers. Default: the wavelet's newest blip."
 
 
-@record(extra="forbid")
-class NoArgs:
+class SummarizeArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
+    text: Annotated[str, Meta(description=_SUMMARIZE_ARGS_TEXT)] = ""
+    cites: Annotated[list[str], Meta(description=_SUMMARIZE_ARGS_CITES)] = field(default_factory=list)
+    upto: Annotated[str, Meta(description=_SUMMARIZE_ARGS_UPTO)] = ""
+
+
+_PIN_ARGS_BLIP_ID = "The blip to pin: every summary of its wavelet must cite it."
+
+
+class PinArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    blip_id: Annotated[str, Meta(min_length=1, description=_PIN_ARGS_BLIP_ID)]
+
+
+class NoArgs(Record, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-@record(extra="forbid")
-class ForkArgs:
-    wavelet: str = field(min_length=1, doc="The parent wavelet to fork from (WAVE/WAVELET, name or id).")
-    name: str = field(
-        min_length=1, doc="The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
-    )
-    with_: list[str] = field(
-        default_factory=list,
-        key="with",
-        doc="Participants to put on the new wavelet's roster (you are added too).",
-    )
-    private: bool = field(default=False, doc="Only the roster can see a private wavelet.")
-    spawn: str = field(
-        default="",
-        doc="The wave's resident only: a layout (name or .toml file) to start the new wavelet's agents"
-        " with, as workers that report back with wavelet_surface. Empty: no agents are started.",
-    )
+_FORK_ARGS_WAVELET = "The parent wavelet to fork from (WAVE/WAVELET, name or id)."
+_FORK_ARGS_NAME = "The new wavelet's name: lower case letters, digits, '.', '_' or '-'."
+_FORK_ARGS_WITH = "Participants to put on the new wavelet's roster (you are added too)."
+_FORK_ARGS_SPAWN = (
+    "The wave's resident only: a layout (name or .toml file) to start the new wavelet's agents with, as "
+    "workers that report back with wavelet_surface. Empty: no agents are started."
+)
 
 
-@record(extra="forbid")
-class SurfaceArgs:
-    wavelet: str = field(
-        min_length=1, doc="The sub-wavelet whose conclusion you report (posted into its parent)."
-    )
-    text: str = field(min_length=1, doc="The conclusion, self-contained.")
-    source_blip_id: str = field(default="", doc="Optionally, the blip id the conclusion comes from.")
+class ForkArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_FORK_ARGS_WAVELET)]
+    name: Annotated[str, Meta(min_length=1, description=_FORK_ARGS_NAME)]
+    with_: Annotated[list[str], Meta(description=_FORK_ARGS_WITH)] = field(default_factory=list, name="with")
+    private: Annotated[bool, Meta(description="Only the roster can see a private wavelet.")] = False
+    spawn: Annotated[str, Meta(description=_FORK_ARGS_SPAWN)] = ""
 
 
-@record(extra="forbid")
-class InviteArgs:
-    wavelet: str = field(min_length=1, doc=_WAVELET)
-    name: str = field(min_length=1, doc="The participant to add to the roster.")
+_SURFACE_ARGS_WAVELET = "The sub-wavelet whose conclusion you report (posted into its parent)."
+_SURFACE_ARGS_SOURCE_BLIP_ID = "Optionally, the blip id the conclusion comes from."
 
 
-@record(extra="forbid")
-class LeaveArgs:
-    wavelet: str = field(min_length=1, doc=_WAVELET)
-    name: str = field(default="", doc="Who leaves the roster. Default: you.")
+class SurfaceArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_SURFACE_ARGS_WAVELET)]
+    text: Annotated[str, Meta(min_length=1, description="The conclusion, self-contained.")]
+    source_blip_id: Annotated[str, Meta(description=_SURFACE_ARGS_SOURCE_BLIP_ID)] = ""
 
 
-@record(extra="forbid")
-class PermissionArgs:
-    participant: str = field(
-        default="", doc="The agent waiting at a permission prompt. Empty: list who waits."
-    )
-    behavior: Literal["allow", "deny", ""] = field(default="", doc="allow or deny its waiting tool call.")
-    message: str = field(default="", max_length=1000, doc="Why (shown to the agent with a denial).")
+class InviteArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
+    name: Annotated[str, Meta(min_length=1, description="The participant to add to the roster.")]
+
+
+class LeaveArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    wavelet: Annotated[str, Meta(min_length=1, description=_WAVELET)]
+    name: Annotated[str, Meta(description="Who leaves the roster. Default: you.")] = ""
+
+
+_PERMISSION_ARGS_PARTICIPANT = "The agent waiting at a permission prompt. Empty: list who waits."
+_PERMISSION_ARGS_BEHAVIOR = "allow or deny its waiting tool call."
+
+
+class PermissionArgs(Record, kw_only=True, forbid_unknown_fields=True):
+    participant: Annotated[str, Meta(description=_PERMISSION_ARGS_PARTICIPANT)] = ""
+    behavior: Annotated[Literal["allow", "deny", ""], Meta(description=_PERMISSION_ARGS_BEHAVIOR)] = ""
+    message: Annotated[str, Meta(max_length=1000, description="Why (shown to the agent with a denial).")] = ""
 
 
 # ---------------------------------------------------------------- tool results
 
 
-@record(extra="forbid")
-class BlipOut:
+class BlipOut(Record, kw_only=True, forbid_unknown_fields=True):
     id: str
-    wavelet: str = field(doc="WAVE/WAVELET.")
+    wavelet: Annotated[str, Meta(description="WAVE/WAVELET.")]
     wavelet_id: str
     author: str
     kind: str
@@ -222,36 +219,34 @@ class BlipOut:
     replaces: str | None = None
 
 
-@record(extra="forbid")
-class WaveletOut:
+_WAVELET_OUT_PARENT_ID = (
+    "The parent's id: null for the wave's root, and for a wavelet under a private wavelet you are not on "
+    "(then parent_withheld)."
+)
+_WAVELET_OUT_MEMBER = "Whether this channel's participant is on the roster (and so receives its blips)."
+_WAVELET_OUT_PARENT_WITHHELD = "Its parent is a private wavelet you are not on: its id is not shown."
+
+
+class WaveletOut(Record, kw_only=True, forbid_unknown_fields=True):
     id: str
-    path: str = field(doc="WAVE/WAVELET.")
+    path: Annotated[str, Meta(description="WAVE/WAVELET.")]
     name: str
-    parent_id: str | None = field(
-        doc="The parent's id: null for the wave's root, and for a wavelet under a private wavelet"
-        " you are not on (then parent_withheld)."
-    )
+    parent_id: Annotated[str | None, Meta(description=_WAVELET_OUT_PARENT_ID)]
     private: bool
     created_by: str
     members: list[str]
-    member: bool = field(
-        doc="Whether this channel's participant is on the roster (and so receives its blips)."
-    )
-    parent_withheld: bool = field(
-        default=False, doc="Its parent is a private wavelet you are not on: its id is not shown."
-    )
+    member: Annotated[bool, Meta(description=_WAVELET_OUT_MEMBER)]
+    parent_withheld: Annotated[bool, Meta(description=_WAVELET_OUT_PARENT_WITHHELD)] = False
 
 
-@record(extra="forbid")
-class PostOut:
+class PostOut(Record, kw_only=True, forbid_unknown_fields=True):
     blip: BlipOut
 
 
-@record(extra="forbid")
-class SummaryOut:
+class SummaryOut(Record, kw_only=True, forbid_unknown_fields=True):
     id: str
-    wavelet: str = field(doc="WAVE/WAVELET it summarizes.")
-    upto: str = field(doc="The last blip id it covers.")
+    wavelet: Annotated[str, Meta(description="WAVE/WAVELET it summarizes.")]
+    upto: Annotated[str, Meta(description="The last blip id it covers.")]
     author: str
     author_kind: str
     text: str
@@ -259,92 +254,95 @@ class SummaryOut:
     covered_blips: int
 
 
-@record(extra="forbid")
-class ReadOut:
+_READ_OUT_CURSOR = "The newest blip id shown (pass as ``after`` to read only what is newer)."
+_READ_OUT_SUMMARIES = "Summaries standing in for older blips (their cited ids stay readable)."
+_READ_OUT_MORE = "Older context entries remain: read again with ``before``."
+
+
+class ReadOut(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: WaveletOut
-    path: list[str] = field(doc="The ancestor chain, root first, ending with this wavelet.")
+    path: Annotated[list[str], Meta(description="The ancestor chain, root first, ending with this wavelet.")]
     blips: list[BlipOut]
-    omitted: int = field(doc="Older blips left out by ``limit`` (with ``after``).")
-    cursor: str = field(doc="The newest blip id shown (pass as ``after`` to read only what is newer).")
-    summaries: list[SummaryOut] = field(
-        default_factory=list, doc="Summaries standing in for older blips (their cited ids stay readable)."
+    omitted: Annotated[int, Meta(description="Older blips left out by ``limit`` (with ``after``).")]
+    cursor: Annotated[str, Meta(description=_READ_OUT_CURSOR)]
+    summaries: Annotated[list[SummaryOut], Meta(description=_READ_OUT_SUMMARIES)] = field(
+        default_factory=list
     )
-    more: bool = field(default=False, doc="Older context entries remain: read again with ``before``.")
-    before: str = field(default="", doc="Pass as ``before`` to read the older entries.")
-    bytes: int = field(default=0, doc="Bytes of text in the whole assembled context.")
-    saved_bytes: int = field(default=0, doc="Bytes the summaries saved against the full walk.")
+    more: Annotated[bool, Meta(description=_READ_OUT_MORE)] = False
+    before: Annotated[str, Meta(description="Pass as ``before`` to read the older entries.")] = ""
+    bytes: Annotated[int, Meta(description="Bytes of text in the whole assembled context.")] = 0
+    saved_bytes: Annotated[int, Meta(description="Bytes the summaries saved against the full walk.")] = 0
 
 
-@record(extra="forbid")
-class SummarizeOut:
+_SUMMARIZE_OUT_MISSING = "Load-bearing ids the summary did not cite."
+_SUMMARIZE_OUT_BLIPS = "Without text: the blips to cover."
+
+
+class SummarizeOut(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: str
     accepted: bool
     summary: SummaryOut | None = None
-    missing: list[str] = field(default_factory=list, doc="Load-bearing ids the summary did not cite.")
-    blips: list[BlipOut] = field(default_factory=list, doc="Without text: the blips to cover.")
+    missing: Annotated[list[str], Meta(description=_SUMMARIZE_OUT_MISSING)] = field(default_factory=list)
+    blips: Annotated[list[BlipOut], Meta(description=_SUMMARIZE_OUT_BLIPS)] = field(default_factory=list)
     must_cite: list[str] = field(default_factory=list)
-    previous: str = field(default="", doc="The previous summary's text (roll it forward).")
+    previous: Annotated[str, Meta(description="The previous summary's text (roll it forward).")] = ""
 
 
-@record(extra="forbid")
-class ListOut:
+class ListOut(Record, kw_only=True, forbid_unknown_fields=True):
     wave: str
     wavelets: list[WaveletOut]
 
 
-@record(extra="forbid")
-class WaveletResult:
+class WaveletResult(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: WaveletOut
 
 
-@record(extra="forbid")
-class WaveletDelivery:
+_WAVELET_DELIVERY_HELD = (
+    "Targeted attention: blips read but held back for a later digest (not yet committed)."
+)
+_WAVELET_DELIVERY_SEEN = "The newest blip id read there: ``cursor``, or the last held blip."
+
+
+class WaveletDelivery(Record, kw_only=True, forbid_unknown_fields=True):
     wavelet: str
     wavelet_id: str
     cursor: str
-    delivered: int = field(doc="Pushes since the cap last reset.")
+    delivered: Annotated[int, Meta(description="Pushes since the cap last reset.")]
     capped: bool
-    held: int = field(
-        default=0, doc="Targeted attention: blips read but held back for a later digest (not yet committed)."
-    )
-    seen: str = field(default="", doc="The newest blip id read there: ``cursor``, or the last held blip.")
+    held: Annotated[int, Meta(description=_WAVELET_DELIVERY_HELD)] = 0
+    seen: Annotated[str, Meta(description=_WAVELET_DELIVERY_SEEN)] = ""
 
 
 DeliveryPhase = Literal["starting", "running", "reconnecting", "standby", "stopped"]
 
 
-@record(extra="forbid")
-class DeliveryOut:
+class DeliveryOut(Record, kw_only=True, forbid_unknown_fields=True):
     state: DeliveryPhase
     detail: str
     cap: int
     wavelets: list[WaveletDelivery]
 
 
-@record(extra="forbid")
-class PresenceOut:
+class PresenceOut(Record, kw_only=True, forbid_unknown_fields=True):
     participant: str
     state: str
     """What its session does, in words (:func:`fleet.agentstate.describe`)."""
 
 
-@record(extra="forbid")
-class PermissionOut:
+class PermissionOut(Record, kw_only=True, forbid_unknown_fields=True):
     participant: str
     tool: str
     preview: str
-    state: str = field(doc="pending, allowed, denied or expired.")
+    state: Annotated[str, Meta(description="pending, allowed, denied or expired.")]
     answered_by: str = ""
     request_id: str = ""
 
 
-@record(extra="forbid")
-class PermissionsOut:
+class PermissionsOut(Record, kw_only=True, forbid_unknown_fields=True):
     requests: list[PermissionOut]
 
 
-@record(extra="forbid")
-class PingOut:
+class PingOut(Record, kw_only=True, forbid_unknown_fields=True):
     participant: str
     wave: str
     daemon: str

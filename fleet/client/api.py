@@ -57,7 +57,7 @@ from fleet.models import (
     Wavelet,
     Whoami,
 )
-from fleet.records.budgets import Budget, BudgetReached, BudgetReport, SetBudget, SpendReport
+from fleet.records.budgets import Budget, BudgetReachedAnswer, BudgetReport, SetBudget, SpendReport
 from fleet.records.permissions import (
     PermissionAnswer,
     PermissionAsk,
@@ -320,7 +320,7 @@ class Client(Transport):
         the budgets that apply to it, with the members' sums."""
         return self.call(R.REPORT_SPEND, report, wave=wave).budgets
 
-    def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReached:
+    def budget_reached(self, wave: str, report: BudgetReport) -> BudgetReachedAnswer:
         """Report a budget passed (the participant's channel); ``first`` for the report that counted."""
         return self.call(R.BUDGET_REACHED, report, wave=wave)
 

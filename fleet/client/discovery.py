@@ -27,7 +27,7 @@ from fleet.client.api import Client
 from fleet.models import Endpoint, Remote, StopProgress
 from fleet.paths import Paths, ensure_private_dir, get_paths
 from fleet.procs import looks_like_fleet, pid_alive
-from fleet.wire import RecordError, loads, record
+from fleet.wire import Record, RecordError, loads
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,7 @@ AUTOSTART_DEADLINE = 10.0
 # ---------------------------------------------------------------- status
 
 
-@record
-class DaemonStatus:
+class DaemonStatus(Record, kw_only=True):
     """What ``fleet daemon status`` reports (and prints with ``--json``)."""
 
     running: bool

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fleet.daemon.request import Answer, Rebuild, Request
 from fleet.models import BlipList, BlipPage, NewBlip, NewSurface, NewSystemBlip
 from fleet.store.events import BlipPosted, BlipReplaced, BlipSurfaced, Event
-from fleet.store.rows import blip_of
+from fleet.store.rows import shown
 
 if TYPE_CHECKING:
     from fleet.daemon.dispatch import Dispatcher
@@ -78,7 +78,7 @@ HANDLERS = (
 def _blip_answer(d: Dispatcher, r: Request, e: Event) -> Answer:
     """The blip the write recorded, as its writer was shown it (the same sight of its sources)."""
     assert isinstance(e, BlipPosted | BlipSurfaced | BlipReplaced)
-    return 201, blip_of(e.blip, d.s.access.sight(r.who))
+    return 201, shown(e.blip, d.s.access.sight(r.who))
 
 
 REBUILDS: dict[str, Rebuild] = dict.fromkeys(("post", "post_system", "surface", "replace"), _blip_answer)

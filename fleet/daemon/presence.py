@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from fleet.console import presence_key
 from fleet.daemon.request import Answer, Request
 from fleet.models import OPERATOR, AgentState, Ok, PresenceList, PresenceReport, PresenceRow, PresenceState
@@ -18,37 +20,35 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Seen:
-    session_id: str | None = None
-    host: str | None = None
-    last_ping: float | None = None
-    last_delivery: float | None = None
-    last_post: float | None = None
-    delivered: int = 0
-    gone: bool = False
-    gone_at: float | None = None
-    launch: str | None = None
-    agent: AgentState | None = None
-    """The agent state the channel reported last (None: never, or a channel older than states)."""
-
-
-@dataclass
 class PresenceBook:
     """In-memory presence: ``live`` while the channel pings within ``ping_ttl``, else ``gone``.
 
     What the agent does is what its channel reported (:mod:`fleet.agentstate`: the channel folds
     the session's own transcript and hooks); no delivery or post is taken as a sign of work. While
-    the channel is not heard, the agent is ``unknown`` and says since when."""
+    the channel is not heard, the agent is ``unknown`` and says since when.
+
+    The book keeps the :class:`PresenceRow` it answers with, as heard: its ``state`` is ``gone``
+    only while the channel said so, its ``agent`` the state last reported (None: none). A read
+    judges both against the clock (:meth:`rows`)."""
 
     ping_ttl: float = 90.0
     clock: Callable[[], float] = time.time
-    _rows: dict[tuple[str, str], _Seen] = field(default_factory=dict)
+    _rows: dict[tuple[str, str], PresenceRow] = field(default_factory=dict)
+    _gone_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    """When a channel said it was gone, while it is."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _row(self, wave_id: str, participant: str) -> PresenceRow:
+        key = (wave_id, participant)
+        got = self._rows.get(key)
+        if got is None:
+            got = self._rows[key] = PresenceRow(wave_id=wave_id, participant=participant, state="live")
+        return got
 
     def report(self, wave_id: str, r: PresenceReport) -> None:
         t = self.clock()
         with self._lock:
-            s = self._rows.setdefault((wave_id, r.participant), _Seen())
+            s = self._row(wave_id, r.participant)
             if r.session_id and r.session_id != s.session_id:
                 s.agent = None  # another session: what the old one did says nothing of it
             s.session_id = r.session_id or s.session_id
@@ -57,9 +57,10 @@ class PresenceBook:
             if r.agent is not None:
                 s.agent = r.agent
             if r.event == "gone":
-                s.gone, s.gone_at = True, t
+                s.state, self._gone_at[(wave_id, r.participant)] = "gone", t
                 return
-            s.gone = False
+            s.state = "live"
+            self._gone_at.pop((wave_id, r.participant), None)
             s.last_ping = t
             if r.event == "delivered":
                 s.last_delivery = t
@@ -67,14 +68,14 @@ class PresenceBook:
 
     def posted(self, wave_id: str, author: str) -> None:
         with self._lock:
-            self._rows.setdefault((wave_id, author), _Seen()).last_post = self.clock()
+            self._row(wave_id, author).last_post = self.clock()
 
-    def state(self, s: _Seen) -> PresenceState:
-        if s.gone or s.last_ping is None or self.clock() - s.last_ping > self.ping_ttl:
+    def state(self, s: PresenceRow) -> PresenceState:
+        if s.state == "gone" or s.last_ping is None or self.clock() - s.last_ping > self.ping_ttl:
             return "gone"
         return "live"
 
-    def agent(self, s: _Seen) -> AgentState:
+    def agent(self, s: PresenceRow) -> AgentState:
         """The reported state while the channel is heard; else ``unknown`` saying since when."""
         if self.state(s) == "live":
             if s.agent is None:
@@ -84,31 +85,21 @@ class PresenceBook:
             return s.agent  # seen dead (its pane, by the supervisor; its SessionEnd): a fact, not a lapse
         if s.last_ping is None:
             return AgentState(kind="unknown", why="no channel has reported")
-        since = s.gone_at if s.gone else s.last_ping + self.ping_ttl
-        how = "said gone" if s.gone else f"silent for {self.ping_ttl:g}s"
+        gone_at = self._gone_at.get((s.wave_id, s.participant))
+        since = gone_at if gone_at is not None else s.last_ping + self.ping_ttl
+        how = "said gone" if gone_at is not None else f"silent for {self.ping_ttl:g}s"
         last = f", last {s.agent.kind}" if s.agent is not None else ""
         return AgentState(kind="unknown", since=since, why=f"channel gone at {_clock(since)}: {how}{last}")
 
     def rows(self, wave_id: str, names: list[str]) -> list[PresenceRow]:
+        """The rows of ``names`` now: a copy each, its state and agent judged against the clock."""
         with self._lock:
             out = []
             for name in names:
-                s = self._rows.get((wave_id, name), _Seen())
-                out.append(
-                    PresenceRow(
-                        wave_id=wave_id,
-                        participant=name,
-                        state=self.state(s),
-                        session_id=s.session_id,
-                        host=s.host,
-                        last_ping=s.last_ping,
-                        last_delivery=s.last_delivery,
-                        last_post=s.last_post,
-                        delivered=s.delivered,
-                        launch=s.launch,
-                        agent=self.agent(s),
-                    )
+                s = self._rows.get((wave_id, name)) or PresenceRow(
+                    wave_id=wave_id, participant=name, state="live"
                 )
+                out.append(msgspec.structs.replace(s, state=self.state(s), agent=self.agent(s)))
             return out
 
 

@@ -43,7 +43,7 @@ from fleet.delivery.state import StateFile
 from fleet.models import Blip
 from fleet.paths import ensure_private_dir
 from fleet.procs import RanKind, kill_group, run_fail_open
-from fleet.wire import RecordError, dumps, field, load, loads, record
+from fleet.wire import Record, RecordError, dumps, field, load, loads
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,14 @@ def _now() -> str:
 # ---------------------------------------------------------------- log lines
 
 
-@record(extra="forbid")
-class Entry:
+class Entry(Record, kw_only=True, forbid_unknown_fields=True):
     at: str = field(default_factory=_now)
     """When the line was written (UTC, ISO 8601)."""
     participant: str
     wave: str
 
 
-@record(extra="forbid")
-class RouteEntry(Entry):
+class RouteEntry(Entry, kw_only=True, forbid_unknown_fields=True):
     """One routing decision: a blip of someone else, committed to the participant's delivery."""
 
     event: Literal["route"] = "route"
@@ -95,8 +93,7 @@ class RouteEntry(Entry):
     """What the cap made of the frame carrying it: pushed, replaced by the cap notice, stepped over."""
 
 
-@record(extra="forbid")
-class MissEntry(Entry):
+class MissEntry(Entry, kw_only=True, forbid_unknown_fields=True):
     """A read-after-digest miss: the agent read a blip it had only been given as a digest line."""
 
     event: Literal["miss"] = "miss"
@@ -112,8 +109,7 @@ class MissEntry(Entry):
 AttendantOutcome = Literal["promoted", "none", "exit", "timeout", "invalid", "unknown_ids", "error"]
 
 
-@record(extra="forbid")
-class AttendantEntry(Entry):
+class AttendantEntry(Entry, kw_only=True, forbid_unknown_fields=True):
     """One attendant run over one digest batch. Every outcome but ``promoted``/``none`` is a fallback
     (``unknown_ids`` still promotes the ids it got right)."""
 
@@ -133,8 +129,7 @@ class AttendantEntry(Entry):
 SummaryOutcome = Literal["accepted", "rejected", "exit", "timeout", "invalid", "error", "conflict"]
 
 
-@record(extra="forbid")
-class SummaryEntry(Entry):
+class SummaryEntry(Entry, kw_only=True, forbid_unknown_fields=True):
     """One summary offered for a wavelet (by a summarizer run, the extractive default or an agent's
     ``wavelet_summarize``). Every outcome but ``accepted`` leaves the full text in context;
     ``rejected`` names the load-bearing ids the summary failed to cite."""
@@ -318,8 +313,7 @@ class RoutingLog:
 # ---------------------------------------------------------------- the attendant
 
 
-@record(extra="forbid")
-class AttendantBlip:
+class AttendantBlip(Record, kw_only=True, forbid_unknown_fields=True):
     id: str
     author: str
     kind: str
@@ -338,8 +332,7 @@ def attendant_blips(blips: Iterable[Blip]) -> list[AttendantBlip]:
     ]
 
 
-@record(extra="forbid")
-class AttendantRequest:
+class AttendantRequest(Record, kw_only=True, forbid_unknown_fields=True):
     """What an attendant reads on stdin: one wavelet's digested blips from one feed batch."""
 
     version: Literal[1] = 1
@@ -353,8 +346,7 @@ class AttendantRequest:
     """The blips the rules digested, oldest first, full text included."""
 
 
-@record(extra="forbid")
-class AttendantVerdict:
+class AttendantVerdict(Record, kw_only=True, forbid_unknown_fields=True):
     """What an attendant may print on stdout: ``{"promote": [blip ids]}`` (empty output: none)."""
 
     promote: list[str] = field(default_factory=list)

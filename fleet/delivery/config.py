@@ -33,7 +33,7 @@ from fleet.delivery.ledger import BOUND
 from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention, check_attention
 from fleet.models import OPERATOR, PARTICIPANT_RE
 from fleet.paths import get_paths
-from fleet.wire import field, record
+from fleet.wire import Record, field
 
 POLL_WAIT = 20.0
 """Seconds one feed long-poll may wait (the daemon caps it at 60)."""
@@ -41,8 +41,7 @@ UNREACHABLE_AFTER = 30.0
 """Seconds of daemon outage after which a hook wakes its session to say so (docs/design.md §5)."""
 
 
-@record(extra="forbid")
-class TransportConfig:
+class TransportConfig(Record, kw_only=True, forbid_unknown_fields=True):
     """One participant's delivery: identity, daemon, state, and the rules' settings."""
 
     participant: str

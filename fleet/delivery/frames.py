@@ -24,14 +24,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from fleet.delivery.rules import Action, Attention, Decision, digest_text
-from fleet.wire import field, record
+from fleet.wire import Record
 
 SOURCE = "fleet"
 """The channel's server name: Claude Code's ``source=`` attribute of every block."""
 
 
-@record
-class Frame:
+class Frame(Record, kw_only=True):
     """One thing handed to the participant. ``fleet watch --json`` prints these (stable names)."""
 
     id: str
@@ -46,7 +45,7 @@ class Frame:
     text: str
     created_at: str
     replaces: str | None = None
-    blip_ids: list[str] | None = field(default=None)
+    blip_ids: list[str] | None = None
     """A digest: the blips it lists, oldest first (``id`` is the last); None otherwise."""
 
     def meta(self) -> dict[str, str]:

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from fleet.wire import record
+from fleet.wire import Record
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ MAX_LINE = 16 << 20
 """A line longer than this is skipped (never a receipt): a transcript line is one message."""
 
 
-@record
-class Receipt:
+class Receipt(Record, kw_only=True):
     """Blips the session's record shows queued or entered, and when (Unix seconds)."""
 
     blip_ids: list[str]

@@ -24,14 +24,13 @@ from urllib.parse import urlsplit
 from fleet.delivery.frames import Frame
 from fleet.errors import CorruptState
 from fleet.paths import ensure_private_dir
-from fleet.wire import RecordError, dump, field, loads, record
+from fleet.wire import Record, RecordError, dump, field, loads
 
 Path_ = Literal["channel", "hook", "waiting"]
 Route = Literal["unknown", "channel", "hook", "unconfirmed"]
 
 
-@record(extra="forbid")
-class Pending:
+class Pending(Record, kw_only=True, forbid_unknown_fields=True):
     """A frame handed out and not yet seen entering the model's context (receipts on)."""
 
     frame: Frame
@@ -47,8 +46,7 @@ class Pending:
     attempts: int = 1
 
 
-@record(extra="forbid")
-class DeliveryState:
+class DeliveryState(Record, kw_only=True, forbid_unknown_fields=True):
     """The state file's content. Field names are the file format; ``version`` guards changes
     (version 1 files, written before receipts, load as version 2 with nothing pending)."""
 

@@ -9,16 +9,19 @@ other in the same transaction as the event (``budget.set``, ``budget.reached``).
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from fleet import errors
-from fleet.wire import field, record
+from fleet.wire import Record, field
 
 # ---------------------------------------------------------------- records (the wire)
 
 
-@record
-class Budget:
-    """One budget as the store keeps it."""
+BudgetSource = Literal["operator", "layout"]
+
+
+class BudgetRule(Record, kw_only=True):
+    """A budget as it is set: what the ``budget.set`` event carries and a :class:`Budget` starts with."""
 
     wave_id: str
     wavelet_id: str
@@ -28,10 +31,15 @@ class Budget:
     tokens: int | None = None
     cost: float | None = None
     """USD, estimated from the price table."""
-    source: str = "operator"
+    source: BudgetSource = "operator"
     """``operator`` (``fleet budget set``) or ``layout`` (applied at spawn)."""
     set_by: str = ""
     set_at: str = ""
+
+
+class Budget(BudgetRule, kw_only=True):
+    """One budget as the store keeps it, with what its readers need beside it."""
+
     wavelet: str = ""
     """WAVE/WAVELET of ``wavelet_id`` (``""`` for the whole wave)."""
     reached: list[str] | None = None
@@ -51,8 +59,7 @@ class Budget:
         return bool(self.wavelet_id) and not self.participant
 
 
-@record(extra="forbid")
-class SetBudget:
+class SetBudget(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/budgets`` (operator only). Neither ``tokens`` nor ``cost``: clear it."""
 
     wavelet: str | None = None
@@ -63,8 +70,7 @@ class SetBudget:
     source: str = "operator"
 
 
-@record(extra="forbid")
-class BudgetReport:
+class BudgetReport(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/budgets/reached``: a participant's channel says it passed a budget."""
 
     participant: str
@@ -78,8 +84,7 @@ class BudgetReport:
     """What was spent, as the notice says it (``"51,234 tokens"``)."""
 
 
-@record(extra="forbid")
-class Spend:
+class Spend(Record, kw_only=True, forbid_unknown_fields=True):
     """One session's spend on one wavelet's turns."""
 
     wavelet_id: str
@@ -90,8 +95,7 @@ class Spend:
     """Models counted in ``tokens`` that have no price: the session's cost there is unknown."""
 
 
-@record(extra="forbid")
-class SpendReport:
+class SpendReport(Record, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/waves/{wave}/budgets/spend``: a member's channel reports its session's spend on the
     wavelets that have a shared budget; answered with :class:`BudgetList` (the budgets that apply to
     ``participant``, sums included)."""
@@ -101,13 +105,11 @@ class SpendReport:
     spend: list[Spend]
 
 
-@record
-class BudgetList:
+class BudgetList(Record, kw_only=True):
     budgets: list[Budget]
 
 
-@record
-class BudgetReached:
+class BudgetReachedAnswer(Record, kw_only=True):
     first: bool
     """True only for the first report of this budget as set: the one that posted the blip."""
     blip_id: str | None = None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from fleet.wire import field, record
+from fleet.wire import Meta, Record
 
 PREVIEW_MAX = 200
 """Characters of a tool's input kept in a request (the rest is cut, marked with ``…``)."""
@@ -32,42 +32,40 @@ OPERATOR_VIAS: tuple[str, ...] = ("cli", "console", "channel")
 """How an operator's answer may arrive (``pane`` and ``hook`` are the session's own)."""
 
 
-@record(extra="forbid")
-class PermissionAsk:
+class PermissionAsk(Record, kw_only=True, forbid_unknown_fields=True):
     """What the hook records: the participant's prompt (``POST /v1/waves/{wave}/permissions``)."""
 
-    participant: str = field(max_length=200)
-    session_id: str = field(max_length=128)
-    tool: str = field(min_length=1, max_length=TOOL_MAX)
-    preview: str = field(default="", max_length=PREVIEW_MAX * 4)
-    prompt_id: str = field(default="", max_length=128)
-    wait: float = field(default=HOOK_WAIT, doc="Seconds the hook will wait: the request expires then.")
+    participant: Annotated[str, Meta(max_length=200)]
+    session_id: Annotated[str, Meta(max_length=128)]
+    tool: Annotated[str, Meta(min_length=1, max_length=TOOL_MAX)]
+    preview: Annotated[str, Meta(max_length=PREVIEW_MAX * 4)] = ""
+    prompt_id: Annotated[str, Meta(max_length=128)] = ""
+    wait: Annotated[float, Meta(description="Seconds the hook will wait: the request expires then.")] = (
+        HOOK_WAIT
+    )
 
 
-@record(extra="forbid")
-class PermissionAnswer:
+class PermissionAnswer(Record, kw_only=True, forbid_unknown_fields=True):
     """The operator's answer (``POST /v1/waves/{wave}/permissions/answer``). ``request_id`` '': the
     participant's pending request (its newest)."""
 
-    participant: str = field(max_length=200)
+    participant: Annotated[str, Meta(max_length=200)]
     behavior: Behavior
-    request_id: str = field(default="", max_length=200)
+    request_id: Annotated[str, Meta(max_length=200)] = ""
     via: Via = "cli"
-    message: str = field(default="", max_length=1000)
+    message: Annotated[str, Meta(max_length=1000)] = ""
 
 
-@record(extra="forbid")
-class PermissionSettled:
+class PermissionSettled(Record, kw_only=True, forbid_unknown_fields=True):
     """How a request ended without the operator (``POST /v1/waves/{wave}/permissions/{id}/settled``):
     answered in the pane (``via = "pane"``), or let go by the hook (``outcome = "expired"``)."""
 
     outcome: Outcome
     via: Literal["pane", "hook"] = "hook"
-    message: str = field(default="", max_length=1000)
+    message: Annotated[str, Meta(max_length=1000)] = ""
 
 
-@record
-class PermissionRequest:
+class PermissionRequest(Record, kw_only=True):
     """One permission prompt and what became of it.
 
     ``state``: ``pending`` while the hook waits (and before ``expires_at``), else ``allowed`` /
@@ -91,8 +89,7 @@ class PermissionRequest:
     message: str = ""
 
 
-@record
-class PermissionList:
+class PermissionList(Record, kw_only=True):
     requests: list[PermissionRequest]
 
 

@@ -79,14 +79,20 @@ from fleet.models import (
     WaveActivity,
     Wavelet,
 )
-from fleet.records.budgets import Budget, BudgetReport, SetBudget, SpendReport, check_limit, operator_text
-from fleet.records.budgets import BudgetReached as BudgetReachedAnswer
+from fleet.records.budgets import (
+    Budget,
+    BudgetReachedAnswer,
+    BudgetReport,
+    SetBudget,
+    SpendReport,
+    check_limit,
+    operator_text,
+)
 from fleet.store import checks, rows
 from fleet.store.access import OPERATOR_PRINCIPAL, Access, Principal, check_ref, like_prefix
 from fleet.store.checks import RESERVED
 from fleet.store.events import (
     EVENT_TYPES,
-    BlipData,
     BlipPosted,
     BlipReplaced,
     BlipSurfaced,
@@ -232,13 +238,13 @@ class Store:
 
     def _new_blip(
         self, wl: Row | tuple[str, str], author: str, kind: BlipKind, text: str, at: str, **extra: str | None
-    ) -> BlipData:
+    ) -> Blip:
         """A blip for ``wl`` (a wavelet row, or (id, wave_id) of one being created), its id minted now.
 
         Call inside the write lock: ids are minted in commit order.
         """
         wavelet_id, wave_id = (wl["id"], wl["wave_id"]) if isinstance(wl, Row) else wl
-        return BlipData(
+        return Blip(
             id=self.ids.mint(),
             wavelet_id=wavelet_id,
             wave_id=wave_id,
@@ -660,7 +666,7 @@ class Store:
         with self._db.write() as conn:
             blip = self._new_blip(wl, author, "message", text, now())
             record(conn, BlipPosted(blip=blip))
-        return rows.blip_of(blip, self.access.sight(who))
+        return rows.shown(blip, self.access.sight(who))
 
     def post_system(self, who: Principal, ref: str, text: str) -> Blip:
         """Post a ``system`` blip (author ``system``) into ``ref``: operator only.
@@ -674,7 +680,7 @@ class Store:
         with self._db.write() as conn:
             blip = self._new_blip(wl, "system", "system", text, now())
             record(conn, BlipPosted(blip=blip))
-        return rows.blip_of(blip, self.access.sight(who))
+        return rows.shown(blip, self.access.sight(who))
 
     def surface(
         self,
@@ -711,7 +717,7 @@ class Store:
                 source_blip_id=source_blip_id,
             )
             record(conn, BlipSurfaced(blip=blip))
-        return rows.blip_of(blip, self.access.sight(who))
+        return rows.shown(blip, self.access.sight(who))
 
     def _require_writer_of_parent(self, who: Principal, wl: Row) -> None:
         """Forbidden unless ``who`` may surface into ``wl``'s parent: a public parent takes the
@@ -755,7 +761,7 @@ class Store:
                 replaced_by=writer,
             )
             record(conn, BlipReplaced(blip=blip))
-        return rows.blip_of(blip, self.access.sight(who))
+        return rows.shown(blip, self.access.sight(who))
 
     def read(
         self,

@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fleet import errors
-from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, EventPage, LogRow
+from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, Blip, EventPage, LogRow
 from fleet.paths import ensure_private_dir
 from fleet.records.permissions import PREVIEW_MAX, TOOL_MAX
 from fleet.store import checks
 from fleet.store.events import (
-    BlipData,
     BlipPinned,
     BlipPosted,
     BlipReplaced,
@@ -567,7 +566,7 @@ class _Adder:
                 f" operator) {doing} there"
             )
 
-    def _blip(self, b: BlipData, wave_id: str, new_wavelet: str | None = None) -> None:
+    def _blip(self, b: Blip, wave_id: str, new_wavelet: str | None = None) -> None:
         """A blip an event adds: a new id, in the event's wave, its references in that wave too."""
         self._new_id(b.id, "blip", wave_id)
         if b.wave_id != wave_id:
@@ -758,7 +757,7 @@ class _Adder:
         except errors.FleetError as exc:
             raise _Refused(exc.message) from None
 
-    def _system_blip(self, b: BlipData, wave_id: str, wavelet_id: str) -> None:
+    def _system_blip(self, b: Blip, wave_id: str, wavelet_id: str) -> None:
         if b.kind != "system" or b.wavelet_id != wavelet_id:
             raise _Refused(f"blip {b.id} should be a system blip in wavelet {wavelet_id}")
         self._blip(b, wave_id)
@@ -807,7 +806,7 @@ class _Adder:
                 raise _Refused(f"blip {b.id} of a fork should be a system blip in the fork or its parent")
             self._blip(b, e.wave_id, new_wavelet=e.wavelet_id)
 
-    def _blip_surfaced(self, b: BlipData) -> None:
+    def _blip_surfaced(self, b: Blip) -> None:
         self._wave(b.wave_id)
         if b.kind != "surface" or b.source_wavelet_id is None or b.replaces is not None:
             raise _Refused("a surfaced blip is a surface blip naming its source wavelet")
@@ -822,7 +821,7 @@ class _Adder:
             raise _Refused(f"its source blip {b.source_blip_id} is not in {source['name']!r}")
         self._by_member(source, b.author, "surface from")
 
-    def _blip_replaced(self, b: BlipData) -> None:
+    def _blip_replaced(self, b: Blip) -> None:
         self._wave(b.wave_id)
         if b.replaces is None:
             raise _Refused("a replacement names the blip it replaces")

@@ -1,4 +1,4 @@
-"""The event log: one pydantic model per event type, and the one code path that applies them.
+"""The event log: one record per event type, and the one code path that applies them.
 
 Every mutation of the store is one event. :func:`record` appends it to the ``events`` table and
 applies it to the materialised tables in the caller's write transaction; :func:`replay` rebuilds a
@@ -8,13 +8,17 @@ the materialised tables, so a replayed database equals the live one row for row.
 
 What a caller may rely on:
 
-- :data:`Event` is a discriminated union on ``type`` (the ``events.type`` column). ``type`` itself is
-  not part of the stored payload: the payload JSON is exactly what fleet has always written (keys in
-  the same order, compact separators, ASCII escapes, a blip's optional keys left out when unset), so a
-  log written by an older fleet replays, and writing the same event again gives the same text.
-- Models are strict and refuse unknown keys: a payload that does not fit, or a type this fleet does
-  not know (a log from a newer fleet), stops :func:`parse` with a :class:`fleet.errors.FleetError`
-  instead of being half applied.
+- :data:`Event` is a msgspec tagged union on ``type`` (the ``events.type`` column). ``type`` itself
+  is not part of the stored payload: the payload JSON is exactly what fleet has always written (keys
+  in the same order, compact separators, ASCII escapes, a blip's optional keys left out when unset),
+  so a log written by an older fleet replays, and writing the same event again gives the same text.
+- An event carries the records the reads answer with where the noun is the same (a
+  :class:`~fleet.models.Blip`, a :class:`~fleet.models.SeatClaim`, a
+  :class:`~fleet.models.SessionRecord`, a :class:`~fleet.records.budgets.BudgetRule`): one
+  declaration per noun serves the wire, the log and the rows.
+- Events are strict, frozen and refuse unknown keys (a blip's too): a payload that does not fit, or a
+  type this fleet does not know (a log from a newer fleet), stops :func:`parse` with a
+  :class:`fleet.errors.FleetError` naming the first misfit instead of being half applied.
 """
 
 from __future__ import annotations
@@ -23,69 +27,55 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_serializer
+import msgspec
 
 from fleet import errors
-from fleet.models import OPERATOR, ROOT_WAVELET, BlipKind, ParticipantKind, Transport
+from fleet.models import (
+    OPERATOR,
+    ROOT_WAVELET,
+    Blip,
+    Joining,
+    SeatClaim,
+    SessionRecord,
+    SummaryAuthorKind,
+)
+from fleet.records.budgets import BudgetRule
 from fleet.store import keys
 from fleet.store.schema import connect, migrate, note_token_write, now
+from fleet.wire import Record, RecordError, load
 
 
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+class _Event(Record, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
+    """The base of every event: its ``tag`` is its ``type``."""
+
+    @property
+    def type(self) -> str:
+        """The event's type: its ``events.type`` column (never in the payload)."""
+        return str(self.__struct_config__.tag)
 
 
-class NewMember(_Shape):
-    """A participant joining a roster. ``since``: the last blip before it joined ('' at creation)."""
-
-    name: str
-    kind: ParticipantKind
-    since: str
+class NewMember(Joining, kw_only=True, forbid_unknown_fields=True):
+    """A participant joining a roster, as the log holds it (strict: the wire's :class:`Joining` is
+    lenient). ``since``: the last blip before it joined ('' at creation)."""
 
 
-class BlipData(_Shape):
-    """One blip as an event carries it (the ``blips`` row without ``superseded_by``)."""
-
-    id: str
-    wavelet_id: str
-    wave_id: str
-    author: str
-    kind: BlipKind
-    text: str
-    created_at: str
-    replaces: str | None = None
-    source_wavelet_id: str | None = None
-    source_blip_id: str | None = None
-    actor: str | None = None
-    replaced_by: str | None = None
-    """On a replacement version: who wrote it (``author`` stays the blip's author). Absent in
-    events written before replaces kept the author: their ``author`` is the replacer."""
-
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Callable[[BlipData], dict[str, Any]]) -> dict[str, Any]:
-        # The log has always left a blip's optional keys out when they are unset.
-        return {k: v for k, v in handler(self).items() if v is not None}
-
-
-class WaveCreated(_Shape):
+class WaveCreated(_Event, kw_only=True, tag="wave.created"):
     """A wave with its root wavelet ``main``, its first roster and its ``system`` blip."""
 
-    type: Literal["wave.created"] = Field(default="wave.created", exclude=True)
     wave_id: str
     root_id: str
     name: str
     created_by: str
     created_at: str
     members: list[NewMember]
-    blips: list[BlipData]
+    blips: list[Blip]
 
 
-class WaveletForked(_Shape):
+class WaveletForked(_Event, kw_only=True, tag="wavelet.forked"):
     """A wavelet forked from ``parent_id`` at ``fork_blip_id``, with its roster and provenance blips."""
 
-    type: Literal["wavelet.forked"] = Field(default="wavelet.forked", exclude=True)
     wavelet_id: str
     wave_id: str
     parent_id: str
@@ -95,67 +85,60 @@ class WaveletForked(_Shape):
     created_by: str
     created_at: str
     members: list[NewMember]
-    blips: list[BlipData]
+    blips: list[Blip]
 
 
-class RosterInvited(_Shape):
-    type: Literal["roster.invited"] = Field(default="roster.invited", exclude=True)
+class RosterInvited(_Event, kw_only=True, tag="roster.invited"):
     wavelet_id: str
     wave_id: str
     at: str
     member: NewMember
-    blip: BlipData
+    blip: Blip
 
 
-class RosterLeft(_Shape):
-    type: Literal["roster.left"] = Field(default="roster.left", exclude=True)
+class RosterLeft(_Event, kw_only=True, tag="roster.left"):
     wavelet_id: str
     wave_id: str
     name: str
     at: str
-    blip: BlipData
+    blip: Blip
 
 
-class WaveletTopicSet(_Shape):
+class WaveletTopicSet(_Event, kw_only=True, tag="wavelet.topic"):
     """A wavelet's topic set by ``by`` (or, with ``topic`` '', cleared), with the ``system`` blip
     that tells its members."""
 
-    type: Literal["wavelet.topic"] = Field(default="wavelet.topic", exclude=True)
     wavelet_id: str
     wave_id: str
     topic: str
     by: str
     at: str
-    blip: BlipData
+    blip: Blip
 
 
-class BlipPosted(_Shape):
+class BlipPosted(_Event, kw_only=True, tag="blip.posted"):
     """A ``message`` (or an operator's ``system``) blip."""
 
-    type: Literal["blip.posted"] = Field(default="blip.posted", exclude=True)
-    blip: BlipData
+    blip: Blip
 
 
-class BlipSurfaced(_Shape):
+class BlipSurfaced(_Event, kw_only=True, tag="blip.surfaced"):
     """A ``surface`` blip in the parent of ``blip.source_wavelet_id``."""
 
-    type: Literal["blip.surfaced"] = Field(default="blip.surfaced", exclude=True)
-    blip: BlipData
+    blip: Blip
 
 
-class BlipReplaced(_Shape):
+class BlipReplaced(_Event, kw_only=True, tag="blip.replaced"):
     """A new version of ``blip.replaces``, which becomes ``superseded_by`` it."""
 
-    type: Literal["blip.replaced"] = Field(default="blip.replaced", exclude=True)
-    blip: BlipData
+    blip: Blip
 
 
-class TokenMinted(_Shape):
+class TokenMinted(_Event, kw_only=True, tag="token.minted"):
     """A token for (wave, participant); with ``machine``, minted for that machine (a join), and with
     ``scope`` (wave ids, ``wave_id`` first) an operator-capable machine token for those waves
     (``participant`` is then ``operator``)."""
 
-    type: Literal["token.minted"] = Field(default="token.minted", exclude=True)
     token_id: str
     wave_id: str
     participant: str
@@ -164,68 +147,35 @@ class TokenMinted(_Shape):
     machine: str | None = None
     scope: list[str] | None = None
 
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: Callable[[TokenMinted], dict[str, Any]]) -> dict[str, Any]:
-        # Tokens minted before machines existed were logged without these keys.
-        return {k: v for k, v in handler(self).items() if not (v is None and k in ("machine", "scope"))}
 
-
-class TokenRevoked(_Shape):
-    type: Literal["token.revoked"] = Field(default="token.revoked", exclude=True)
+class TokenRevoked(_Event, kw_only=True, tag="token.revoked"):
     token_id: str
     revoked_at: str
 
 
-class SessionRecorded(_Shape):
+class SessionRecorded(SessionRecord, _Event, kw_only=True, tag="session.recorded"):
     """The agent session a participant runs (the newest record per wave and participant wins)."""
 
-    type: Literal["session.recorded"] = Field(default="session.recorded", exclude=True)
-    participant: str
-    session_id: str
-    wavelet_id: str
-    layout: str
-    agent: str
-    transport: Transport
-    cwd: str
-    host: str
-    wave_id: str
-    updated_at: str
 
-
-class SeatClaimed(_Shape):
+class SeatClaimed(SeatClaim, _Event, kw_only=True, tag="seat.claimed"):
     """A wave's resident took its seat (or refreshed it: same session, new process)."""
 
-    type: Literal["seat.claimed"] = Field(default="seat.claimed", exclude=True)
-    wave_id: str
-    participant: str
-    session_id: str
-    host: str
-    pid: int
-    pane_id: str
-    cwd: str
-    claimed_at: str
 
-
-class SeatClosed(_Shape):
+class SeatClosed(_Event, kw_only=True, tag="seat.closed"):
     """A wave's open seat closed: stopped, found dead, or taken over."""
 
-    type: Literal["seat.closed"] = Field(default="seat.closed", exclude=True)
     wave_id: str
     closed_at: str
     why: str
 
 
-SummaryAuthorKind = Literal["participant", "summarizer", "extractive"]
-
-
-class SummaryRecorded(_Shape):
+class SummaryRecorded(_Event, kw_only=True, tag="summary.recorded"):
     """A rolling summary of a wavelet's blips up to ``upto`` (inclusive), checked before it was
     recorded: ``cites`` holds every id of ``load_bearing`` (docs/design.md, rolling summaries).
 
     ``after``: the ``upto`` of the summary it rolled forward from ('' for the first); ``covered_*``:
     the blips (current as of ``upto``) it stands in for and their UTF-8 text bytes."""
 
-    type: Literal["summary.recorded"] = Field(default="summary.recorded", exclude=True)
     summary_id: str
     wavelet_id: str
     wave_id: str
@@ -241,10 +191,9 @@ class SummaryRecorded(_Shape):
     created_at: str
 
 
-class BlipPinned(_Shape):
+class BlipPinned(_Event, kw_only=True, tag="blip.pinned"):
     """A participant pinned a blip: load-bearing from then on (every summary must cite it)."""
 
-    type: Literal["blip.pinned"] = Field(default="blip.pinned", exclude=True)
     blip_id: str
     wavelet_id: str
     wave_id: str
@@ -252,41 +201,29 @@ class BlipPinned(_Shape):
     at: str
 
 
-class BudgetSet(_Shape):
+class BudgetSet(BudgetRule, _Event, kw_only=True, tag="budget.set"):
     """A budget set (or, with neither ``tokens`` nor ``cost``, cleared) by the operator or a layout
     at spawn; whoever had reached the scope's previous budget starts over."""
 
-    type: Literal["budget.set"] = Field(default="budget.set", exclude=True)
-    wave_id: str
-    wavelet_id: str
-    participant: str
-    tokens: int | None
-    cost: float | None
-    source: Literal["operator", "layout"]
-    set_by: str
-    set_at: str
 
-
-class BudgetReached(_Shape):
+class BudgetReached(_Event, kw_only=True, tag="budget.reached"):
     """A participant's channel reported a budget passed (the first report of it as set): the
     ``system`` blip naming the operator goes with it."""
 
-    type: Literal["budget.reached"] = Field(default="budget.reached", exclude=True)
     wave_id: str
     wavelet_id: str
     scope: str
     participant: str
     set_at: str
     reached_at: str
-    blip: BlipData | None
+    blip: Blip | None
     """None: another member already told the operator of this wavelet budget (the members' sum)."""
 
 
-class PermissionAsked(_Shape):
+class PermissionAsked(_Event, kw_only=True, tag="permission.asked"):
     """A session's permission prompt, recorded by its hook (docs/permissions.md): pending until
     answered, or until ``expires_at`` (when the hook stops waiting)."""
 
-    type: Literal["permission.asked"] = Field(default="permission.asked", exclude=True)
     request_id: str
     wave_id: str
     participant: str
@@ -298,11 +235,10 @@ class PermissionAsked(_Shape):
     expires_at: str
 
 
-class PermissionAnswered(_Shape):
+class PermissionAnswered(_Event, kw_only=True, tag="permission.answered"):
     """What became of a pending prompt: ``allowed`` or ``denied`` by ``by`` (the operator, or
     ``pane``) via ``via`` (cli, console, channel, pane), or ``expired`` (the hook let go)."""
 
-    type: Literal["permission.answered"] = Field(default="permission.answered", exclude=True)
     request_id: str
     wave_id: str
     participant: str
@@ -313,7 +249,7 @@ class PermissionAnswered(_Shape):
     message: str
 
 
-Event = Annotated[
+Event = (
     WaveCreated
     | WaveletForked
     | RosterInvited
@@ -332,12 +268,11 @@ Event = Annotated[
     | BudgetSet
     | BudgetReached
     | PermissionAsked
-    | PermissionAnswered,
-    Field(discriminator="type"),
-]
-"""Any event. ``type`` tells them apart; it is stored in its own column, not in the payload."""
+    | PermissionAnswered
+)
+"""Any event. ``type`` (its tag) tells them apart; it is stored in its own column, not in the payload."""
 
-MODELS: tuple[type[_Shape], ...] = (
+MODELS: tuple[type[_Event], ...] = (
     WaveCreated,
     WaveletForked,
     RosterInvited,
@@ -358,15 +293,49 @@ MODELS: tuple[type[_Shape], ...] = (
     PermissionAsked,
     PermissionAnswered,
 )
-EVENT_TYPES: tuple[str, ...] = tuple(m.model_fields["type"].default for m in MODELS)
+EVENT_TYPES: tuple[str, ...] = tuple(str(m.__struct_config__.tag) for m in MODELS)
 """Every event type this fleet writes and replays."""
 
-_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+_LEFT_OUT_UNSET: dict[type, frozenset[str]] = {
+    # The log has always left a blip's optional keys out when they are unset ...
+    Blip: frozenset(f.name for f in msgspec.structs.fields(Blip) if f.default is None),
+    # ... and a token's machine keys: tokens minted before machines existed were logged without them.
+    TokenMinted: frozenset({"machine", "scope"}),
+}  # fmt: skip
+_NEVER_LOGGED: dict[type, frozenset[str]] = {Blip: frozenset({"superseded_by"})}
+"""Fields of a record an event carries that are the materialised tables' alone."""
+_BLIP_KEYS = frozenset(Blip.__struct_encode_fields__) - _NEVER_LOGGED[Blip]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        unset, never = (
+            _LEFT_OUT_UNSET.get(type(value), frozenset()),
+            _NEVER_LOGGED.get(type(value), frozenset()),
+        )
+        out: dict[str, Any] = {}
+        for name, key in zip(value.__struct_fields__, value.__struct_encode_fields__, strict=True):
+            v = getattr(value, name)
+            if name not in never and not (v is None and name in unset):
+                out[key] = _plain(v)
+        return out
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def payload_of(event: Event) -> str:
-    """The payload text stored in the log (compact JSON, ``type`` left out)."""
-    return json.dumps(event.model_dump(), separators=(",", ":"))
+    """The payload text stored in the log (compact JSON as ``json.dumps`` writes it, ``type`` left out)."""
+    return json.dumps(_plain(event), separators=(",", ":"))
+
+
+def _foreign_blip_keys(data: dict[str, Any]) -> list[str]:
+    """Keys of the blips in a payload that no blip has (a :class:`Blip` is lenient on the wire, where
+    a newer daemon may add a field; in the log, a key this fleet does not know is refused)."""
+    many = data.get("blips")
+    blips: list[Any] = many if isinstance(many, list) else [data.get("blip")]
+    return sorted({k for b in blips if isinstance(b, dict) for k in b if k not in _BLIP_KEYS})
 
 
 def parse(etype: str, payload: str) -> Event:
@@ -377,18 +346,21 @@ def parse(etype: str, payload: str) -> Event:
         data = json.loads(payload)
         if not isinstance(data, dict):
             raise ValueError("the payload is not a JSON object")
-        return _EVENT.validate_python({**data, "type": etype})
-    except ValidationError as exc:
-        raise errors.FleetError(f"a {etype} event in the log does not fit: {errors.describe(exc)}") from None
     except ValueError as exc:
         raise errors.FleetError(f"a {etype} event in the log is not valid JSON: {exc}") from None
+    try:
+        if foreign := _foreign_blip_keys(data):
+            raise RecordError([(f"blip.{k}", "unknown field") for k in foreign])
+        return cast(Event, load(Event, {**data, "type": etype}))  # type: ignore[arg-type]
+    except RecordError as exc:
+        raise errors.FleetError(f"a {etype} event in the log does not fit: {errors.describe(exc)}") from None
 
 
 # ---------------------------------------------------------------- events -> tables
 
-E = TypeVar("E", bound=_Shape)
+E = TypeVar("E", bound=_Event)
 _Handler = Callable[[sqlite3.Connection, Any], None]
-_HANDLERS: dict[type[_Shape], _Handler] = {}
+_HANDLERS: dict[type[_Event], _Handler] = {}
 
 
 def _on(model: type[E]) -> Callable[[Callable[[sqlite3.Connection, E], None]], Callable[..., None]]:
@@ -420,7 +392,7 @@ def record(conn: sqlite3.Connection, event: Event) -> None:
     keys.on_record(conn, cur.lastrowid)
 
 
-def _insert_blip(conn: sqlite3.Connection, b: BlipData) -> None:
+def _insert_blip(conn: sqlite3.Connection, b: Blip) -> None:
     conn.execute(
         "INSERT INTO blips(id, wavelet_id, wave_id, author, kind, text, replaces, source_wavelet_id,"
         " source_blip_id, created_at, actor, replaced_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

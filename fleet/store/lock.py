@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fleet import errors
 from fleet.paths import ensure_private_dir
-from fleet.wire import RecordError, dumps, loads, record
+from fleet.wire import Record, RecordError, dumps, loads
 
 HOLDER_WAIT = 1.0
 """Seconds a refused process waits for the holder's particulars to be readable (it writes them just
@@ -42,8 +42,7 @@ DAEMON_HELD = (
 """What a refused daemon is told to do; ``{pid}`` is the holder's."""
 
 
-@record
-class LockHolder:
+class LockHolder(Record, kw_only=True):
     """``<db>.lock``: who holds the store's lock, written by the holder while it holds it."""
 
     pid: int

@@ -49,7 +49,6 @@ from fleet.store import checks, rows
 from fleet.store.access import Access, Principal, Sight
 from fleet.store.events import BlipPinned, SummaryRecorded, record
 from fleet.store.schema import Connections, now
-from fleet.wire import built
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +90,11 @@ def is_load_bearing(kind: str, text: str, names: re.Pattern[str] | None) -> bool
 
 def summary_of(s: Row, *, load_bearing: bool = True) -> Summary:
     """A summary row as its record; ``load_bearing=False`` leaves that list empty (a context's)."""
-    return built(
+    return rows.of_row(
         Summary,
-        {
-            "id": s["id"],
-            "wavelet_id": s["wavelet_id"],
-            "after": s["after"],
-            "upto": s["upto"],
-            "text": s["text"],
-            "author": s["author"],
-            "author_kind": s["author_kind"],
-            "cites": json.loads(s["cites"]),
-            "load_bearing": json.loads(s["load_bearing"]) if load_bearing else [],
-            "covered_blips": s["covered_blips"],
-            "covered_bytes": s["covered_bytes"],
-            "created_at": s["created_at"],
-        },
+        s,
+        cites=json.loads(s["cites"]),
+        load_bearing=json.loads(s["load_bearing"]) if load_bearing else [],
     )
 
 
@@ -120,20 +108,8 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str, sight:
             f"SELECT * FROM members WHERE wavelet_id IN ({marks}) ORDER BY joined_at, name",
             [n["id"] for n in nodes],
         ):
-            rosters[m["wavelet_id"]].append(
-                built(Member, {"name": m["name"], "kind": m["kind"], "joined_at": m["joined_at"],
-                               "since": m["since"]})
-            )  # fmt: skip
-    out: list[Wavelet] = []
-    for wl in nodes:
-        parent_id, fork_blip_id, withheld = rows.parent(wl, sight)
-        out.append(built(Wavelet, {
-            "id": wl["id"], "wave_id": wl["wave_id"], "wave": wave_name, "name": wl["name"],
-            "parent_id": parent_id, "fork_blip_id": fork_blip_id, "private": bool(wl["private"]),
-            "created_by": wl["created_by"], "created_at": wl["created_at"], "roster": rosters[wl["id"]],
-            "parent_withheld": withheld, "topic": wl["topic"],
-        }))  # fmt: skip
-    return out
+            rosters[m["wavelet_id"]].append(rows.of_row(Member, m))
+    return [rows.wavelet(conn, wl, sight, wave_name, rosters[wl["id"]]) for wl in nodes]
 
 
 def _ancestry(conn: sqlite3.Connection, wl: Row) -> list[Row]:

@@ -195,10 +195,13 @@ def test_tools_call_protocol_errors(chan: RawMcp) -> None:
 
 def test_bad_tool_arguments_are_tool_errors_not_protocol_errors(chan: RawMcp) -> None:
     chan.handshake()
+    # the first misfit is named (msgspec stops there): a wrong type, then an unknown key
     result = chan.call("wavelet_post", {"wavelet": "main", "text": 5, "extra": True})
     assert result["isError"] is True
     text = result["content"][0]["text"]
-    assert "text" in text and "extra" in text and "invalid arguments" in text
+    assert "text: expected a string, got an integer" in text and "invalid arguments" in text
+    result = chan.call("wavelet_post", {"wavelet": "main", "text": "t", "extra": True})
+    assert result["isError"] is True and "extra: unknown field" in result["content"][0]["text"]
 
 
 def test_eof_is_a_clean_prompt_exit(chan: RawMcp) -> None:

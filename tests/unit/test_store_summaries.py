@@ -8,7 +8,6 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -479,23 +478,3 @@ def test_the_context_is_paged_newest_first_and_says_whether_more_remains(store: 
     newest = store.context(OP, "w/kid2", limit=2)
     assert newest.more and newest.summaries == [] and newest.blips == ctx.blips
     assert store.context(OP, "w/kid2", limit=2, before=newest.cursor).summaries == ctx.summaries
-
-
-def test_a_contexts_records_carry_every_field_as_their_constructors_would(store: Store) -> None:
-    """The context's records are built field by field (``fleet.wire.built``, the hot read path):
-    each has all of its class's fields, and equals the record its constructor makes from them."""
-    from fleet.models import Member, Summary, Wavelet
-
-    store.create_wave(OP, "w", PEOPLE)
-    main = store.resolve(OP, "w/main").id
-    store.post(OP, main, "DONE: one\n" + "the details, at length. " * 8, as_="alice")
-    summarize_extractive(store, main)
-    store.post(OP, main, "after", as_="bob")
-    leaf = store.fork(OP, main, "f", ["alice"]).id
-    ctx = store.context(OP, leaf)
-    records: list[Any] = [*ctx.blips, *ctx.summaries, *ctx.path, *(m for w in ctx.path for m in w.roster)]
-    assert {type(r) for r in records} == {Blip, Summary, Wavelet, Member}
-    for r in records:
-        names = [f.name for f in type(r).__record_fields__]
-        assert sorted(vars(r)) == sorted(names), type(r)
-        assert r == type(r)(**vars(r))
