@@ -263,11 +263,11 @@ def fit(text: str, room: int) -> str:
 
 def with_topic(line: str, topic: str) -> str:
     """``line`` followed by ``  — TOPIC``, the topic cut so the whole fits :func:`width` (left off
-    when not two columns of it fit); ``line`` as it was without a topic."""
+    when it does not fit whole and not two columns of it do); ``line`` as it was without a topic."""
     if not topic:
         return line
     room = width() - cells(line) - 4
-    return f"{line}  — {fit(topic, room)}" if room >= 2 else line
+    return f"{line}  — {fit(topic, room)}" if room >= 2 or 0 < cells(topic) <= room else line
 
 
 # ---------------------------------------------------------------- tokens
