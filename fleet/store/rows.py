@@ -90,7 +90,6 @@ def wavelet(
         private=bool(wl["private"]),
         roster=members(conn, wl["id"]) if roster is None else roster,
         parent_withheld=withheld,
-        topic=wl["topic"],
     )
 
 
