@@ -51,7 +51,7 @@ import hashlib
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -580,18 +580,9 @@ class Store:
                 "SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", (wl["id"], name)
             ).fetchone():
                 return self._current(who, wl["id"])
-            at = now()
             since = self._last_blip_id(conn, wl["id"])
-            record(
-                conn,
-                RosterInvited(
-                    wavelet_id=wl["id"],
-                    wave_id=wl["wave_id"],
-                    at=at,
-                    member=NewMember(name=name, kind=checks.kind_of(name), since=since),
-                    blip=self._new_blip(wl, "system", "system", f"{actor} invited {name}", at, actor=actor),
-                ),
-            )
+            member = NewMember(name=name, kind=checks.kind_of(name), since=since)
+            self._act(conn, wl, actor, f"{actor} invited {name}", RosterInvited, member=member)
         return self._current(who, wl["id"])
 
     def leave(self, who: Principal, ref: str, name: str, *, as_: str | None = None) -> Wavelet:
@@ -605,18 +596,8 @@ class Store:
                 "SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", (wl["id"], name)
             ).fetchone():
                 raise errors.NotFound(f"{name!r} is not on the roster of {wl['name']!r}")
-            at = now()
             text = f"{name} left" if actor == name else f"{actor} removed {name}"
-            record(
-                conn,
-                RosterLeft(
-                    wavelet_id=wl["id"],
-                    wave_id=wl["wave_id"],
-                    name=name,
-                    at=at,
-                    blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
-                ),
-            )
+            self._act(conn, wl, actor, text, RosterLeft, name=name)
         return self._current(who, wl["id"])
 
     def set_topic(self, who: Principal, ref: str, topic: str, *, as_: str | None = None) -> Wavelet:
@@ -638,22 +619,26 @@ class Store:
             was = conn.execute("SELECT topic FROM wavelets WHERE id = ?", (wl["id"],)).fetchone()[0]
             if was == topic:
                 return self._current(who, wl["id"])
-            at = now()
             # json.dumps quotes it: the blip shows exactly where the topic starts and ends.
             quoted = json.dumps(topic, ensure_ascii=False)
             text = f"{actor} set the topic: {quoted}" if topic else f"{actor} cleared the topic"
-            record(
-                conn,
-                WaveletTopicSet(
-                    wavelet_id=wl["id"],
-                    wave_id=wl["wave_id"],
-                    topic=topic,
-                    by=actor,
-                    at=at,
-                    blip=self._new_blip(wl, "system", "system", text, at, actor=actor),
-                ),
-            )
+            self._act(conn, wl, actor, text, WaveletTopicSet, topic=topic, by=actor)
         return self._current(who, wl["id"])
+
+    def _act(
+        self,
+        conn: sqlite3.Connection,
+        wl: sqlite3.Row,
+        actor: str,
+        text: str,
+        event: Callable[..., Event],
+        **fields: Any,
+    ) -> None:
+        """Record ``event`` (a roster or topic change of ``wl``, built with ``fields``) with the
+        ``system`` blip that tells the wavelet of it in ``text``, written by ``actor``'s act, now."""
+        at = now()
+        blip = self._new_blip(wl, "system", "system", text, at, actor=actor)
+        record(conn, event(wavelet_id=wl["id"], wave_id=wl["wave_id"], at=at, blip=blip, **fields))
 
     # ---------------------------------------------------------------- blips
 
