@@ -298,7 +298,9 @@ class Tmux:
         commands: list[list[str]] = [["list-panes", "-a", "-F", PANE_FORMAT]]
         for pane_id in pane_ids:
             commands += [
-                ["display-message", "-p", f"{mark} {pane_id}"],
+                # the pane's id from its own format, not spelled in the message: display-message runs
+                # its text through strftime, and "%3" read back as " %3" (a width of 3)
+                ["display-message", "-p", "-t", pane_id, f"{mark} #{{pane_id}}"],
                 ["capture-pane", "-p", "-J", "-t", pane_id],
             ]
         try:

@@ -394,3 +394,25 @@ def test_agents_whose_command_lines_pass_tmuxs_limit_together_start_in_as_few_in
     with pytest.raises(errors.UsageError, match="over tmux's limit"):
         t.launch("w", "wl", [PaneLaunch(first, "huge", ["a", "b" * MAX_COMMAND_BYTES])], window_id=wid)
     t.kill_session(sid)
+
+
+def test_screens_gives_each_pane_its_own_screen_whatever_its_id(tmux_server: libtmux.Server) -> None:
+    """Spawn reads the screens of the panes not yet heard from in one invocation (``Tmux.screens``),
+    keyed by pane id: ``%3`` once came back as `` %3`` (display-message's text goes through strftime,
+    and ``%3`` is a width), so the third pane of every spawn was never looked at and was left at
+    Claude Code's channels dialog. Twelve panes: ids of one and two digits, each showing its own text."""
+    tmux = Tmux(tmux_server)
+    tmux_server.cmd("new-session", "-d", "-s", "t", "-x", "200", "-y", "100", "cat")
+    for _ in range(11):
+        tmux_server.cmd("split-window", "-t", "t", "cat", ";", "select-layout", "-t", "t", "tiled")
+    ids = tmux_server.cmd("list-panes", "-t", "t", "-F", "#{pane_id}").stdout
+    assert len(ids) == 12 and "%3" in ids and "%11" in ids
+    for pane in ids:
+        tmux_server.cmd("send-keys", "-t", pane, "-l", f"screen of {pane}%3 %%")
+    shown = lambda: all(f"screen of {p}" in "".join(tmux.capture(p)) for p in ids)  # noqa: E731
+    retry_until(shown, what="each pane's text")
+    listed, screens = tmux.screens(ids)
+    assert sorted(screens) == sorted(ids)
+    for pane in ids:  # (a chain keeps a screen's blank lines at the bottom; one capture drops them)
+        assert "\n".join(screens[pane]).rstrip("\n") == "\n".join(tmux.capture(pane)).rstrip("\n"), pane
+    assert {p.pane_id for p in listed} >= set(ids)
