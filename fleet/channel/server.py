@@ -108,6 +108,8 @@ class _Sink:
         self.gap = float(gap) if gap.replace(".", "", 1).isdigit() else 0.0
         """Fault injection: seconds to stall after each push (a descheduled channel, in tests)."""
         self._holding = False
+        self._kept: list[Frame] = []
+        """The step's pushes not written yet: handed to the ledger at the write (:meth:`flush`)."""
 
     def push(self, frame: Frame) -> bool:
         c = self.channel
@@ -126,19 +128,32 @@ class _Sink:
             log.warning("fault injection: push %d swallowed", self.pushes)
         elif not c.server.notify(NOTIFICATION, notification(frame)):
             return False
-        if ledger is not None:
-            ledger.hand(frame, "channel", now)
+        self._kept.append(frame)
         if self.gap:
             time.sleep(self.gap)
         return True
 
     def flush(self) -> bool:
         """Write the step's pushes in one write (Claude Code then takes them into one turn: pushed
-        one by one, a channel descheduled between two once had its session answer the first alone)."""
+        one by one, a channel descheduled between two once had its session answer the first alone).
+
+        The frames are in the ledger from the write on, stamped with its time: the bound Claude Code
+        has to queue a push counts from when it could first read it. (Stamped at each push, a step
+        that took a while between its first push and its write left the first frames less than the
+        bound; Claude Code, queueing them a second late on a loaded machine, then got them again from
+        the hook.) A write that failed hands out nothing: the engine takes the step back."""
         if not self._holding:
             return True
         self._holding = False
-        return self.channel.server.release()
+        kept, self._kept = self._kept, []
+        if not self.channel.server.release():
+            return False
+        ledger = self.channel.ledger
+        if ledger is not None:
+            now = time.time()
+            for frame in kept:
+                ledger.hand(frame, "channel", now)
+        return True
 
 
 class Channel:

@@ -1,7 +1,7 @@
 """What fleet says an agent does, with real Claude Code over the scripted model (tests/realclaude.py).
 
 One session lives through the states a user sees: idle at its prompt; turning, woken by the blip
-the operator posted; idle within a second of its turn's end (read in its transcript); failed with
+the operator posted; idle after its turn, since the turn's end as its transcript stamps it; failed with
 the error once the model server answers 500s and Claude Code gives up; waiting for permission on
 the Bash call it asks for (its ``Notification`` hook, injected by spawn); dead with the exit status
 after ``kill -9``. At each step ``fleet status`` on this machine and on a second FLEET_HOME joined
@@ -14,11 +14,12 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from realclaude import RealFleet
 from scripted_model import Fail, Held, Script, call, on_message, rule, say
 
@@ -26,9 +27,6 @@ from fleet.client import Client
 from fleet.models import AgentState
 
 RealFleetFactory = Callable[..., RealFleet]
-
-IDLE_TARGET = 1.0
-"""Seconds from a turn's end in the transcript to the daemon saying idle (the issue's target)."""
 
 
 def test_status_follows_one_real_session_through_idle_turning_failed_permission_and_dead(
@@ -93,15 +91,19 @@ def test_status_follows_one_real_session_through_idle_turning_failed_permission_
     assert same_everywhere("turning")["state_text"].startswith("turning")
     transcript = real.transcript("alice")
 
-    def ends() -> int:
-        return sum(x.get("subtype") == "turn_duration" for x in transcript.lines())
+    def ends() -> list[dict[str, Any]]:
+        return [x for x in transcript.lines() if x.get("subtype") == "turn_duration"]
 
-    before = ends()
+    before = len(ends())
     go_on.set()
-    ended = real.wait(lambda: ends() > before and time.monotonic(), "the turn's end in the transcript")
-    real.wait(lambda: agent().kind == "idle", "idle after the turn")
-    took = time.monotonic() - ended
-    assert took < IDLE_TARGET + 0.5, f"idle {took:.2f}s after the turn's end"
+    real.wait(lambda: ends()[before:], "the turn's end in the transcript")
+    # idle from the moment the transcript says the turn ended (how soon: bench/state.py measures it);
+    # the newest end, as Claude Code may write an earlier turn's end behind this one's wake
+    reached(
+        "idle",
+        "idle since the turn's end",
+        lambda a: a.since == pytest.approx(unix(ends()[-1]["timestamp"]), abs=0.001),
+    )
     same_everywhere("idle")
 
     operator.post(main, "alice: break now")
@@ -127,6 +129,11 @@ def test_status_follows_one_real_session_through_idle_turning_failed_permission_
     assert dead["state"]["exit"] == "signal 9" and dead["state_text"] == "dead (signal 9)", dead
     there = real.wait(lambda: rows(laptop)[0]["state"]["kind"] == "unknown" and rows(laptop)[0], "remote")
     assert "channel gone" in there["state"]["why"], there
+
+
+def unix(timestamp: str) -> float:
+    """A transcript line's ISO 8601 stamp (``2026-12-03T16:29:05.978Z``) as Unix time."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def run(env: dict[str, str], *args: str) -> Any:

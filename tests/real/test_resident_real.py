@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ from typing import Any
 from realclaude import STARTUP, RealFleet
 from scripted_model import (
     Fail,
+    Held,
     Request,
     Script,
     Slow,
@@ -268,11 +270,15 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
     Claude Code does with queued input); a fork with an unknown layout, or with a worker whose
     worktree cannot be made (``wave``: the path the resident's own worktree holds), returns the
     error to the mind and forks nothing."""
+    # The thinking turn lasts until both blips are in Claude Code's queue (a fixed 6 s turn raced a
+    # loaded machine: `fleet resident status` saying "turning" and the two posts took longer than
+    # the turn, the blips came after its end, and each woke a turn of its own).
+    go_on = threading.Event()
     real = real_fleet(channels=True)
     shared = real.layout(["worker"], "shared", participants={"worker": {"worktree": "wave"}})
     real.script.add(
         "resident",
-        rule(on_message(author="operator", contains="think"), Slow(6, say("thought it through"))),
+        rule(on_message(author="operator", contains="think"), Held(go_on, say("thought it through"))),
         rule(
             on_message(author="operator", contains="spawn"),
             call(
@@ -290,6 +296,9 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
     operator.post(main, "resident: think about it")
     real.wait(lambda: status(real, repo)["state"] == "turning", "the resident turning")
     one, two = operator.post(main, "resident: one more thing"), operator.post(main, "resident: and another")
+    t = real.transcript("resident")
+    real.wait(lambda: {one.id, two.id} <= {c.blip_id for c in t.enqueued()}, "both queued during the turn")
+    go_on.set()
 
     def carried(r: Request) -> set[str]:
         return {e.blip_id for e in r.channel_events()}
@@ -301,7 +310,6 @@ def test_blips_during_a_turn_are_taken_together_and_a_bad_spawn_is_refused_to_th
         r for r in real.requests("resident") if {one.id, two.id} <= carried(r)
     ], "the two blips came in separate wakes"
     operator.post(main, "resident: spawn a worker")
-    t = real.transcript("resident")
     refused = real.wait(lambda: [x for x in t.tool_results() if x.is_error], "the refused fork's result")
     assert "cannot spawn with layout 'no-such'" in refused[0].text and "nothing was forked" in refused[0].text
     assert [wl.name for wl in operator.get_wave("w").wavelets] == ["main"]
