@@ -63,11 +63,11 @@ trap 'rm -f "$TYPES_LOG"' EXIT
 TYPES_PID=$!
 
 # The unit tier alone first (no processes, seconds); then the other three on $WORKERS workers: they
-# spend their time waiting on daemons, channels, tmux, Chromium and Claude Code, not on the CPU (the
-# numbers: docs/performance.md, "The test suite"). The real tier first and one test at a time to
+# are mostly CPU-bound on 2 cores, but ~15 % of the time both cores wait on processes, which a 4th
+# worker fills (the numbers: docs/performance.md, "The test suite"). The real tier first and one test at a time to
 # whichever worker is free (--maxschedchunk 1), so the longest tests start first and the short
 # component tests fill the end (worksteal left a 90 s real test for last: +1 minute).
-WORKERS=${FLEET_TEST_WORKERS:-3}  # (4 and 5 were slower: docs/performance.md)
+WORKERS=${FLEET_TEST_WORKERS:-4}  # (3: slow tiers 459 s, 4: 410 s on a quiet machine; docs/performance.md)
 say "tests: unit"
 rc=0
 run_pytest -q tests/unit || rc=$?
