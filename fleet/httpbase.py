@@ -7,7 +7,11 @@ request handler both subclass. What a caller (and a client) may rely on, for bot
   length that is not a plain decimal number and two ``Content-Length`` headers (400); a body over
   the server's ``body_limit`` is refused (413) without being read into memory: what the client
   still sends is drained, bounded in bytes (:data:`DRAIN_LIMIT`) and time (:data:`DRAIN_SECONDS`),
-  so that it reads the answer instead of a reset connection. Each of these answers closes the connection.
+  so that it reads the answer instead of a reset connection; a body shorter than its length (the
+  client closed early) is refused (400) and nothing of it runs. Each of these answers closes the connection.
+- **Heads two parsers could read two ways are refused** (400, closing): a target that is not a path
+  (absolute-form), a folded header line, a line without a colon or with a name that is not a token
+  (``Host : x``), two ``Host`` headers.
 - **One write per response**: head and body go to the socket in one ``send``, with ``TCP_NODELAY``
   set, so keep-alive clients are not stalled by delayed ACKs. An answer to ``HEAD`` has headers only.
 - **Errors** are JSON ``{"error": {"kind", "message"}}`` (:class:`fleet.models.ErrorEnvelope`) with the
@@ -67,6 +71,8 @@ DRAIN_SECONDS = 2.0
 """How much of a refused body is read and dropped (so the client sees its 413), and for how long."""
 
 _LENGTH = re.compile(r"[0-9]+")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header's name (RFC 9110 5.1: a token)."""
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """A request head's limits (the stdlib's): a longer line or more headers is refused (431)."""
@@ -574,6 +580,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.BAD_REQUEST, f"Bad HTTP/0.9 request type ({command!r})")
                 return False
         self.command, self.path = command, path
+        if not path.startswith("/"):  # origin-form only: an absolute-form target names a host of its own
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request target ({path[:100]!r}): send a path")
+            return False
         if self.path.startswith("//"):  # as the stdlib does (gh-87389): never an absolute URI
             self.path = "/" + self.path.lstrip("/")
         items: list[tuple[str, str]] = []
@@ -588,14 +597,18 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers")
                 return False
             text = line.decode("iso-8859-1").rstrip("\r\n")
-            if text[:1] in (" ", "\t") and items:  # an obsolete folded continuation line
-                name, value = items[-1]
-                items[-1] = (name, f"{value} {text.strip()}")
-                continue
             name, sep, value = text.partition(":")
-            if sep:
-                items.append((name.strip().lower(), value.strip(" \t")))
+            # A line two parsers could read two ways is refused (RFC 9112 5.1, 5.2): a folded
+            # continuation, a line without a colon, a name with spaces before its colon.
+            if not sep or not _TOKEN.fullmatch(name):
+                why = "a folded header line" if text[:1] in (" ", "\t") else f"bad header line {text[:100]!r}"
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request head: {why}")
+                return False
+            items.append((name.lower(), value.strip(" \t")))
         self.headers = Headers(items)  # type: ignore[assignment]
+        if len(self.headers.get_all("Host") or []) > 1:
+            self.send_error(HTTPStatus.BAD_REQUEST, "Bad request head: two Host headers")
+            return False
         conntype = (self.headers.get("Connection") or "").lower()
         if conntype == "close":
             self.close_connection = True
@@ -694,7 +707,11 @@ class Handler(BaseHTTPRequestHandler):
             )
             self._drain(length)
             return None
-        return self.rfile.read(length) if length else b""
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the client closed early: an incomplete request applies nothing
+            self._refuse(errors.UsageError(f"the request body ended after {len(body)} of its {length} bytes"))
+            return None
+        return body
 
     def _refuse(self, exc: errors.FleetError) -> None:
         self.close_connection = True

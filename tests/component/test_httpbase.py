@@ -314,12 +314,10 @@ def test_two_or_non_decimal_content_lengths_are_refused(d: Daemon, lengths: tupl
 
 
 def test_request_heads_are_read_by_the_stdlibs_rules_without_its_email_parser(d: Daemon) -> None:
-    """The head is parsed by :class:`fleet.httpbase.Headers`: names in any case, folded lines,
-    the first of a repeated header; a line over 65,536 bytes or over 100 headers is a 431."""
+    """The head is parsed by :class:`fleet.httpbase.Headers`: names in any case, the first of a
+    repeated header; a line over 65,536 bytes or over 100 headers is a 431."""
     auth = b"Authorization: Bearer " + d.operator_token.encode()
-    head = (
-        b"GET /v1/waves HTTP/1.1\r\nhOsT: 127.0.0.1\r\nX-Folded: a\r\n b\r\n" + auth.upper()[:14] + auth[14:]
-    )
+    head = b"GET /v1/waves HTTP/1.1\r\nhOsT: 127.0.0.1\r\n" + auth.upper()[:14] + auth[14:]
     [(got, headers, _)] = split_responses(
         raw_exchange(d.url, head + b"\r\nConnection: close\r\n\r\n", timeout=5)
     )
@@ -374,3 +372,49 @@ def test_listening_on_every_interface_warns_loudly(
         assert "0.0.0.0" in warning.getMessage() and "--listen ADDR:PORT" in warning.getMessage()
     finally:
         daemon.stop()
+
+
+def _waves(d: Daemon) -> list[Any]:
+    waves: list[Any] = Http(d.url, d.operator_token).request("GET", "/v1/waves").ok()["waves"]
+    return waves
+
+
+@pytest.mark.parametrize(
+    ("head", "code"),
+    [
+        # a second Host, where only the first was checked
+        (b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n", 400),
+        # a header line without a colon (it was dropped)
+        (b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nX-No-Colon\r\n", 400),
+        # an obsolete folded line (RFC 9112 5.2: a server may refuse it; folded into Authorization
+        # it was joined to the token)
+        (b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Folded: a\r\n b\r\n", 400),
+        # whitespace between a header's name and its colon (RFC 9112 5.1: 400)
+        (b"POST /v1/waves HTTP/1.1\r\nHost : 127.0.0.1\r\n", 400),
+        # an absolute-form target naming another host
+        (b"POST http://evil.example/v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\n", 400),
+        (b"POST http://127.0.0.1/v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\n", 400),
+    ],
+)
+def test_lenient_request_heads_are_refused_and_change_nothing(d: Daemon, head: bytes, code: int) -> None:
+    """Each case here was answered as if well formed (issue 28's list); a head that two parsers
+    could read two ways is refused, the connection closed, and nothing is written."""
+    body = b'{"name":"w9"}'
+    auth = b"Authorization: Bearer " + d.operator_token.encode() + b"\r\n"
+    data = raw_exchange(d.url, head + auth + b"Content-Length: %d\r\n\r\n" % len(body) + body, timeout=5)
+    [(got, headers, _)] = split_responses(data)
+    assert got == code and headers.get("connection") == "close", data[:300]
+    assert _waves(d) == []
+
+
+def test_a_body_shorter_than_its_content_length_is_refused_and_writes_nothing(d: Daemon) -> None:
+    """A client that sends fewer bytes than its Content-Length and closes its side: the request is
+    incomplete, so nothing of it is applied (a blip was created from the truncated body)."""
+    body = b'{"name":"w9"}'
+    head = b"POST /v1/waves HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + d.operator_token.encode()
+    data = raw_exchange(
+        d.url, head + b"\r\nContent-Length: %d\r\n\r\n" % (len(body) + 20) + body, timeout=5, shut_write=True
+    )
+    [(got, _, _)] = split_responses(data)
+    assert got == 400, data[:300]
+    assert _waves(d) == []
