@@ -56,7 +56,7 @@ from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.seams import Launch, Workspace, launch_settings, prompt_parts, spawn_checks, workspaces
-from fleet.tmux import PaneInfo, PaneLaunch, Tmux, check_length, session_name
+from fleet.tmux import PaneInfo, PaneLaunch, Session, Tmux, check_length, session_name
 
 log = logging.getLogger(__name__)
 
@@ -509,12 +509,13 @@ class Spawner:
         live_names = {p.participant for p in panes if p.alive}
         trees, failed = self._worktrees(wave, layout, [n for n in order if n not in live_names], records)
         order = [n for n in order if n not in failed]
-        session_id, found = self._find_window(wave, wl)
+        session, found = self._find_window(wave, wl)
+        session_id = session.session_id if session else None
         if not order:  # nothing to start: no window either
             return SpawnReport(
                 wave=wave.name, wavelet=wl.path, session_id=session_id or "", window_id="",
                 panes=list(failed.values()), attach=attach_hint(wave.name),
-                session=self.tmux.names(session_id)[0] if session_id else "",
+                session=session.name if session else "",
             )  # fmt: skip
         before = {p.participant: p.last_ping for p in self.client.presence(wave.id)}
         window_id = found[0] if found else ""
@@ -540,7 +541,7 @@ class Spawner:
         window_id = window.window_id if window else ""
         self._await_ready(wave, [r for r in reports if r.action in ("launched", "respawned")], before)
         self._check_running(wave, wl, [r for r in reports if r.action == "running"])
-        session, window_name = self.tmux.names(window_id or session_id or "")
+        named_session, window_name = self.tmux.names(window_id or session_id or "")
         return SpawnReport(
             wave=wave.name,
             wavelet=wl.path,
@@ -548,7 +549,7 @@ class Spawner:
             window_id=window_id,
             panes=reports + list(failed.values()),
             attach=attach_hint(wave.name),
-            session=session,
+            session=named_session,
             window=window_name if window_id else "",
         )
 
@@ -651,12 +652,13 @@ class Spawner:
             " (fleet.worktrees is not loaded: run it through the `fleet` command)"
         )
 
-    def _find_window(self, wave: Wave, wl: Wavelet) -> tuple[str | None, tuple[str, str] | None]:
-        """The wave's session (``None``: none yet) and the wavelet's window in it with its active pane."""
+    def _find_window(self, wave: Wave, wl: Wavelet) -> tuple[Session | None, tuple[str, str] | None]:
+        """The wave's session (``None``: none yet; its name came with it) and the wavelet's window
+        in it with its active pane."""
         sessions = self.tmux.sessions()
         self._taken = {s.name for s in sessions}  # a new session's name is picked from these
-        session_id = next((s.session_id for s in sessions if s.wave == wave.id), None)
-        return session_id, (self.tmux.window_of(session_id, wl.id) if session_id else None)
+        session = next((s for s in sessions if s.wave == wave.id), None)
+        return session, (self.tmux.window_of(session.session_id, wl.id) if session else None)
 
     def _open_window(
         self, wave: Wave, wl: Wavelet, layout: Layout, session_id: str | None, starts: list[_Start]
@@ -711,11 +713,12 @@ class Spawner:
         )
         window: _Window | None = None
         if pane is None:  # a new pane in the recorded wavelet's window (made if it is gone too)
-            session_id, found = self._find_window(wave, wl)
+            session, found = self._find_window(wave, wl)
             if found is not None:
                 window = _Window(found[0], found[1], layout.arrangement, layout.main_size)
             else:
-                _sid, window = self._open_window(wave, wl, layout, session_id, [start])
+                sid = session.session_id if session else None
+                _sid, window = self._open_window(wave, wl, layout, sid, [start])
         self._start(wave, wl, [start], window)
         report = start.report
         self._await_ready(wave, [report], before)
