@@ -255,12 +255,18 @@ def decision(req: PermissionRequest) -> str:
 
 def run_hook(
     client: Client, wave: str, participant: str, given: dict[str, Any], *, wait: float = HOOK_WAIT,
-    notify: bool = False,
+    notify: bool = False, parent: int | None = None,
 ) -> str:  # fmt: skip
     """The hook's work (see the module docstring): what to print (the decision JSON, or '' to leave
     the decision to the dialog). Never raises a :mod:`fleet.errors` error: a hook that cannot reach
-    the daemon leaves the dialog to decide, as if fleet were not there."""
+    the daemon leaves the dialog to decide, as if fleet were not there.
+
+    ``parent`` is the session's pid, read when the hook started (:func:`main`): read later, after the
+    daemon recorded the request, a session killed in between is already gone and the hook would
+    take its new parent (init) for the session and wait out its whole bound."""
     from fleet import errors
+
+    parent = os.getppid() if parent is None else parent
 
     tool = str(given.get("tool_name") or "")
     tool_input = given.get("tool_input")
@@ -276,19 +282,21 @@ def run_hook(
         return ""
     flag_window(req.tool, notify=f"{participant} in {wave}: {pending_note(req)}" if notify else "")
     try:
-        return _await(client, wave, req, given, wait)
+        return _await(client, wave, req, given, wait, parent)
     finally:
         flag_window(None)
 
 
-def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, Any], wait: float) -> str:
-    """Wait for the answer to ``req`` (the operator's, the pane's, or none): what to print."""
+def _await(
+    client: Client, wave: str, req: PermissionRequest, given: dict[str, Any], wait: float, parent: int
+) -> str:
+    """Wait for the answer to ``req`` (the operator's, the pane's, or none, or the session ``parent``
+    gone): what to print."""
     from fleet import errors
 
     tool, tool_input = str(given.get("tool_name") or ""), given.get("tool_input")
     watch = TranscriptWatch(str(given.get("transcript_path") or ""), tool, tool_input)
     deadline = time.monotonic() + wait
-    parent = os.getppid()
     answered: list[PermissionRequest] = []
     done = threading.Event()
 
@@ -343,6 +351,7 @@ def _await(client: Client, wave: str, req: PermissionRequest, given: dict[str, A
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fleet.permissions``: the PermissionRequest hook spawn installs (always exit 0)."""
+    parent = os.getppid()  # first: the session may be killed while the daemon records the request
     import argparse
 
     from fleet.client import Client
@@ -365,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(given, dict) or given.get("hook_event_name") != "PermissionRequest" or not token:
         return 0
     with Client(args.daemon, token, timeout=10) as client:
-        out = run_hook(client, args.wave, args.participant, given, wait=args.wait, notify=args.notify)
+        out = run_hook(client, args.wave, args.participant, given, wait=args.wait, notify=args.notify,
+                       parent=parent)  # fmt: skip
     if out:
         sys.stdout.write(out + "\n")
         sys.stdout.flush()
