@@ -8,16 +8,23 @@ it what must be handed out again. The rules (docs/design.md §3):
 * A frame is **confirmed** when its blips entered the model's context; it is **queued** when
   Claude Code accepted it into its queue (it will enter at the end of the running turn). Both
   times are recorded; only a confirmed frame leaves ``pending``.
-* A **push is lost** when Claude Code did not accept it within ``bound`` seconds (channels are
-  unavailable, or it dropped the push), or when the process that pushed it is gone (a new run)
-  and it had not entered. A lost push goes to the hook.
+* A **push is lost** when the process that pushed it is gone (a new run) and it had not entered;
+  before Claude Code took any push, when it did not accept it within ``bound`` seconds (channels
+  are unavailable here); once it took one, only on evidence that it dropped this one — a push
+  handed after it was taken (Claude Code reads its pushes in order), or the transcript shows the
+  session carried on without taking it (lines dated after the hand-out, then one dated more than
+  ``bound`` seconds after those: it ran after the push reached its pipe, and went on running) — or
+  after ``patience`` seconds with neither. Silence alone is no evidence then: Claude Code
+  writes its queue line behind the session, seconds late on a loaded machine, and a push handed to
+  the hook on a guess reached the model twice. A lost push goes to the hook.
 * A **hook delivery is lost** when the transcript shows the session carried on (a line dated more
   than ``grace`` seconds after the hand-out) without it entering, and it was not queued by this
   run. Without that evidence — a transcript missing or unreadable — it is never handed out again:
   a blip enters a context at most once, and stays counted as unconfirmed.
-* The **route** says what wakes the session: ``channel`` once a push was accepted, ``hook`` once a
-  push was lost before any was accepted (channels are not available here; pushing stops),
-  ``unconfirmed`` when a push was lost and no hook is installed.
+* The **route** says what wakes the session: ``channel`` once a push was accepted (also one already
+  owed to the hook, which then stays the channel's), ``hook`` once a push was lost before any was
+  accepted (channels are not available here; pushing stops), ``unconfirmed`` when a push was lost
+  and no hook is installed.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ BOUND = 3.0
 """Seconds a push may go unaccepted before it is lost. Claude Code 2.1.332 writes its enqueue line
 within milliseconds of a push (bench/receipts.py measures it); a few seconds leave room for a
 loaded machine without delaying the hook's fallback by much (docs/design.md §3)."""
+PATIENCE = 30.0
+"""Seconds a push may go unaccepted, once Claude Code took pushes, before it is lost without other
+evidence (an idle session that dropped it writes nothing that would say so)."""
 GRACE = 3.0
 """Seconds after a hook hand-out before the transcript's silence about it counts as a loss (hook
 feedback that arrives mid-turn enters right after the turn: the next arm must not beat it)."""
@@ -48,7 +58,14 @@ class Ledger:
     """The receipts' side of one participant's delivery (see the module docstring)."""
 
     def __init__(
-        self, state: DeliveryState, run: str, *, hook: bool, bound: float = BOUND, grace: float = GRACE
+        self,
+        state: DeliveryState,
+        run: str,
+        *,
+        hook: bool,
+        bound: float = BOUND,
+        grace: float = GRACE,
+        patience: float = PATIENCE,
     ) -> None:
         self.state = state
         self.run = run
@@ -60,8 +77,15 @@ class Ledger:
         is served by it alone."""
         self.bound = bound
         self.grace = grace
+        self.patience = patience
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
+        self.taken_upto = 0.0
+        """The newest hand-out time of a push of this run that Claude Code took: a push of this run
+        handed before it and not taken was dropped."""
+        self._ran_after: dict[frozenset[str], float] = {}
+        """Untaken pushes (by blip ids) -> the newest date of the first read of the transcript that
+        showed lines dated after their hand-out (no earlier than the session's first run after it)."""
         self.dirty = False
 
     # ------------------------------------------------------------ recording
@@ -78,22 +102,33 @@ class Ledger:
                 break
         else:
             self.state.pending.append(Pending(frame=frame, path=path, handed_at=now, run=self.run))
+        self._ran_after.pop(ids, None)
         if self.state.route == "unknown" and path == "hook":
             self._route("hook", "woken by the hook")
         self.dirty = True
 
     def apply(self, receipts: Iterable[Receipt], last_at: float = 0.0) -> list[Pending]:
-        """Take the transcript's receipts; returns the entries they confirmed (now out of pending)."""
-        self.last_at = max(self.last_at, last_at)
+        """Take the transcript's receipts (one read of it; ``last_at``: the newest date it showed);
+        returns the entries they confirmed (now out of pending)."""
+        receipts = list(receipts)
+        dated = max([last_at, *(r.at for r in receipts)])
+        self.last_at = max(self.last_at, dated)
         confirmed: list[Pending] = []
         for r in receipts:
-            self.last_at = max(self.last_at, r.at)
             got = frozenset(r.blip_ids)
             for p in list(self.state.pending):
                 if not frame_ids(p.frame) <= got:
                     continue
-                if p.path == "channel" and self.state.route != "channel":
-                    self._route("channel", "channel registered: Claude Code took a push")
+                if r.via == "channel":
+                    if p.run == self.run and p.path == "waiting":
+                        # taken after all, once owed to the hook (slow, not lost): the hook's next
+                        # arm must not bring it a second time
+                        p.path = "channel"
+                        self.dirty = True
+                    if p.run == self.run and p.path == "channel":
+                        self.taken_upto = max(self.taken_upto, p.handed_at)
+                    if self.state.route != "channel":
+                        self._route("channel", "channel registered: Claude Code took a push")
                 if r.how == "queued":
                     if p.queued_at is None:
                         p.queued_at = r.at
@@ -107,19 +142,21 @@ class Ledger:
                 self.state.confirmed_count += 1
                 confirmed.append(p)
                 self.dirty = True
+        untaken = {
+            frame_ids(p.frame): p for p in self.state.pending if p.path == "channel" and p.queued_at is None
+        }
+        self._ran_after = {k: v for k, v in self._ran_after.items() if k in untaken}
+        for ids, p in untaken.items():
+            if ids not in self._ran_after and dated > p.handed_at:
+                self._ran_after[ids] = dated
         return confirmed
 
     # ------------------------------------------------------------ what to hand out again
 
     def lost_pushes(self, now: float) -> list[Pending]:
-        """Pushes Claude Code did not take in time (or that a gone process pushed and that did not
-        enter); the route turns to the hook when no push was ever taken. Oldest first."""
-        lost = [
-            p
-            for p in self.state.pending
-            if p.path == "channel"
-            and ((p.queued_at is None and now >= p.handed_at + self.bound) or p.run != self.run)
-        ]
+        """Pushes Claude Code did not take (see the module docstring), or that a gone process pushed
+        and that did not enter; the route turns to the hook when no push was ever taken. Oldest first."""
+        lost = [p for p in self.state.pending if p.path == "channel" and self._push_lost(p, now)]
         if lost and self.state.route == "unknown":
             if self.hook:
                 why = "channels unavailable here: Claude Code took no push; woken by the hook"
@@ -129,6 +166,20 @@ class Ledger:
                     "unconfirmed", "Claude Code took no push and no hook is installed: nothing wakes it"
                 )
         return sorted(lost, key=lambda p: p.handed_at)
+
+    def _push_lost(self, p: Pending, now: float) -> bool:
+        if p.run != self.run:
+            return True  # pushed into a queue that died with its process
+        if p.queued_at is not None:
+            return False
+        if self.state.route != "channel":
+            return now >= p.handed_at + self.bound  # silent for the bound: no channels here
+        ran_after = self._ran_after.get(frame_ids(p.frame))
+        return (
+            self.taken_upto > p.handed_at
+            or (ran_after is not None and self.last_at > ran_after + self.bound)
+            or now >= p.handed_at + self.patience
+        )
 
     def lost_hooks(self, now: float) -> list[Pending]:
         """Hook hand-outs the transcript passed over (see the module docstring). Oldest first."""
