@@ -607,14 +607,7 @@ class Store:
         actor = self.access.author(who, as_)
         wl = self.access.wavelet(who, ref)
         checks.topic(topic)
-        self.access.require_member(who, wl, "set the topic")
-        # The operator acting as someone acts as a member: the event names the setter, and an
-        # import accepts a topic only from the roster (fleet/store/artifact.py), as written live.
-        if actor != OPERATOR and not self.access.is_member(wl["id"], actor):
-            raise errors.Forbidden(
-                f"{actor!r} is not on the roster of {wl['name']!r} and cannot set the topic there:"
-                " invite it first, or set it as the operator"
-            )
+        self.access.require_member(who, wl, "set the topic", actor=actor)
         with self._db.write() as conn:
             was = conn.execute("SELECT topic FROM wavelets WHERE id = ?", (wl["id"],)).fetchone()[0]
             if was == topic:
@@ -647,7 +640,7 @@ class Store:
         author = self.access.author(who, as_)
         wl = self.access.wavelet(who, ref)
         self._text(text)
-        self.access.require_member(who, wl, "post")
+        self.access.require_member(who, wl, "post", actor=author)
         with self._db.write() as conn:
             blip = self._new_blip(wl, author, "message", text, now())
             record(conn, BlipPosted(blip=blip))
@@ -680,7 +673,7 @@ class Store:
         author = self.access.author(who, as_)
         wl = self.access.wavelet(who, ref)
         self._text(text)
-        self.access.require_member(who, wl, "surface")
+        self.access.require_member(who, wl, "surface", actor=author)
         if wl["parent_id"] is None:
             raise errors.UsageError(
                 f"{wl['name']!r} is the wave's root and has no parent to surface into: post instead"

@@ -164,10 +164,18 @@ class Access:
             )
         return checks.participant_name(as_)
 
-    def require_member(self, who: Principal, wl: Row, doing: str) -> None:
-        """Forbidden unless ``who`` is on ``wl``'s roster (or is the operator)."""
+    def require_member(self, who: Principal, wl: Row, doing: str, *, actor: str | None = None) -> None:
+        """Forbidden unless ``who`` is on ``wl``'s roster (or is the operator). The operator acting as
+        ``actor`` (``--as``) acts as a member: ``actor`` must be on the roster — the event names it,
+        and an import accepts such a write only from the roster (:mod:`fleet.store.artifact`), so a
+        write refused there is refused here too and every export imports."""
         if who.is_operator:
-            return
+            if actor in (None, OPERATOR, who.name) or self.is_member(wl["id"], actor):
+                return
+            raise errors.Forbidden(
+                f"{actor!r} is not on the roster of {wl['name']!r} and cannot {doing} there:"
+                f" invite it first, or {doing} as the operator"
+            )
         if not self.is_member(wl["id"], who.name):
             raise errors.Forbidden(
                 f"{who.name!r} is not on the roster of {wl['name']!r} and cannot {doing} there:"

@@ -224,7 +224,9 @@ class Summaries:
         else:
             self.access.require_operator(who, f"records {body.author_kind} summaries")
             author = (body.author or ("fleet" if body.author_kind == "extractive" else "summarizer"))[:64]
-        self.access.require_member(who, wl, "summarize")
+        self.access.require_member(
+            who, wl, "summarize", actor=author if body.author_kind == "participant" else None
+        )
         if not body.text.strip():
             raise errors.UsageError("a summary needs text: say what the covered blips established")
         self._max_text(body.text)
@@ -304,7 +306,7 @@ class Summaries:
         by = self.access.author(who, as_)
         b = self.access.blip(who, ref)
         wl = self.access.wavelet_by_id(who, b["wavelet_id"])
-        self.access.require_member(who, wl, "pin")
+        self.access.require_member(who, wl, "pin", actor=by)
         with self._db.write() as conn:
             if (
                 conn.execute(

@@ -239,7 +239,7 @@ def test_revoked_token_is_refused(demo: dict[str, str]) -> None:
 
 
 def test_read_follow_prints_blips_posted_after_it_started(env: dict[str, str], operator: Client) -> None:
-    ok("wave", "new", "demo", env=env)
+    ok("wave", "new", "demo", "--with", "alice", env=env)
     ok("post", "demo/main", "backlog", env=env)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleet", "read", "demo/main", "--follow"],

@@ -33,6 +33,7 @@ def w(daemon: Daemon, operator: Client, fleet_env: Paths, tmp_path: Path) -> Ite
 def test_a_workers_chatter_waits_while_its_done_surface_and_mentions_reach_the_mind(w: World) -> None:
     op = w.op
     job = op.fork(w.main, "job", with_=["worker"], as_="resident").id
+    op.invite(w.main, "carol")  # (she talks in the root below)
     mind = w.channel("resident", "--attention", "resident", "--cap", "0")
     op.post(job, "worker: build the widget", as_="resident")  # its own: never pushed back
     chatter = [op.post(job, f"compiling step {i} of 5", as_="worker").id for i in range(5)]
