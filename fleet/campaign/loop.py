@@ -28,7 +28,6 @@ import shlex
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from fleet import errors
 from fleet.campaign import disk, machine, registry
 from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
+from fleet.delivery.gate import peer_uid
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,12 @@ class Owned:
     wave was when its verifier was interrupted (the verifier does not run the wave)."""
 
 
-def socket_path(c: Campaign) -> Path:
-    """A short path for the control socket (AF_UNIX paths are limited to ~100 bytes)."""
-    key = hashlib.sha256(str(c.dir.resolve()).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"fleet-{os.geteuid()}" / f"campaign-{key}.sock"
+def socket_address(c: Campaign) -> bytes:
+    """The control socket's name in Linux's abstract namespace: nothing on disk that a killed loop
+    leaves behind (the kernel frees the name with the process); only the same user is served
+    (``SO_PEERCRED``, :meth:`Loop._serve_one`), as the gate does (:mod:`fleet.delivery.gate`)."""
+    key = hashlib.sha256(str(c.dir.resolve()).encode()).hexdigest()[:24]
+    return f"\0fleet-campaign-{os.geteuid()}-{key}".encode()
 
 
 def load_owned(c: Campaign) -> Owned | None:
@@ -149,7 +151,7 @@ def send(c: Campaign, msg: dict[str, Any], timeout: float = 30.0) -> dict[str, A
     """One request to the running loop; OSError when none listens."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
-        s.connect(str(socket_path(c)))
+        s.connect(socket_address(c))
         s.sendall(json.dumps(msg).encode() + b"\n")
         buf = b""
         while not buf.endswith(b"\n"):
@@ -516,21 +518,13 @@ class Loop:
             raise
 
     def _listen(self) -> None:
-        path = socket_path(self.c)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # stale: the lock says no loop runs
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        os.chmod(path, 0o600)
+        self.sock.bind(socket_address(self.c))  # (the loop's lock says no other loop holds it)
         self.sock.listen(16)
 
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close()
-            with contextlib.suppress(FileNotFoundError):
-                socket_path(self.c).unlink()
         if self.pidfd >= 0:
             os.close(self.pidfd)
         self.lock.release()
@@ -601,6 +595,9 @@ class Loop:
         assert self.sock is not None
         conn, _ = self.sock.accept()
         with conn:
+            if peer_uid(conn) != os.geteuid():
+                log.warning("a control connection from another user was refused")
+                return
             conn.settimeout(5.0)
             op = ""
             try:

@@ -79,20 +79,14 @@ def run_planner(c: Campaign, state: st.State, launcher: lp.Launcher, layout: str
         return launcher.last_phrase(transcript, lp.Owned()) if transcript else ""
     finally:
         sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            lp.socket_path(c).unlink()
         lock.release()
 
 
 def _listen(c: Campaign) -> socket.socket:
-    path = lp.socket_path(c)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    """The loop's control socket, while the planner runs (its session's Stop hook pokes it; what a
+    poke carries is not read, so who pokes changes nothing but when the planner looks again)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
-    os.chmod(path, 0o600)
+    s.bind(lp.socket_address(c))
     s.listen(4)
     return s
 

@@ -38,7 +38,8 @@ def address(state_path: Path) -> bytes:
     return b"\0fleet-gate-" + digest.encode()
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process on the other end of a Unix socket (``SO_PEERCRED``)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return int(uid)
@@ -115,7 +116,7 @@ class Gate:
             except OSError:
                 return
             try:
-                if _peer_uid(conn) != os.getuid():
+                if peer_uid(conn) != os.getuid():
                     conn.close()
                     continue
                 conn.settimeout(5.0)

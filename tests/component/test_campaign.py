@@ -628,3 +628,49 @@ def test_ending_a_sessions_leftovers_ends_only_this_fleets(tmp_path: Path) -> No
         for p in (mine, theirs):
             p.kill()
             p.wait(10)
+
+
+def test_a_loop_killed_leaves_no_control_socket_behind_and_the_next_one_serves(tmp_path: Path) -> None:
+    """The control socket lives in the abstract namespace: a loop killed with SIGKILL leaves no file
+    in the temp folder (they piled up there), and the next loop binds the same name and answers."""
+    import signal
+    import tempfile
+
+    c = planned(tmp_path)
+    folder = Path(tempfile.gettempdir()) / f"fleet-{os.geteuid()}"  # where the socket files were
+
+    def socket_files() -> list[Path]:
+        return [p for p in folder.glob("campaign-*.sock")] if folder.is_dir() else []
+
+    for stale in socket_files():  # (left by loops killed before this change)
+        stale.unlink(missing_ok=True)
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # the first loop, in a process of its own
+        try:
+            os.close(ready_r)
+            lp.Loop(c, Stub()).start(arm=True)
+            os.write(ready_w, b"up")
+            signal.pause()
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 2) == b"up"
+        assert socket_files() == []  # nothing on disk
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(ready_r)
+    loop = lp.Loop(c, Stub())
+    loop.start(arm=True)
+    try:
+        answers: list[dict[str, object]] = []
+        asker = threading.Thread(target=lambda: answers.append(lp.send(c, {"op": "ping"}, timeout=30)))
+        asker.start()
+        assert loop.sock is not None and select.select([loop.sock], [], [], 30)[0]
+        loop._serve_one()
+        asker.join(30)
+        assert answers and answers[0].get("ok") is not False, answers
+    finally:
+        loop.close()
