@@ -56,9 +56,6 @@ class Sandbox:
         self.env = env
         self._client: Client | None = None
         self.tools_session = False
-        self.outside: list[Path] = []
-        """Files the demo's fleet makes outside ``dir`` (a campaign loop's control socket), removed
-        at :meth:`close` (a process killed with the tmux server cannot remove its own)."""
 
     # ------------------------------------------------------------ commands
 
@@ -160,9 +157,6 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             _wait_gone(pid, 5.0)
-        for path in self.outside:
-            with contextlib.suppress(OSError):
-                path.unlink()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def keep_note(self) -> list[str]:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from fleet import errors
 from fleet.campaign import disk
-from fleet.campaign.loop import socket_path
 from fleet.cli import render
 from fleet.demos import Guide, Sandbox, both
 
@@ -156,7 +155,6 @@ def run(box: Sandbox, *, smoke: bool, pause: bool) -> int:
     )
     g.run("campaign", "plan", "PLAN.md", "--by-headings", cwd=repo)
     c = disk.find(repo, None)
-    box.outside.append(socket_path(c))
 
     g.step(
         "Arm the loop",

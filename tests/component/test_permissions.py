@@ -16,6 +16,8 @@ from typing import Any
 import libtmux
 import pytest
 from conftest import retry_until
+from httphelp import host_port
+from relay import Relay
 from test_permissions_rules import line
 
 from fleet import errors
@@ -374,60 +376,6 @@ def test_the_hook_lets_go_when_its_session_ends(operator: Client, tmp_path: Path
     assert operator.permissions("w")[0].message == "the session ended"
 
 
-class _HeldLine:
-    """A TCP relay to ``upstream`` that holds what the client sends until :meth:`release` (a daemon
-    slow to record a request, made exact)."""
-
-    def __init__(self, upstream: str) -> None:
-        import socket
-
-        host, port = upstream.removeprefix("http://").rsplit(":", 1)
-        self.upstream = (host, int(port))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.heard = threading.Event()
-        self.released = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def release(self) -> None:
-        self.released.set()
-
-    def close(self) -> None:
-        self.released.set()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        import socket
-
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            first = client.recv(65536)
-            self.heard.set()
-            self.released.wait()
-            try:
-                upstream = socket.create_connection(self.upstream)
-                upstream.sendall(first)
-            except OSError:  # the daemon is gone (the test is over)
-                client.close()
-                return
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: Any, dst: Any) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            src.close()
-            dst.close()
-
-
 def test_a_session_killed_while_its_request_is_being_recorded_is_seen_gone(
     operator: Client, tmp_path: Path
 ) -> None:
@@ -444,7 +392,7 @@ def test_a_session_killed_while_its_request_is_being_recorded_is_seen_gone(
     stdin.write_text(
         json.dumps({"hook_event_name": "PermissionRequest", "session_id": SID, "tool_name": "Bash"})
     )
-    held = _HeldLine(operator.base_url)
+    held = Relay(host_port(operator.base_url), hold=True)
     try:
         hook = shlex.join([sys.executable, "-m", "fleet.permissions", "--participant", "alice", "--wave", "w",
                            "--daemon", held.url, "--token-file", str(token), "--wait", "120"])  # fmt: skip

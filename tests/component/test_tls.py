@@ -8,73 +8,24 @@ crosses the wire in clear" is checked on the bytes themselves.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import http.client
 import socket
 import ssl
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from httphelp import host_port
+from relay import Relay
 from test_daemon_options import serve
 
 from fleet import errors, tls
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
-
-
-class Recorder:
-    """A TCP proxy on 127.0.0.1 to ``target`` that records what passes, both ways."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.up = bytearray()
-        self.down = bytearray()
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self._socks += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, self.up), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, self.down), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, into: bytearray) -> None:
-        try:
-            while chunk := src.recv(65536):
-                with self._lock:
-                    into += chunk
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    @property
-    def wire(self) -> bytes:
-        with self._lock:
-            return bytes(self.up) + bytes(self.down)
-
-    def close(self) -> None:
-        self.listener.close()
-        for s in self._socks:
-            s.close()
 
 
 @pytest.fixture
@@ -88,8 +39,8 @@ def remote(fleet_env: Paths) -> Iterator[Daemon]:
 
 
 @pytest.fixture
-def recorder(remote: Daemon) -> Iterator[Recorder]:
-    r = Recorder(host_port(remote.url))
+def recorder(remote: Daemon) -> Iterator[Relay]:
+    r = Relay(host_port(remote.url))
     try:
         yield r
     finally:
@@ -115,7 +66,7 @@ def test_a_declared_remote_daemon_serves_https_with_a_certificate_made_in_the_pr
     assert f'"fingerprint":"{remote.fingerprint}"' in fleet_env.endpoint.read_text().replace(" ", "")
 
 
-def test_the_right_fingerprint_works_and_nothing_crosses_in_clear(remote: Daemon, recorder: Recorder) -> None:
+def test_the_right_fingerprint_works_and_nothing_crosses_in_clear(remote: Daemon, recorder: Relay) -> None:
     with pinned(remote, recorder.port, token=remote.operator_token) as c:
         assert c.whoami().principal == "operator"
         wave = c.create_wave("w1", ["alice"])
@@ -141,7 +92,7 @@ def test_the_fingerprint_is_the_same_after_a_restart(fleet_env: Paths) -> None:
         again.stop()
 
 
-def test_a_wrong_fingerprint_is_refused_before_the_token_is_sent(remote: Daemon, recorder: Recorder) -> None:
+def test_a_wrong_fingerprint_is_refused_before_the_token_is_sent(remote: Daemon, recorder: Relay) -> None:
     wrong = "ab" * 32
     with pytest.raises(errors.Untrusted) as e:
         pinned(remote, recorder.port, fingerprint=wrong, token=remote.operator_token).whoami()
