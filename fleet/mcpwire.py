@@ -27,6 +27,9 @@ What a client may rely on:
 * **Tools.** ``tools/call`` runs on a small worker pool, so ``ping`` and ``tools/list`` are answered
   while a tool waits on the network. Argument problems and execution failures are results with
   ``isError: true`` (the 2025-11-25 rule), never protocol errors.
+* **Server pings.** :meth:`Server.ping` asks the client for a ``ping`` (one in flight at a time,
+  id ``fleet-ping-N``); its answer, a result or an error, goes to :attr:`Server.pongs`. Every other
+  response is ignored.
 * **Thread safety.** :meth:`Server.notify` may be called from any thread; every write is one locked
   ``write`` + ``flush``.
 """
@@ -38,6 +41,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -207,6 +211,11 @@ class Server:
         self.closed = threading.Event()
         self.protocol_version: str | None = None
         self.client_info: JsonObject = {}
+        self._ping_sent: tuple[str, float] | None = None
+        """The ping asked and not yet answered: its id and when it was written."""
+        self._pings = 0
+        self.pongs: list[tuple[float, float]] = []
+        """(written, answered) of the client's answers to :meth:`ping`, oldest first (the last few)."""
 
     # ------------------------------------------------------------ output
 
@@ -250,6 +259,32 @@ class Server:
                 self._pending.append(line)
                 return True
             return self._write_locked(line)
+
+    def ping(self) -> float | None:
+        """Ask the client for a ``ping`` (either side may, in MCP) unless one is still unanswered:
+        when the one in flight was written (Unix seconds), or None before the handshake or once
+        closed. The client reads its input in order, so its answer (a result or an error alike, in
+        :attr:`pongs`) says it has read everything written before the ping."""
+        with self._write_lock:
+            if self.closed.is_set() or self._phase != "ready":
+                return None
+            if self._ping_sent is not None:
+                return self._ping_sent[1]
+            self._pings += 1
+            request_id = f"fleet-ping-{self._pings}"
+            at = time.time()
+            if not self._write_locked(_frame({"jsonrpc": "2.0", "id": request_id, "method": "ping"})):
+                return None
+            self._ping_sent = (request_id, at)
+            return at
+
+    def _answered(self, request_id: object) -> None:
+        with self._write_lock:
+            sent = self._ping_sent
+            if sent is None or request_id != sent[0]:
+                return  # a response to a request we never sent (or a late duplicate): ignore
+            self._ping_sent = None
+            self.pongs = [*self.pongs[-7:], (sent[1], time.time())]
 
     def hold(self) -> None:
         """Keep this thread's notifications until :meth:`release`, which writes them in one write:
@@ -325,7 +360,8 @@ class Server:
             return
         if "method" not in message:
             if has_id and ("result" in message or "error" in message):
-                return  # a response to a request we never send: ignore
+                self._answered(message["id"])  # (responses to anything but our ping are ignored)
+                return
             self._error(self._id_or_none(message), INVALID_REQUEST, 'Invalid Request: "method" is missing')
             return
         method = message["method"]

@@ -15,9 +15,11 @@ once for both: the receipts reader takes the receipts the state thread's reads f
 
 Receipts (docs/design.md §3): with them on, a frame counts as delivered only when the transcript
 shows it in the model's context, and presence says ``delivered`` then, not at the push. With
-``--hook-fallback`` (spawn's ``--transport auto``), a push Claude Code does not take within the
-bound is owed to the hook, and once no push was ever taken the channel stops pushing: every frame
-waits for the hook's next arm at the :class:`~fleet.delivery.gate.Gate`.
+``--hook-fallback`` (spawn's ``--transport auto``), a push Claude Code did not take is owed to the
+hook on the ledger's evidence (:mod:`fleet.delivery.ledger`: before any push was taken, the bound
+and the session's answers to the channel's pings; after, a later push taken or the session running
+on), and once no push was ever taken the channel stops pushing: every frame waits for the hook's
+next arm at the :class:`~fleet.delivery.gate.Gate`.
 
 ``FLEET_FAULT_DROP_PUSH=N`` (tests only) swallows every N-th push as Claude Code would drop it;
 ``FLEET_FAULT_PUSH_GAP=S`` stalls S seconds after each push; ``FLEET_FAULT_RECEIPTS_LAG=S`` reads the
@@ -641,7 +643,8 @@ class Channel:
         elif transcript is not None:
             with self._transcript_lock:
                 got, self._unapplied = self._unapplied + self._read_transcript(), []
-            confirmed = ledger.apply(got, transcript.last_at)
+            ledger.pongs = list(self.server.pongs)  # (answers read before the transcript is)
+            confirmed = ledger.apply(got, transcript.last_at, read_at=now)
             if transcript.problem != ledger.state.receipts_problem:
                 ledger.state.receipts_problem = transcript.problem
                 ledger.dirty = True
@@ -660,6 +663,8 @@ class Channel:
         for p in ledger.lost_hooks(now):
             log.info("hook delivery of %s did not enter the context: owed to the hook again", p.frame.id)
             ledger.owe_hook(p, now)
+        if ledger.ping_due(now):  # no push taken yet: has the session read this one? (its answers tell)
+            self.server.ping()
         owed = ledger.waiting()
         notices = list(ledger.state.notices)
         if notices and ledger.state.route == "channel":

@@ -9,8 +9,11 @@ it what must be handed out again. The rules (docs/design.md §3):
   Claude Code accepted it into its queue (it will enter at the end of the running turn). Both
   times are recorded; only a confirmed frame leaves ``pending``.
 * A **push is lost** when the process that pushed it is gone (a new run) and it had not entered;
-  before Claude Code took any push, when it did not accept it within ``bound`` seconds (channels
-  are unavailable here); once it took one, only on evidence that it dropped this one — a push
+  before Claude Code's process took any push, when it did not accept it within ``bound`` seconds
+  (channels are unavailable here) and the session has since answered the channel's pings
+  (:data:`PINGS`: it read the push and ran on, so a push it took would be on disk); once it took
+  one, only on
+  evidence that it dropped this one — a push
   handed after it was taken (Claude Code reads its pushes in order), or the transcript shows the
   session carried on without taking it (lines dated after the hand-out, then one dated more than
   ``bound`` seconds after those: it ran after the push reached its pipe, and went on running) — or
@@ -39,9 +42,17 @@ BOUND = 3.0
 """Seconds a push may go unaccepted before it is lost. Claude Code 2.1.332 writes its enqueue line
 within milliseconds of a push (bench/receipts.py measures it); a few seconds leave room for a
 loaded machine without delaying the hook's fallback by much (docs/design.md §3)."""
+PINGS = 3
+PING_GAP = 0.1
+"""Before Claude Code took any push, one not taken within the bound is lost only once the session
+answered this many pings (:meth:`fleet.mcpwire.Server.ping`), the first written after the push and
+each at least this many seconds after the answer before it, and the transcript was read after the
+last answer: it has read the push (one pipe, read in order) and turned its loop since — past the
+100 ms timer after which Claude Code 2.1.332 writes a queued line — so a push it took is on disk.
+A session starved of CPU answers late and is waited for; one without channels answers at once."""
 PATIENCE = 30.0
-"""Seconds a push may go unaccepted, once Claude Code took pushes, before it is lost without other
-evidence (an idle session that dropped it writes nothing that would say so)."""
+"""Seconds a push may go unaccepted before it is lost without other evidence (an idle session that
+dropped it writes nothing that would say so; a client that answers no ping)."""
 GRACE = 3.0
 """Seconds after a hook hand-out before the transcript's silence about it counts as a loss (hook
 feedback that arrives mid-turn enters right after the turn: the next arm must not beat it)."""
@@ -80,9 +91,17 @@ class Ledger:
         self.patience = patience
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
+        self.took = False
+        """Claude Code's process of this run took a push (the state's route may say ``channel`` from
+        an earlier run: a new process registers its channel anew, and its first pushes are judged
+        as a session's first are)."""
         self.taken_upto = 0.0
         """The newest hand-out time of a push of this run that Claude Code took: a push of this run
         handed before it and not taken was dropped."""
+        self.pongs: list[tuple[float, float]] = []
+        """(written, answered) of the session's answers to the channel's pings, oldest first."""
+        self.read_at = 0.0
+        """When the transcript was last read (no earlier than that: the time taken before the read)."""
         self._ran_after: dict[frozenset[str], float] = {}
         """Untaken pushes (by blip ids) -> the newest date of the first read of the transcript that
         showed lines dated after their hand-out (no earlier than the session's first run after it)."""
@@ -107,9 +126,14 @@ class Ledger:
             self._route("hook", "woken by the hook")
         self.dirty = True
 
-    def apply(self, receipts: Iterable[Receipt], last_at: float = 0.0) -> list[Pending]:
-        """Take the transcript's receipts (one read of it; ``last_at``: the newest date it showed);
-        returns the entries they confirmed (now out of pending)."""
+    def apply(
+        self, receipts: Iterable[Receipt], last_at: float = 0.0, *, read_at: float | None = None
+    ) -> list[Pending]:
+        """Take the transcript's receipts (one read of it, begun no earlier than ``read_at``;
+        ``last_at``: the newest date it showed); returns the entries they confirmed (now out of
+        pending)."""
+        if read_at is not None:
+            self.read_at = max(self.read_at, read_at)
         receipts = list(receipts)
         dated = max([last_at, *(r.at for r in receipts)])
         self.last_at = max(self.last_at, dated)
@@ -127,6 +151,7 @@ class Ledger:
                         self.dirty = True
                     if p.run == self.run and p.path == "channel":
                         self.taken_upto = max(self.taken_upto, p.handed_at)
+                        self.took = True
                     if self.state.route != "channel":
                         self._route("channel", "channel registered: Claude Code took a push")
                 if r.how == "queued":
@@ -172,14 +197,38 @@ class Ledger:
             return True  # pushed into a queue that died with its process
         if p.queued_at is not None:
             return False
-        if self.state.route != "channel":
-            return now >= p.handed_at + self.bound  # silent for the bound: no channels here
+        if not self.took:  # this process took no push yet: is it slow, or are there no channels?
+            if now >= p.handed_at + self.patience:
+                return True
+            count, _due, last = self._pinged(p)
+            return now >= p.handed_at + self.bound and count >= PINGS and self.read_at >= last
         ran_after = self._ran_after.get(frame_ids(p.frame))
         return (
             self.taken_upto > p.handed_at
             or (ran_after is not None and self.last_at > ran_after + self.bound)
             or now >= p.handed_at + self.patience
         )
+
+    def _pinged(self, p: Pending) -> tuple[int, float, float]:
+        """The chain of answered pings that speaks for ``p`` (see :data:`PINGS`): how many, when the
+        next may be written, and when the last was answered."""
+        count, due, last = 0, p.handed_at, 0.0
+        for sent, answered in self.pongs:
+            if sent >= due:
+                count, due, last = count + 1, answered + PING_GAP, answered
+        return count, due, last
+
+    def ping_due(self, now: float) -> bool:
+        """A ping should be written now: a push past the bound, before any push was taken, waits for
+        the session's answers to say whether it was taken (:data:`PINGS`)."""
+        if self.took:
+            return False
+        for p in self.state.pending:
+            if p.path == "channel" and p.queued_at is None and p.run == self.run:
+                count, due, _last = self._pinged(p)
+                if now >= p.handed_at + self.bound and count < PINGS and now >= due:
+                    return True
+        return False
 
     def lost_hooks(self, now: float) -> list[Pending]:
         """Hook hand-outs the transcript passed over (see the module docstring). Oldest first."""

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 
 from realclaude import RealFleet
 from scripted_model import Script, Slow, Transcript, on_message, post, rule, say
@@ -230,3 +231,63 @@ def test_every_request_names_its_participant_and_carries_the_contract_even_after
         assert "You are alice." in system, f"request {r.seq} has no identity in its system prompt"
         assert "DONE:" in system and "Never post merely to acknowledge" in system
     assert any(r.at > resumed for r in turns)
+
+
+def _reader_of_channel(root: int) -> int:
+    """The process under ``root`` (the pane's) whose child is the fleet channel: Claude Code's own
+    process that holds the channel's pipes (the pane's process may be a launcher above it)."""
+    kids: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry.name))
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        for kid in kids.get(pid, []):
+            try:
+                argv = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"channel" in argv and any(a.endswith(b"fleet") or a == b"fleet" for a in argv):
+                return pid
+            todo.append(kid)
+    raise AssertionError(f"no fleet channel under pid {root}")
+
+
+def test_a_session_frozen_across_its_first_push_takes_it_once(
+    real_fleet: RealFleetFactory, operator: Client
+) -> None:
+    """Claude Code is stopped (SIGSTOP: starved, as on a loaded machine) before its first push and
+    held past the bound; its hook, a process of its own, stays armed. Counting the push lost on the
+    clock handed it to the hook too, and the session took it twice when it ran again; now the
+    channel waits for the session to answer its pings, and the push enters once, by the channel."""
+    script = Script({"bob": [rule(on_message(author="operator"), say("on it"))]})
+    real = real_fleet(channels=True, script=script)
+    operator.create_wave("w", ["bob"])
+    real.spawn("w/main", real.layout(["bob"]))
+    main = operator.resolve("w/main").id
+    assert state(real, "bob").route == "unknown"  # no push taken yet
+    session = _reader_of_channel(real.pane_pid("bob"))  # the process that reads the channel's pipe
+    # tmux continues a pane's process that stops (SIGCHLD): this test's own tmux server is held too
+    tmux = int(Path(f"/proc/{session}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert b"tmux" in Path(f"/proc/{tmux}/cmdline").read_bytes() and str(real.srv.socket_name) in str(
+        Path(f"/proc/{tmux}/cmdline").read_bytes()
+    )
+    os.kill(tmux, signal.SIGSTOP)
+    os.kill(session, signal.SIGSTOP)
+    try:
+        kickoff = operator.post(main, "bob: one job for you.")
+        real.wait(lambda: state(real, "bob").cursors.get(main, "") >= kickoff.id, "the kickoff pushed")
+        time.sleep(3.0 + 3.0)  # the fault: frozen past the bound, with the hook armed
+    finally:
+        os.kill(session, signal.SIGCONT)
+        os.kill(tmux, signal.SIGCONT)
+    bob = real.transcript("bob")
+    real.wait(lambda: kickoff.id in reached(bob) and bob.settled(), "the kickoff's turn ended")
+    assert reached(bob).count(kickoff.id) == 1, reached(bob)
+    assert not bob.hook_feedback(), "the hook was handed the push as well"
+    real.wait(lambda: confirmed_on_the_channel(real, "bob"), "bob's frames confirmed on the channel")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fleet.delivery.frames import Frame, channel_tag
-from fleet.delivery.ledger import Ledger
+from fleet.delivery.ledger import PING_GAP, PINGS, Ledger
 from fleet.delivery.receipts import Receipt, Transcript, blip_ids_in
 from fleet.delivery.state import DeliveryState
 
@@ -168,11 +168,27 @@ def test_a_push_is_confirmed_when_it_enters_and_queued_is_recorded() -> None:
     assert lg.state.confirmed == {"wl": "a"} and lg.state.confirmed_count == 1
 
 
-def test_an_untaken_push_is_lost_after_the_bound_and_turns_the_route_to_the_hook() -> None:
+def answered(lg: Ledger, at: float, n: int = PINGS, gap: float = 0.0) -> float:
+    """The session answers ``n`` pings, the first written at ``at``, each answered ``gap`` seconds
+    after it was written and the next written :data:`PING_GAP` after that; the transcript is read
+    after the last. Returns when."""
+    for _ in range(n):
+        lg.pongs.append((at, at + gap))
+        at += gap + PING_GAP
+    lg.apply([], read_at=at)
+    return at
+
+
+def test_an_untaken_push_is_lost_after_the_bound_and_the_pings_and_turns_the_route_to_the_hook() -> None:
     lg = ledger()
     lg.hand(frame("a"), "channel", 10.0)
-    assert lg.lost_pushes(12.9) == []
-    lost = lg.lost_pushes(13.0)
+    assert lg.lost_pushes(12.9) == [] and not lg.ping_due(12.9)
+    assert lg.ping_due(13.0) and lg.lost_pushes(13.0) == []  # the bound: now ask the session
+    lg.pongs.append((13.0, 13.01))
+    assert not lg.ping_due(13.05) and lg.ping_due(13.11)  # the next one after the gap
+    answered(lg, 13.11, n=PINGS - 1)
+    assert not lg.ping_due(14.0)
+    lost = lg.lost_pushes(14.0)
     assert [p.frame.id for p in lost] == ["a"] and lg.state.route == "hook"
     assert "channels unavailable here" in lg.state.route_why
     lg.owe_hook(lost[0], 13.0)
@@ -181,8 +197,28 @@ def test_an_untaken_push_is_lost_after_the_bound_and_turns_the_route_to_the_hook
     assert lg.state.pending[0].path == "hook" and lg.state.pending[0].attempts == 2
     without_hook = ledger(hook=False)
     without_hook.hand(frame("a"), "channel", 10.0)
+    answered(without_hook, 13.0)
     without_hook.lost_pushes(20.0)
     assert without_hook.state.route == "unconfirmed"
+
+
+def test_before_any_push_was_taken_a_session_that_does_not_answer_is_waited_for() -> None:
+    """Starved of CPU (or stopped), Claude Code answers no ping: its first push is not handed to the
+    hook on the clock, where it would reach the model twice once the session runs again — until the
+    patience; nor on pings written before the push, or answered before the transcript was read."""
+    lg = ledger()
+    lg.hand(frame("a"), "channel", 10.0)
+    lg.pongs.append((9.0, 9.1))  # written before the push: says nothing of it
+    assert lg.lost_pushes(25.0) == [] and lg.ping_due(25.0)
+    for k in range(PINGS):
+        lg.pongs.append((26.0 + k, 26.0 + k + 0.01))
+    assert lg.lost_pushes(30.0) == []  # answered, but the transcript was not read since
+    lg.apply([], read_at=29.0)
+    assert [p.frame.id for p in lg.lost_pushes(30.0)] == ["a"]
+    frozen = ledger()
+    frozen.hand(frame("a"), "channel", 10.0)
+    assert frozen.lost_pushes(39.9) == []
+    assert [p.frame.id for p in frozen.lost_pushes(40.0)] == ["a"]  # the patience
 
 
 def taken_then(pushed: str = "b") -> Ledger:
@@ -225,6 +261,7 @@ def test_a_push_owed_to_the_hook_that_claude_code_then_takes_is_not_handed_again
     queue after all stays the channel's, and the hook's next arm does not bring it."""
     lg = ledger()
     lg.hand(frame("a"), "channel", 10.0)
+    answered(lg, 13.0)
     (lost,) = lg.lost_pushes(13.5)
     lg.owe_hook(lost, 13.5)
     assert (lg.state.route, [p.frame.id for p in lg.waiting()]) == ("hook", ["a"])
@@ -356,3 +393,91 @@ class SlowSession(RuleBasedStateMachine):
 
 TestSlowSession = SlowSession.TestCase
 TestSlowSession.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+class FirstPushes(RuleBasedStateMachine):
+    """A session that took no push yet, with channels or without, run like Claude Code 2.1.332: at
+    each run (at least every :data:`RUNS_EVERY` seconds: starved in between) its timers fire first —
+    a queued line made 100 ms or more before reaches the disk — then it reads its pipe in order:
+    each push taken (channels) or dropped (none), each ping answered. The channel hands out pushes,
+    writes the pings the ledger asks for, reads what is on disk. With channels no push goes to the
+    hook; without, every one does, in the end."""
+
+    RUNS_EVERY = 6.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 100.0
+        self.lg = ledger()
+        self.n = 0
+        self.pipe: list[tuple[str, str | float]] = []
+        """What the channel wrote and the session has not read: ("push", id) or ("ping", sent)."""
+        self.unwritten: list[tuple[float, Receipt]] = []
+        self.disk: list[Receipt] = []
+        self.applied = 0
+        self.in_flight = False
+        self.taken: set[str] = set()
+        self.hooked: list[str] = []
+        self.channels = True
+
+    @initialize(channels=st.booleans())
+    def choose(self, channels: bool) -> None:
+        self.channels = channels
+
+    @rule(count=st.integers(1, 3))
+    def push(self, count: int) -> None:
+        if self.lg.state.route == "hook":
+            return  # the channel stops pushing once it knows there are no channels
+        for _ in range(count):
+            self.n += 1
+            i = f"p{self.n}"
+            self.lg.hand(frame(i), "channel", self.now)
+            self.pipe.append(("push", i))
+
+    @rule(dt=st.floats(0.0, RUNS_EVERY))
+    def run(self, dt: float) -> None:
+        self.now += dt
+        while self.unwritten and self.unwritten[0][0] <= self.now - 0.1:
+            self.disk.append(self.unwritten.pop(0)[1])
+        for kind, what in self.pipe:
+            if kind == "ping":
+                self.lg.pongs.append((float(what), self.now))
+                self.in_flight = False
+            elif self.channels:
+                self.taken.add(str(what))
+                receipt = Receipt(blip_ids=[str(what)], how="queued", via="channel", at=self.now)
+                self.unwritten.append((self.now, receipt))
+        self.pipe = []
+
+    @rule(dt=st.floats(0.0, 2.0))
+    def look(self, dt: float) -> None:
+        """The channel's receipts step: read the disk, hand the hook what is lost, ping if asked."""
+        self.now += dt
+        new, self.applied = self.disk[self.applied :], len(self.disk)
+        self.lg.apply(new, max((r.at for r in new), default=0.0), read_at=self.now)
+        for p in self.lg.lost_pushes(self.now):
+            self.lg.owe_hook(p, self.now)
+        for p in self.lg.waiting():
+            self.hooked.append(p.frame.id)
+            self.lg.hand(p.frame, "hook", self.now)
+        if self.lg.ping_due(self.now) and not self.in_flight:
+            self.pipe.append(("ping", self.now))
+            self.in_flight = True
+
+    @invariant()
+    def nothing_taken_goes_to_the_hook(self) -> None:
+        assert not self.taken & set(self.hooked), (self.taken & set(self.hooked), self.lg.pongs)
+
+    def teardown(self) -> None:
+        for _ in range(40):  # the session runs on, the channel keeps looking: it settles
+            self.run(self.RUNS_EVERY / 2)
+            self.look(0.5)
+        self.nothing_taken_goes_to_the_hook()
+        if not self.channels:
+            assert {f"p{i}" for i in range(1, self.n + 1)} <= set(self.hooked)
+        else:
+            assert self.hooked == [] and (self.n == 0 or self.lg.state.route == "channel")
+
+
+TestFirstPushes = FirstPushes.TestCase
+TestFirstPushes.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)

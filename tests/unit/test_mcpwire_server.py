@@ -246,3 +246,27 @@ def test_writers_are_serialised() -> None:
         t.join()
     assert out.overlaps == 0
     assert len(out.getvalue().splitlines()) == 601
+
+
+def test_the_server_pings_the_client_one_at_a_time_and_records_its_answers() -> None:
+    server, sink = make_server()
+    assert server.ping() is None  # before the handshake: nothing to ask
+    init(server)
+    sent = server.ping()
+    assert sent is not None and server.ping() == sent  # one in flight: not asked twice
+    (asked,) = [m for m in sink.lines() if m.get("method") == "ping"]
+    assert asked == {"jsonrpc": "2.0", "id": "fleet-ping-1", "method": "ping"}
+    server.handle_line(line({"jsonrpc": "2.0", "id": "other", "result": {}}))  # not ours: ignored
+    server.handle_line(line({"jsonrpc": "2.0", "id": 7, "error": {"code": 1, "message": "x"}}))
+    assert server.pongs == []
+    server.handle_line(line({"jsonrpc": "2.0", "id": "fleet-ping-1", "result": {}}))
+    assert len(server.pongs) == 1 and server.pongs[0][0] == sent <= server.pongs[0][1]
+    server.handle_line(line({"jsonrpc": "2.0", "id": "fleet-ping-1", "result": {}}))  # again: ignored
+    assert len(server.pongs) == 1
+    again = server.ping()  # answered: the next is a new one, and an error answers too
+    assert again is not None and again >= sent
+    server.handle_line(
+        line({"jsonrpc": "2.0", "id": "fleet-ping-2", "error": {"code": -32601, "message": "no"}})
+    )
+    assert len(server.pongs) == 2
+    assert not [m for m in sink.lines() if "error" in m]  # responses are never answered
