@@ -8,14 +8,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from fleet.wire import FrozenValue
 
 APP = "fleet"
 
 
-@dataclass(frozen=True)
-class Paths:
+class Paths(FrozenValue, frozen=True):
     data: Path
     state: Path
     config: Path

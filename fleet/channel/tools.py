@@ -11,7 +11,6 @@ records; their JSON Schemas are derived from them (:func:`fleet.wire.schema`).
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from fleet.agentstate import describe
 from fleet.client import Client
 from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention, policy_of
-from fleet.ids import request_key
+from fleet.ids import digest, request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
 from fleet.seams import first, fork_spawners
@@ -655,7 +654,7 @@ class Tools:
         """The request key of one message write (``what`` of ``parts``): the key of the same write
         given up on before, if there is one (so the agent's retry of it lands once), else a new one.
         Kept only while the write's outcome is unknown."""
-        sig = hashlib.sha256("\0".join((what, *parts)).encode()).hexdigest()
+        sig = digest("\0".join((what, *parts)))
         now = time.monotonic()
         with self._unsettled_lock:
             for old, (_key, at) in list(self._unsettled.items()):

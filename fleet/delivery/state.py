@@ -12,7 +12,6 @@ so a corrupt file stops delivery instead of skipping blips.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 from fleet.delivery.frames import Frame
 from fleet.errors import CorruptState
+from fleet.ids import digest
 from fleet.paths import ensure_private_dir
 from fleet.wire import Record, RecordError, dump, field, loads
 
@@ -106,8 +106,7 @@ def state_path(directory: Path, daemon: str, wave: str, participant: str, *, sto
     """
     key = f"store-{_UNSAFE.sub('_', store)}" if store else daemon_key(daemon)
     ident = f"{key}|{wave}|{participant}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{key[:20]}-{digest}.json"
+    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{key[:20]}-{digest(ident)[:10]}.json"
     return directory / name
 
 

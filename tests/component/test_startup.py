@@ -1,8 +1,10 @@
 """Start-up: the short-lived processes load only what their command needs.
 
 The figures (time, RSS, CPU) are measured by ``bench/cli.py``; these tests pin the causes: a channel
-process loads neither typer, pydantic, ``http.client`` (and with it ``ssl`` and ``email``) nor tmux;
-``fleet post``, ``read`` and ``tree`` load no pydantic, tmux or layouts.
+process loads neither typer, pydantic, ``http.client`` (and with it ``ssl`` and ``email``) nor tmux,
+nor what it never calls before its first delivery (OpenSSL's hashlib, typing_extensions, dataclasses
+with inspect, subprocess, the tool pool); ``fleet post``, ``read`` and ``tree`` load no pydantic, tmux
+or layouts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from fleet.daemon import Daemon
 from fleet.paths import Paths
 
 HEAVY = ("pydantic", "typer", "http.client", "ssl", "email", "libtmux", "fleet.layouts", "fleet.spawn")
+CHANNEL_UNUSED = {
+    "_hashlib": "OpenSSL's libcrypto: 3.4 MiB resident for one digest (fleet.ids.digest has its own)",
+    "typing_extensions": "10 ms and 1.8 MiB; msgspec falls back to typing (fleet.wire)",
+    "dataclasses": "brings inspect, ast and dis: ~6 ms (in-process values are fleet.wire.Value)",
+    "inspect": "~5 ms, for nothing a channel calls",
+    "subprocess": "only the attendant runs a command (fleet.procs imports it there)",
+    "concurrent.futures": "the tool pool is made at the first tools/call",
+}
+"""What a channel must not load before it delivers: each is what it cost a channel to start."""
 
 
 def imported(argv: list[str], env: dict[str, str]) -> set[str]:
@@ -30,6 +41,21 @@ def imported(argv: list[str], env: dict[str, str]) -> set[str]:
     return {
         line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")
     }
+
+
+def loaded_at_exit(args: list[str], env: dict[str, str]) -> set[str]:
+    """What ``sys.modules`` holds when ``python -m fleet ARGS`` exits (``-X importtime`` also lists an
+    import that was refused, as fleet.wire refuses typing_extensions to msgspec)."""
+    code = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
+        f"sys.argv = ['fleet', *{args!r}]\n"
+        "runpy.run_module('fleet', run_name='__main__', alter_sys=True)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    last = [line for line in run.stderr.splitlines() if line.startswith("MODULES ")][-1]
+    return set(last.split()[1:])
 
 
 def heavy(modules: set[str], allowed: tuple[str, ...] = ()) -> list[str]:
@@ -65,6 +91,9 @@ def test_a_channel_loads_no_cli_pydantic_http_client_or_tmux(
     modules = imported(argv, dict(os.environ))
     assert {"fleet.channel.server", "fleet.delivery.engine", "fleet.client"} <= modules
     assert heavy(modules) == []
+    at_exit = loaded_at_exit(argv[2:], dict(os.environ))
+    assert "fleet.channel.server" in at_exit
+    assert {m: why for m, why in CHANNEL_UNUSED.items() if m in at_exit} == {}
 
 
 @pytest.mark.parametrize("how", ["script", "module"])
