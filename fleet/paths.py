@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from fleet.wire import FrozenValue
+from typing import NamedTuple
 
 APP = "fleet"
 
 
-class Paths(FrozenValue, frozen=True):
+class Paths(NamedTuple):
+    """Where fleet's files are: immutable and hashable. A named tuple, not a record: every command
+    computes its paths, and this module loads nothing beyond the standard library's basics."""
+
     data: Path
     state: Path
     config: Path

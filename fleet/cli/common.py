@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet import errors
-from fleet.client import Client, connect
-from fleet.models import Wavelet
 from fleet.paths import get_paths
+
+if TYPE_CHECKING:  # imported where a command talks to the daemon: its --help, and typer's tree, need neither
+    from fleet.client import Client
+    from fleet.models import Wavelet
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,9 @@ AsOpt = Annotated[
     str | None,
     typer.Option("--as", metavar="NAME", help="Act as this participant (operator token only)."),
 ]
+MAX_BLIP_BYTES = 256 * 1024
+""":data:`fleet.models.DEFAULT_MAX_BLIP_BYTES`, the default ``--help`` shows (fleet.models loads msgspec
+and every record: a command imports it where it runs; tests/unit/test_cli_summaries.py keeps them equal)."""
 WAVELET_HELP = "WAVE/WAVELET, a wavelet name in the current wave (--wave / FLEET_WAVE), or an id prefix."
 
 _client: Client | None = None
@@ -30,6 +35,8 @@ def client() -> Client:
     """The client for this process: found or started on first use (see :func:`fleet.client.connect`)."""
     global _client
     if _client is None:
+        from fleet.client import connect
+
         _client = connect()
     return _client
 
@@ -44,6 +51,8 @@ def _completing_client(ctx: typer.Context) -> Client:
     remote = ctx.find_root().params.get("remote")
     if remote:  # the root callback does not run while completing
         os.environ["FLEET_DAEMON"] = str(remote)
+    from fleet.client import Client, connect
+
     found = connect(autostart=False)
     return Client(found.base_url, found.token, timeout=2.0, retries=0, connect_timeout=1.0)
 

@@ -110,3 +110,32 @@ def test_fleet_version_answers_before_the_cli_is_built(fleet_env: Paths, how: st
     }
     got = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
     assert (got.returncode, got.stdout, got.stderr) == (0, f"fleet {fleet.__version__}\n", "")
+
+
+LIGHT = ("msgspec", "pydantic", "libtmux", "fleet.client", "fleet.models", "fleet.layouts", "fleet.delivery")
+"""What a command's ``--help`` must not load: it needs typer and the command's own module, no records."""
+
+
+@pytest.mark.parametrize("command", [[], ["post"], ["read"], ["tree"], ["spawn"], ["status"], ["fork"],
+                                     ["token"], ["daemon"], ["watch"], ["summary"], ["approve"]])  # fmt: skip
+def test_help_loads_no_records_client_or_layouts(fleet_env: Paths, command: list[str]) -> None:
+    modules = imported(["-m", "fleet", *command, "--help"], dict(os.environ))
+    assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in LIGHT)) == []
+    if not command:  # the root's help imports no command module at all: SUMMARIES lists them
+        assert sorted(m for m in modules if m.startswith("fleet.cli.")) == [
+            "fleet.cli.common",
+            "fleet.cli.render",
+        ]
+
+
+def test_the_root_help_lists_what_the_commands_say(fleet_env: Paths) -> None:
+    """``fleet --help`` from fleet.cli.SUMMARIES is the help typer prints with every command built."""
+    env = dict(os.environ, COLUMNS="100")
+    lazy = subprocess.run([sys.executable, "-m", "fleet", "--help"], env=env, capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-c", "import sys; from fleet import cli; cli.build(['no-such-command']);"
+         " sys.argv = ['fleet', '--help']; cli.main()"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert (lazy.returncode, lazy.stderr) == (0, "")
+    assert lazy.stdout == built.stdout
