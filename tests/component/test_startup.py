@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from mcphelp import RawMcp, channel_argv, env_with, minted_token_file
 
 from fleet.client import Client
 from fleet.daemon import Daemon
@@ -139,3 +141,31 @@ def test_the_root_help_lists_what_the_commands_say(fleet_env: Paths) -> None:
     )  # fmt: skip
     assert (lazy.returncode, lazy.stderr) == (0, "")
     assert lazy.stdout == built.stdout
+
+
+def test_a_delivering_channel_loads_no_usage_or_pydantic_without_a_budget(
+    daemon: Daemon, operator: Client, tmp_path: Path
+) -> None:
+    """Budgets' hold-back asks at each delivery which budgets apply; with none, it reads no usage:
+    fleet.usage (pydantic, the price table) cost each channel ~100 ms and 15 MiB at its first one."""
+    operator.create_wave("w", ["alice", "bob"])
+    token = minted_token_file(operator, "w", "alice", tmp_path)
+    code = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
+        "sys.argv = ['fleet', *sys.argv[1:]]\n"
+        "runpy.run_module('fleet', run_name='__main__', alter_sys=True)\n"
+    )
+    argv = [sys.executable, "-c", code, *channel_argv("alice", "w", daemon.url, token)[3:]]
+    errfile = tmp_path / "channel.stderr"
+    # a session id: what Claude Code gives its channel, and what makes budgets watch the session
+    with RawMcp(argv, env=env_with(CLAUDE_CODE_SESSION_ID=str(uuid.uuid4())), stderr=errfile) as ch:
+        ch.handshake()
+        root = operator.resolve("w/main")
+        operator.post(root.id, "for alice", as_="bob")
+        ch.wait_notes(lambda notes: any("for alice" in str(n) for n in notes), what="the delivery")
+        assert ch.close() == 0
+    line = [x for x in errfile.read_text().splitlines() if x.startswith("MODULES ")][-1]
+    modules = set(line.split()[1:])
+    assert "fleet.budgets" in modules  # the hold-back ran
+    assert sorted(m for m in modules if m in ("fleet.usage", "pydantic", "fleet.records.usage")) == []
