@@ -263,7 +263,7 @@ class StateFile:
         self._write({**dumped, "updated_at": time.time()})
 
     def _write(self, dumped: dict[str, Any]) -> None:
-        data = json.dumps(dumped, separators=(",", ":"), sort_keys=True)
+        data = json.dumps(dumped, separators=(",", ":"), sort_keys=True).encode("utf-8")
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -271,8 +271,14 @@ class StateFile:
             ensure_private_dir(self.path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
+            # bytes straight to the descriptor: a text file object over it (an isatty ioctl, a seek, a
+            # codec and a buffer per save) was a tenth of a channel's CPU per delivery
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True)
