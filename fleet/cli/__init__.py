@@ -16,7 +16,6 @@ imported in the bodies that use them (``bench/cli.py`` measures every command's 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Annotated
@@ -33,8 +32,6 @@ from fleet.features import load as load_features
 from fleet.paths import get_paths
 
 load_features()  # every built-in feature on the core's seams before any command runs (fleet.seams)
-
-log = logging.getLogger(__name__)
 
 
 class _Root(TyperGroup):
@@ -86,6 +83,7 @@ def _root(
     ] = None,
 ) -> None:
     """Spawn and supervise fleets of Claude Code agents in tmux, coordinated through a wave store."""
+    _log_to_stderr()  # here, where a command is about to run: a --help exits before, and loads no logging
     if remote:
         os.environ["FLEET_DAEMON"] = remote  # read by fleet.client.connect, and inherited by what it starts
         render.GLOBALS[:] = ["--remote", remote]  # every printed hint repeats it, to run as printed
@@ -301,12 +299,21 @@ def doctor(as_json: JsonOpt = False) -> None:
         raise errors.FleetError(f"fleet doctor found problems: {', '.join(failed)} (see the fixes above)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and exit with the code docs/design.md §7 assigns to what happened. Never returns."""
+def _log_to_stderr() -> None:
+    """Log lines as ``fleet: NAME: MESSAGE`` on stderr, warnings and up (all with ``FLEET_DEBUG``)."""
+    import logging
+
     debug = bool(os.environ.get("FLEET_DEBUG"))
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI and exit with the code docs/design.md §7 assigns to what happened. Never returns."""
+    debug = bool(os.environ.get("FLEET_DEBUG"))
+    if any(k.startswith("_FLEET_COMPLETE") for k in os.environ):
+        _log_to_stderr()  # completion runs no callback; its completers log why they offer nothing
     try:
         check_utf8_args(sys.argv[1:] if argv is None else argv)
         code = build(argv)(args=argv, prog_name="fleet", standalone_mode=False)

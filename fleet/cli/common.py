@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -16,7 +15,6 @@ if TYPE_CHECKING:  # imported where a command talks to the daemon: its --help, a
     from fleet.client import Client
     from fleet.models import Wavelet
 
-log = logging.getLogger(__name__)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON: the wire model, full ids.")]
 AsOpt = Annotated[
@@ -47,6 +45,13 @@ def client() -> Client:
 # (a traceback or a notice would land in the user's prompt).
 
 
+def _quiet(message: str, exc: Exception) -> None:
+    """A completer's reason to offer nothing, for ``FLEET_DEBUG`` (logging loaded only then)."""
+    import logging
+
+    logging.getLogger(__name__).debug(message, exc)
+
+
 def _completing_client(ctx: typer.Context) -> Client:
     remote = ctx.find_root().params.get("remote")
     if remote:  # the root callback does not run while completing
@@ -63,7 +68,7 @@ def complete_wave(ctx: typer.Context, incomplete: str) -> list[str]:
         with _completing_client(ctx) as c:
             return sorted(w.name for w in c.list_waves() if w.name.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no wave completion: %s", exc)
+        _quiet("no wave completion: %s", exc)
         return []
 
 
@@ -84,7 +89,7 @@ def complete_wavelet(ctx: typer.Context, incomplete: str) -> list[str]:
                     found.update(x for x in (wl.path, wl.name if name == current else "") if x)
             return sorted(x for x in found if x.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no wavelet completion: %s", exc)
+        _quiet("no wavelet completion: %s", exc)
         return []
 
 
@@ -95,7 +100,7 @@ def complete_layout(incomplete: str) -> list[str]:
 
         return sorted(n for n in available(get_paths()) if n.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no layout completion: %s", exc)
+        _quiet("no layout completion: %s", exc)
         return []
 
 

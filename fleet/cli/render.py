@@ -8,7 +8,6 @@ Data goes to stdout; notices and errors go to stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -76,6 +75,8 @@ def error(message: str) -> None:
 
 def dump(item: object, *, compact: bool = False) -> None:
     """Print a record or model (or a list of them, as a JSON array) exactly as its wire shape."""
+    import json  # here: a --help, and most commands, print no JSON
+
     from fleet import wire
 
     data = wire.dump(item)
