@@ -7,7 +7,9 @@ adds to an agent: the spawn CLI (its CPU and peak RSS from ``wait4``, with the t
 and reaped), each agent's channel (``fleet channel``) and the hooks the agent runs (``fleet watch
 --hook``, armed at session start), found in ``/proc`` by their command line and this round's
 FLEET_HOME. The stand-in agents themselves play Claude Code and are not counted; the daemon, which
-runs before and after any launch, is printed on its own line.
+runs before and after any launch, is printed on its own line. The stand-in keeps no transcript, so
+spawn gives it the channel alone (no receipts, no hook): ``--transport hook`` makes every agent run
+fleet's watch hook as well (Claude Code's per-event state hooks are not run by the stand-in).
 
 Figures per round and medians: CPU as utime + stime (``/proc/PID/stat``, rounded-down clock ticks)
 and, for live processes, the exact run time of their threads (``/proc/PID/task/*/schedstat``); RSS as
@@ -19,7 +21,8 @@ offline: each of its agents is a provider CLI (Claude Code, Amazon Q, Codex, ...
 service. Its figure is the one recorded in issue 28 (0.99 CPU-s, 199 MiB for 8 agents), and the
 output says so.
 
-Run: ``.venv/bin/python bench/launch.py [--rounds 3] [--agents 8]``. Asserts nothing.
+Run: ``.venv/bin/python bench/launch.py [--rounds 3] [--agents 8] [--transport auto|hook]``. Asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ def total(pids: list[int]) -> tuple[float, float, float]:
     return tuple(sum(f[i] for f in figures) for i in range(3))  # type: ignore[return-value]
 
 
-def one_round(agents: int) -> dict[str, float]:
+def one_round(agents: int, transport: str) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="fleet-bench-launch-"))
     home = str(tmp / "fleet")
     (tmp / "home").mkdir()
@@ -110,7 +113,8 @@ def one_round(agents: int) -> dict[str, float]:
         daemon_before = proc(daemon_pid)
         t0 = time.perf_counter()
         spawn = subprocess.Popen(
-            [FLEET, "spawn", "bench/main", "--agent", "fleet-standin", "--socket", sock, "--json"],
+            [FLEET, "spawn", "bench/main", "--agent", "fleet-standin", "--socket", sock,
+             "--transport", transport, "--json"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         _, status, usage = os.wait4(spawn.pid, 0)
@@ -154,11 +158,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--agents", type=int, default=8)
+    ap.add_argument(
+        "--transport",
+        default="auto",
+        choices=["auto", "channel", "hook"],
+        help="spawn's --transport: with the stand-in, auto is the channel alone (it keeps no transcript); "
+        "hook: every agent runs fleet's watch hook too (its channel serves tools only)",
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     # measured as installed: byte-compiled (PYTHONDONTWRITEBYTECODE would make every start compile)
     subprocess.run([PY, "-m", "compileall", "-q", str(root / "fleet")], check=True)
-    rounds = [one_round(args.agents) for _ in range(args.rounds)]
+    rounds = [one_round(args.agents, args.transport) for _ in range(args.rounds)]
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in rounds)
@@ -170,7 +181,8 @@ def main() -> None:
     spawn_cpu, spawn_rss = med("spawn_cpu"), med("spawn_rss")
     at_ready, settled, ticks = med("channel_cpu_ready"), med("channel_cpu"), med("channel_ticks")
     channel_rss = med("channel_rss")
-    print(f"launch {args.agents} agents (fleet-standin), {args.rounds} rounds, medians:")
+    how = f"fleet-standin, --transport {args.transport}"
+    print(f"launch {args.agents} agents ({how}), {args.rounds} rounds, medians:")
     print(f"  spawn returned in {med('wall'):.2f} s; all ready in {ready:.0f}/{len(rounds)};"
           f" {med('channels'):.0f} channels, {med('hooks'):.0f} hooks found")  # fmt: skip
     print(f"  spawn CLI (with its tmux commands): CPU {spawn_cpu:.3f} s, peak RSS {spawn_rss:.1f} MiB")
