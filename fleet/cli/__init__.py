@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 from typer import _click
 from typer.core import TyperGroup
+from typer.models import CommandInfo, TyperInfo
 
 import fleet
 from fleet import errors
@@ -39,7 +40,7 @@ class _Root(TyperGroup):
     modules are not imported (``fleet --help`` then costs what ``fleet post --help`` does)."""
 
     def format_commands(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-        if len(_registered) > len(set(COMMANDS.values())):  # every module is in: typer's own listing
+        if _every_added():  # typer's own listing
             super().format_commands(ctx, formatter)
             return
         from typer._click.utils import make_default_short_help
@@ -232,33 +233,72 @@ SUMMARIES: tuple[tuple[str, str], ...] = (
 its help's first paragraph, in typer's order (tests/unit/test_cli_summaries.py checks it against the
 commands themselves, and prints the table to paste after a change)."""
 
-_registered: set[str] = set()
+_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
+_loaded: set[str] = set()
+"""The command modules imported (their commands are on the shelf or on the app)."""
+_shelf: dict[str, tuple[tuple[int, int], CommandInfo | TyperInfo]] = {}
+"""Commands and groups registered by a loaded module but not added to the app yet, by name, with
+their place in the full listing (module, position): typer builds every command on the app at
+each run (its parameters read from the signature), so a run adds only the one it runs."""
+_root_commands: list[CommandInfo] = []
+"""``paths`` and ``doctor``, defined here (added at the first build)."""
+_place: dict[int, tuple[int, int]] = {}
+"""id(info) -> its place, for the infos on the app."""
 
 
 def build(argv: list[str] | None = None) -> typer.Typer:
-    """The app with the commands ``argv`` needs registered (every command when it names none we
-    know, asks for help or completion); returns :data:`app`."""
-    import importlib
-
+    """The app with the commands ``argv`` needs (every command when it names none we know, or for
+    completion; none for the root's help, whose list is :data:`SUMMARIES`); returns :data:`app`."""
     args = sys.argv[1:] if argv is None else argv
     first = _command_in(args)
     completing = any(k.startswith("_FLEET_COMPLETE") for k in os.environ)
-    every = set(COMMANDS.values())
     if completing or (first is not None and first not in COMMANDS and first not in ("paths", "doctor")):
-        wanted = every  # completion, and an unknown command's suggestions, need every name
+        _add(None)  # completion, and an unknown command's suggestions, need every name
     elif first in COMMANDS:
-        wanted = {COMMANDS[first]}
-    else:
-        wanted = set()  # the root's help (or no command): SUMMARIES lists the commands
-    for name in dict.fromkeys(COMMANDS.values()):
-        if name in wanted and name not in _registered:
-            importlib.import_module(f"fleet.cli.{name}").register(app)
-            _registered.add(name)
-    if "" not in _registered:
+        _add(first)
+    if not _root_commands:
         app.command("paths")(paths_)
         app.command("doctor")(doctor)
-        _registered.add("")
+        _root_commands.extend(app.registered_commands[-2:])
+        for n, info in enumerate(_root_commands):
+            _place[id(info)] = (len(_MODULES), n)  # after every module's, as typer lists them
     return app
+
+
+def _add(name: str | None) -> None:
+    """Put command ``name`` (None: every command) on the app, in the full listing's order."""
+    import importlib
+
+    from typer.main import get_command_name, solve_typer_info_defaults
+
+    for index, module in enumerate(_MODULES):
+        if module in _loaded or (name is not None and COMMANDS[name] != module):
+            continue
+        scratch = typer.Typer()
+        importlib.import_module(f"fleet.cli.{module}").register(scratch)
+        infos: list[CommandInfo | TyperInfo] = [*scratch.registered_commands, *scratch.registered_groups]
+        for n, info in enumerate(infos):
+            if isinstance(info, CommandInfo):
+                key = info.name or get_command_name(info.callback.__name__)  # type: ignore[union-attr]
+            else:
+                key = solve_typer_info_defaults(info).name or ""
+            _shelf[key] = ((index, n), info)
+        _loaded.add(module)
+    for key in [name] if name is not None else list(_shelf):
+        if key not in _shelf:
+            continue
+        place, info = _shelf.pop(key)
+        _place[id(info)] = place
+        if isinstance(info, CommandInfo):
+            app.registered_commands.append(info)
+        else:
+            app.registered_groups.append(info)
+    app.registered_commands.sort(key=lambda i: _place[id(i)])
+    app.registered_groups.sort(key=lambda i: _place[id(i)])
+
+
+def _every_added() -> bool:
+    return len(_loaded) == len(_MODULES) and not _shelf
 
 
 def _command_in(args: list[str]) -> str | None:
