@@ -119,7 +119,8 @@ LIGHT = ("msgspec", "pydantic", "libtmux", "fleet.client", "fleet.models", "flee
 
 
 @pytest.mark.parametrize("command", [[], ["post"], ["read"], ["tree"], ["spawn"], ["status"], ["fork"],
-                                     ["token"], ["daemon"], ["watch"], ["summary"], ["approve"]])  # fmt: skip
+                                     ["token"], ["daemon"], ["watch"], ["summary"], ["approve"],
+                                     ["remote"]])  # fmt: skip
 def test_help_loads_no_records_client_or_layouts(fleet_env: Paths, command: list[str]) -> None:
     modules = imported(["-m", "fleet", *command, "--help"], dict(os.environ))
     assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in LIGHT)) == []
