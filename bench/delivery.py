@@ -5,7 +5,9 @@ participant token, all on the wave's ``main``. A poster (another participant, ov
 posts M blips at a steady rate. For every blip and every channel the latency is the time from the
 post's acknowledgement (``post()`` returned) to the ``notifications/claude/channel`` line carrying that
 blip id arriving on that channel's stdout. Prints p50/p90/p99/max, lost deliveries, and each
-channel's resident memory (VmRSS, peak VmHWM) from /proc. Targets (issue 3): p50 <= 20 ms,
+channel's resident memory (VmRSS, peak VmHWM) from /proc, and the CPU the run cost the channels and
+the daemon (utime + stime from /proc before and after it), each divided by the deliveries: µs of CPU
+per delivery in the channel and in the daemon separately (issue 28). Targets (issue 3): p50 <= 20 ms,
 p99 <= 100 ms, RSS <= 40 MB per channel. It asserts nothing.
 
     python bench/delivery.py [--channels 20] [--blips 500] [--rate 50]   (--rate 0: a burst)
@@ -192,10 +194,14 @@ def main() -> None:
             f"channel RSS MiB: idle median {idle:.1f}; after the run median {busy:.1f}, max {most:.1f}, "
             f"peak (VmHWM) max {peak:.1f}   (target <= 40)"
         )
+        n = max(1, len(lat))
         print(
-            f"CPU during the run: daemon {cpu[0]:.1f} s, channels {sum(cpu[1:]):.1f} s in all "
-            f"({sum(cpu[1:]) / max(1, len(lat)) * 1e6:.0f} µs per delivery), over {posting:.1f} s of posting "
-            f"on {os.cpu_count()} CPUs"
+            f"CPU during the run (utime+stime from /proc before and after): daemon {cpu[0]:.2f} s, channels "
+            f"{sum(cpu[1:]):.2f} s in all, over {posting:.1f} s of posting on {os.cpu_count()} CPUs"
+        )
+        print(
+            f"CPU per delivery: channel {sum(cpu[1:]) / n * 1e6:.0f} µs, daemon {cpu[0] / n * 1e6:.0f} µs"
+            f" ({cpu[0] / max(1, len(acks)) * 1e3:.2f} ms per post, {args.channels} deliveries each)"
         )
     finally:
         for p in procs:

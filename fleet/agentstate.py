@@ -52,13 +52,13 @@ import os
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from fleet.delivery.receipts import receipt_of, stamp
 from fleet.models import MAX_LINES, AgentState
+from fleet.wire import Value, field
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,7 @@ def json_lines(buffered: bytes) -> tuple[list[dict[str, Any]], bytes]:
     return out, rest
 
 
-@dataclass
-class Pending:
+class Pending(Value):
     """A permission the session waits for: the tool, a preview of its input, since when (Unix)."""
 
     tool: str
@@ -101,8 +100,7 @@ class Pending:
     since: float | None = None
 
 
-@dataclass
-class Fold:
+class Fold(Value):
     """The fold of one session's transcript (and hook events), fed line by line.
 
     :meth:`take` takes one parsed transcript line, :meth:`hook` one hook event; neither fails on any

@@ -253,8 +253,6 @@ class BudgetWatch:
     def __call__(self, labels: Mapping[str, str], given: list[Budget] | None = None) -> frozenset[str]:
         """``given``: the budgets the feed answer carried (:attr:`fleet.models.Feed.budgets`); None
         (an empty answer, an older daemon): asked for."""
-        from fleet.usage import spent_of, user_prices
-
         try:
             if given is None:
                 given = self.client().budgets(self.wave, self.participant)
@@ -267,6 +265,10 @@ class BudgetWatch:
         if counter is not None and any(b.shared for b in budgets):
             budgets = self._report_spend(budgets, counter)
         if counter is not None:
+            # here, not at the top: most participants have no budget, and fleet.usage (pydantic, its
+            # price table) cost each channel ~100 ms and 15 MiB at its first delivery
+            from fleet.usage import spent_of, user_prices
+
             table = self._table()
             for b in budgets:
                 if b.shared:

@@ -43,11 +43,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-from fleet.wire import Record, dump
+from fleet.wire import FrozenValue, Record, dump, field
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,7 @@ class ToolResult(Record, kw_only=True, forbid_unknown_fields=True):
 ToolHandler = Callable[[JsonObject], ToolResult]
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(FrozenValue, frozen=True):
     """One tool: its ``tools/list`` entry and the handler ``tools/call`` runs on a worker thread.
 
     The handler receives the call's ``arguments`` object (``{}`` when absent) and returns a
@@ -142,8 +142,7 @@ class Tool:
         return entry
 
 
-@dataclass(frozen=True)
-class ServerInfo:
+class ServerInfo(FrozenValue, frozen=True):
     """What ``initialize`` answers with, besides the negotiated version."""
 
     name: str
@@ -206,7 +205,10 @@ class Server:
         self._in_flight: set[RequestId] = set()
         self._cancelled: set[RequestId] = set()
         self._flight_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mcp-tool")
+        self._workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        """Made at the first ``tools/call`` (the reader thread's): a session that never calls a tool,
+        and every channel until its first call, pays neither the import nor the threads."""
         self.initialized = threading.Event()
         self.closed = threading.Event()
         self.protocol_version: str | None = None
@@ -328,7 +330,8 @@ class Server:
         finally:
             self.closed.set()
             self.initialized.set()  # wake anyone waiting for the handshake: there will be none
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
 
     def handle_line(self, raw: bytes) -> None:
         """Dispatch one input line (exposed for in-process tests)."""
@@ -480,6 +483,12 @@ class Server:
                 raise RpcError(INVALID_REQUEST, f"Invalid Request: id {request_id!r} is already in use")
             self._in_flight.add(request_id)
         try:
+            if self._pool is None:
+                if self.closed.is_set():
+                    raise RuntimeError("closed")  # as a pool shut down would: nothing runs now
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="mcp-tool")
             self._pool.submit(self._run_tool, request_id, tool, arguments)
         except RuntimeError:  # the pool is shut down: we are closing
             with self._flight_lock:

@@ -8,14 +8,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 APP = "fleet"
 
 
-@dataclass(frozen=True)
-class Paths:
+class Paths(NamedTuple):
+    """Where fleet's files are: immutable and hashable. A named tuple, not a record: every command
+    computes its paths, and this module loads nothing beyond the standard library's basics."""
+
     data: Path
     state: Path
     config: Path

@@ -15,18 +15,20 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
+
+from fleet.wire import FrozenValue
+
+if TYPE_CHECKING:  # imported where a command runs: a channel asks /proc, and never loads it (2.5 ms)
+    import subprocess
 
 PROC = Path("/proc")
 
 
-@dataclass(frozen=True)
-class Stat:
+class Stat(FrozenValue, frozen=True):
     """The fields of ``/proc/<pid>/stat`` fleet uses."""
 
     state: str
@@ -132,8 +134,7 @@ RanKind = Literal["ok", "error", "timeout", "exit", "too-large"]
 than allowed."""
 
 
-@dataclass(frozen=True)
-class Ran:
+class Ran(FrozenValue, frozen=True):
     """How one :func:`run_fail_open` ended."""
 
     kind: RanKind
@@ -162,6 +163,8 @@ def run_fail_open(
     told the process once it started and None once it ended, so that another thread can
     :func:`kill_group` it meanwhile.
     """
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             argv,
@@ -202,6 +205,8 @@ def run_fail_open(
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL ``proc``'s process group (it leads one: ``start_new_session``); reap it (2 s at most)."""
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):

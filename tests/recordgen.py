@@ -100,5 +100,11 @@ def every_record() -> list[type]:
         subs: list[type] = c.__subclasses__()
         return [d for sub in subs for d in (sub, *below(sub))]
 
-    found = {c for c in below(msgspec.Struct) if c.__module__.startswith("fleet.")}
+    from fleet.wire import FrozenValue, Value  # in-process values, not records: they never cross a boundary
+
+    found = {
+        c
+        for c in below(msgspec.Struct)
+        if c.__module__.startswith("fleet.") and not issubclass(c, (Value, FrozenValue))
+    }
     return sorted(found, key=lambda c: (c.__module__, c.__qualname__))

@@ -66,10 +66,30 @@ from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD
 log = logging.getLogger(__name__)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, told the width: argparse makes one at every ``add_argument`` (to
+    check the metavar), and one left to find the width imports shutil (3 ms of a channel's start,
+    which never prints help). The width is what ``shutil.get_terminal_size`` would say."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)
+
+
+def _columns() -> int:
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def parser() -> argparse.ArgumentParser:
     """The one parser of ``fleet channel`` (the CLI hands its arguments here unparsed)."""
     p = argparse.ArgumentParser(
         prog="fleet channel",
+        formatter_class=_Formatter,
         description="Serve MCP on stdin/stdout as PARTICIPANT of WAVE: participant tools plus channel "
         "delivery. Not for people at a terminal: Claude Code starts it from an inline --mcp-config.",
         allow_abbrev=False,

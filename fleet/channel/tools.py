@@ -6,16 +6,22 @@ Each tool has an input schema, an output schema, ``structuredContent`` and a tex
 Wavelets are named as ``WAVE/WAVELET``, a wavelet name in the channel's wave, or an id (prefix).
 Every failure (bad arguments, unknown wavelet, oversized text, revoked token, daemon down) is an
 ``isError`` result whose text says what to do. The arguments and results are :mod:`fleet.wire`
-records; their JSON Schemas are derived from them (:func:`fleet.wire.schema`).
+records; their JSON Schemas are derived from them (:func:`fleet.wire.schema`) and shipped beside
+this module in ``schemas.json`` (deriving them took a channel ~12 ms at every start): a file whose
+fingerprint (this module's and fleet.wire's source, msgspec's version) is not current's is ignored
+and the schemas derived again, so a stale file costs time, never a wrong schema. After changing a
+tool's records: ``python -c "from fleet.channel.tools import write_schemas; write_schemas()"``
+(tests/unit/test_channel_schemas.py says so when the file is behind).
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from fleet import errors
@@ -23,7 +29,7 @@ from fleet.agentstate import describe
 from fleet.client import Client
 from fleet.delivery.frames import blip_block
 from fleet.delivery.rules import Attention, policy_of
-from fleet.ids import request_key
+from fleet.ids import digest, request_key
 from fleet.mcpwire import Tool, ToolResult
 from fleet.models import OPERATOR, Blip, Context, NewSummary, Summary, Wavelet
 from fleet.seams import first, fork_spawners
@@ -445,6 +451,10 @@ class Tools:
 
     def table(self) -> list[Tool]:
         """Every tool of this channel: the operator's channel also has ``wavelet_permission``."""
+        shipped = shipped_schemas()
+
+        def schema_of(cls: type[Any]) -> dict[str, Any]:
+            return shipped[cls.__name__] if cls.__name__ in shipped else schema(cls)
 
         def tool(
             name: str,
@@ -457,8 +467,8 @@ class Tools:
             return Tool(
                 name=name,
                 description=description,
-                input_schema=schema(args),
-                output_schema=schema(out),
+                input_schema=schema_of(args),
+                output_schema=schema_of(out),
                 handler=self._guarded(name, args, fn),
                 annotations={"readOnlyHint": read_only, "openWorldHint": False},
             )
@@ -655,7 +665,7 @@ class Tools:
         """The request key of one message write (``what`` of ``parts``): the key of the same write
         given up on before, if there is one (so the agent's retry of it lands once), else a new one.
         Kept only while the write's outcome is unknown."""
-        sig = hashlib.sha256("\0".join((what, *parts)).encode()).hexdigest()
+        sig = digest("\0".join((what, *parts)))
         now = time.monotonic()
         with self._unsettled_lock:
             for old, (_key, at) in list(self._unsettled.items()):
@@ -911,3 +921,47 @@ class Tools:
         if presence:
             lines.append("presence: " + ", ".join(f"{p.participant} {p.state}" for p in presence))
         return ToolResult.ok("\n".join(lines), out)
+
+
+SCHEMAS = Path(__file__).with_name("schemas.json")
+"""The tools' argument and result schemas, derived once (:func:`write_schemas`)."""
+
+
+def schema_fingerprint() -> str:
+    """What the schemas are derived from: this module's and fleet.wire's source and msgspec's version."""
+    import zlib  # a checksum, not a digest: SHA-256 of the sources took 2 ms of every start
+
+    import msgspec
+
+    from fleet import wire
+
+    sources = [Path(__file__).read_bytes(), Path(wire.__file__).read_bytes()]
+    return " ".join([msgspec.__version__, *(f"{len(b)}:{zlib.crc32(b):08x}" for b in sources)])
+
+
+def tool_records() -> list[type[Record]]:
+    """Every record a tool takes or answers, in the order of the file."""
+    return [v for v in globals().values() if isinstance(v, type) and issubclass(v, Record) and v is not Record
+            and v.__module__ == __name__]  # fmt: skip
+
+
+def derived_schemas() -> dict[str, Any]:
+    """The file's content as it should be now."""
+    return {"fingerprint": schema_fingerprint(), "schemas": {c.__name__: schema(c) for c in tool_records()}}
+
+
+def shipped_schemas() -> dict[str, dict[str, Any]]:
+    """The shipped schemas by record name, or none when the file is missing, unreadable or behind."""
+    try:
+        data = json.loads(SCHEMAS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("fingerprint") != schema_fingerprint():
+        return {}
+    schemas = data.get("schemas")
+    return schemas if isinstance(schemas, dict) else {}
+
+
+def write_schemas() -> None:
+    """Derive the schemas and write ``schemas.json`` (after changing a tool's records)."""
+    SCHEMAS.write_text(json.dumps(derived_schemas(), indent=1) + "\n", encoding="utf-8")

@@ -19,10 +19,10 @@ from fleet.cli.common import (
     text_arg,
     wavelet,
 )
-from fleet.models import Blip, BlipPage
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a command's module loads typer only: its --help needs no records
     from fleet.client import Client
+    from fleet.models import Blip, BlipPage
 
 WaveletArg = Annotated[
     str, typer.Argument(metavar="WAVELET", help=WAVELET_HELP, autocompletion=complete_wavelet)
@@ -108,6 +108,8 @@ def read(
             break
     if not follow:
         if as_json:
+            from fleet.models import BlipPage
+
             render.dump(BlipPage(blips=backlog, cursor=cursor or ""))
         else:
             render.blips(backlog, with_ids=ids)

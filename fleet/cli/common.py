@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet import errors
-from fleet.client import Client, connect
-from fleet.models import Wavelet
 from fleet.paths import get_paths
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:  # imported where a command talks to the daemon: its --help, and typer's tree, need neither
+    from fleet.client import Client
+    from fleet.models import Wavelet
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON: the wire model, full ids.")]
 AsOpt = Annotated[
     str | None,
     typer.Option("--as", metavar="NAME", help="Act as this participant (operator token only)."),
 ]
+MAX_BLIP_BYTES = 256 * 1024
+""":data:`fleet.models.DEFAULT_MAX_BLIP_BYTES`, the default ``--help`` shows (fleet.models loads msgspec
+and every record: a command imports it where it runs; tests/unit/test_cli_summaries.py keeps them equal)."""
 WAVELET_HELP = "WAVE/WAVELET, a wavelet name in the current wave (--wave / FLEET_WAVE), or an id prefix."
 
 _client: Client | None = None
@@ -30,6 +33,8 @@ def client() -> Client:
     """The client for this process: found or started on first use (see :func:`fleet.client.connect`)."""
     global _client
     if _client is None:
+        from fleet.client import connect
+
         _client = connect()
     return _client
 
@@ -40,10 +45,19 @@ def client() -> Client:
 # (a traceback or a notice would land in the user's prompt).
 
 
+def _quiet(message: str, exc: Exception) -> None:
+    """A completer's reason to offer nothing, for ``FLEET_DEBUG`` (logging loaded only then)."""
+    import logging
+
+    logging.getLogger(__name__).debug(message, exc)
+
+
 def _completing_client(ctx: typer.Context) -> Client:
     remote = ctx.find_root().params.get("remote")
     if remote:  # the root callback does not run while completing
         os.environ["FLEET_DAEMON"] = str(remote)
+    from fleet.client import Client, connect
+
     found = connect(autostart=False)
     return Client(found.base_url, found.token, timeout=2.0, retries=0, connect_timeout=1.0)
 
@@ -54,7 +68,7 @@ def complete_wave(ctx: typer.Context, incomplete: str) -> list[str]:
         with _completing_client(ctx) as c:
             return sorted(w.name for w in c.list_waves() if w.name.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no wave completion: %s", exc)
+        _quiet("no wave completion: %s", exc)
         return []
 
 
@@ -75,7 +89,7 @@ def complete_wavelet(ctx: typer.Context, incomplete: str) -> list[str]:
                     found.update(x for x in (wl.path, wl.name if name == current else "") if x)
             return sorted(x for x in found if x.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no wavelet completion: %s", exc)
+        _quiet("no wavelet completion: %s", exc)
         return []
 
 
@@ -86,7 +100,7 @@ def complete_layout(incomplete: str) -> list[str]:
 
         return sorted(n for n in available(get_paths()) if n.startswith(incomplete))
     except Exception as exc:  # completion is silent: see above
-        log.debug("no layout completion: %s", exc)
+        _quiet("no layout completion: %s", exc)
         return []
 
 

@@ -6,14 +6,13 @@ import logging
 import os
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
 
-from fleet import client as fleet_client
 from fleet.cli import render
-from fleet.cli.common import JsonOpt
-from fleet.models import DEFAULT_MAX_BLIP_BYTES
+from fleet.cli.common import MAX_BLIP_BYTES, JsonOpt
 from fleet.paths import get_paths
 
 app = typer.Typer(help="Run, start, stop and inspect the store daemon.", no_args_is_help=True)
@@ -32,7 +31,7 @@ def run(
     ] = None,
     max_blip_bytes: Annotated[
         int, typer.Option(help="Largest blip text in bytes of UTF-8.")
-    ] = DEFAULT_MAX_BLIP_BYTES,
+    ] = MAX_BLIP_BYTES,
     ui: Annotated[
         str | None,
         typer.Option(
@@ -106,9 +105,9 @@ def start(as_json: JsonOpt = False) -> None:
     With --json: the daemon's status (as `fleet daemon status --json` prints it).
     """
     paths = get_paths()
-    endpoint, started = fleet_client.start_local_daemon(paths)
+    endpoint, started = _client().start_local_daemon(paths)
     if as_json:
-        render.dump(fleet_client.local_status(paths))
+        render.dump(_client().local_status(paths))
     elif started:
         render.out(
             f"started the local daemon at {endpoint.url} (pid {endpoint.pid}, log: {paths.daemon_log})"
@@ -132,8 +131,8 @@ def stop(
     Agents connected to it are named: their channels keep their place and reconnect about every
     second, receiving nothing until a daemon answers at the same address again."""
     paths = get_paths()
-    connected = fleet_client.connected_agents(paths)
-    stopped = fleet_client.stop_local_daemon(paths, timeout=timeout)
+    connected = _client().connected_agents(paths)
+    stopped = _client().stop_local_daemon(paths, timeout=timeout)
     if stopped is None:
         render.out("no local daemon is running")
         return
@@ -157,8 +156,8 @@ def status(as_json: JsonOpt = False) -> None:
     """
     remote = os.environ.get("FLEET_DAEMON", "").strip()
     if remote and "://" not in remote:  # a joined daemon's name
-        remote = fleet_client.load_remote(get_paths(), remote).url
-    st = fleet_client.remote_status(remote) if remote else fleet_client.local_status(get_paths())
+        remote = _client().load_remote(get_paths(), remote).url
+    st = _client().remote_status(remote) if remote else _client().local_status(get_paths())
     if as_json:
         render.dump(st)
     elif st.running:
@@ -178,3 +177,10 @@ def status(as_json: JsonOpt = False) -> None:
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="daemon")
+
+
+def _client() -> ModuleType:
+    """fleet.client, imported by the command that talks to a daemon (not by ``--help``)."""
+    from fleet import client
+
+    return client

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, WaveOpt, client
-from fleet.records.permissions import Behavior, PermissionAnswer, PermissionRequest, pending_note
+
+if TYPE_CHECKING:  # the records are imported where a command reads or writes them, not by --help
+    from fleet.records.permissions import Behavior, PermissionRequest
 
 WhereArg = Annotated[
     str,
@@ -45,6 +47,8 @@ def _answer(
     wave: str | None,
     as_json: bool,
 ) -> None:
+    from fleet.records.permissions import PermissionAnswer
+
     got = client().answer_permission(
         _wave_of(ref, wave),
         PermissionAnswer(participant=name, behavior=behavior, request_id=request or "", message=message),
@@ -96,6 +100,8 @@ def permissions(
     if not items:
         render.note("no permission requests" + (" waiting" if pending else ""))
         return
+    from fleet.records.permissions import pending_note
+
     rows = []
     for r in items:
         what = pending_note(r) if r.state == "pending" else f"{r.tool} ({r.preview})"

@@ -17,7 +17,7 @@ import json
 import re
 import socket
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
@@ -25,11 +25,10 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client
-from fleet.client import Client, endpoint_url, read_endpoint, remote_path
-from fleet.httpbase import is_loopback, is_wildcard
-from fleet.models import JOIN_PREFIX, PARTICIPANT_RE, JoinTicket, Remote, TokenInfo
 from fleet.paths import get_paths, write_private
-from fleet.wire import RecordError, dumps, loads
+
+if TYPE_CHECKING:  # the client, the records and httpbase are imported where a command uses them: --help
+    from fleet.models import JoinTicket, TokenInfo
 
 app = typer.Typer(
     help="Join another machine's daemon in one line; list and revoke machines.", no_args_is_help=True
@@ -37,11 +36,17 @@ app = typer.Typer(
 
 
 def encode(ticket: JoinTicket) -> str:
+    from fleet.models import JOIN_PREFIX
+    from fleet.wire import dumps
+
     raw = dumps(ticket, exclude_none=True).encode("utf-8")
     return JOIN_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def decode(text: str) -> JoinTicket:
+    from fleet.models import JOIN_PREFIX, JoinTicket
+    from fleet.wire import RecordError, loads
+
     text = text.strip()
     bad = errors.UsageError(
         "that is not a join string: it starts with "
@@ -59,6 +64,9 @@ def decode(text: str) -> JoinTicket:
 
 def _public_url(given: str | None) -> str:
     """The pinned URL other machines use: ``--url``, else the local daemon's with a usable host."""
+    from fleet.client import endpoint_url, read_endpoint
+    from fleet.httpbase import is_loopback, is_wildcard
+
     paths = get_paths()
     endpoint = read_endpoint(paths)
     if endpoint is None:
@@ -114,6 +122,8 @@ def mint(
     spawn agents there, never to create waves or see others. The string is a credential: send it
     the way you would send a password.
     """
+    from fleet.models import JoinTicket
+
     pinned = _public_url(url)
     c = client()
     if participant is not None:
@@ -136,6 +146,8 @@ def mint(
 
 def _default_name(host: str) -> str:
     """The daemon's host name as a joined daemon's name (its first label), else ``remote``."""
+    from fleet.models import PARTICIPANT_RE
+
     first = re.sub(r"[^a-z0-9_-]", "-", host.split(".")[0].lower())[:32]
     return first if PARTICIPANT_RE.fullmatch(first) and not first[:1].isdigit() else "remote"
 
@@ -152,6 +164,10 @@ def join(
     force: Annotated[bool, typer.Option("--force", help="Replace a joined daemon of that name.")] = False,
 ) -> None:
     """Check a join string against its daemon and store it (0600) for FLEET_DAEMON=NAME / --remote NAME."""
+    from fleet.client import Client, remote_path
+    from fleet.models import Remote
+    from fleet.wire import dumps
+
     ticket = decode(string)
     paths = get_paths()
     label = name or _default_name(urlsplit(ticket.url).hostname or "")
@@ -176,6 +192,10 @@ def join(
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """The daemons this machine has joined (tokens not shown)."""
+    from fleet.client import Client
+    from fleet.models import Remote
+    from fleet.wire import RecordError, dumps, loads
+
     paths = get_paths()
     rows: list[Remote] = []
     if paths.remotes.is_dir():
@@ -200,6 +220,8 @@ def list_(as_json: JsonOpt = False) -> None:
 @app.command()
 def forget(name: Annotated[str, typer.Argument(metavar="NAME")]) -> None:
     """Delete a joined daemon's stored string here (revoke its token on the daemon's machine too)."""
+    from fleet.client import remote_path
+
     path = remote_path(get_paths(), name)
     if not path.exists():
         raise errors.NotFound(f"no joined daemon is named {name!r}")

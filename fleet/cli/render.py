@@ -8,7 +8,6 @@ Data goes to stdout; notices and errors go to stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -20,12 +19,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from fleet import wire
-from fleet.agentstate import describe, needs_operator
-from fleet.models import Blip, Context, Member, Summary, TokenInfo, Wave, Wavelet
-
-if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process
+if TYPE_CHECKING:  # only for annotations: rendering must not import tmux into every fleet process,
+    # nor the records into a --help (each renderer that reads them has its data already imported)
     from fleet.doctor import Check
+    from fleet.models import Blip, Context, Member, Summary, TokenInfo, Wave, Wavelet
     from fleet.records.usage import Figures
     from fleet.spawn import PaneReport, SpawnReport
     from fleet.supervise import KillReport, SupervisorEvent, WaveOverview, WaveStatus
@@ -78,6 +75,10 @@ def error(message: str) -> None:
 
 def dump(item: object, *, compact: bool = False) -> None:
     """Print a record or model (or a list of them, as a JSON array) exactly as its wire shape."""
+    import json  # here: a --help, and most commands, print no JSON
+
+    from fleet import wire
+
     data = wire.dump(item)
     out(json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2))
 
@@ -143,6 +144,8 @@ def blips(items: Sequence[Blip], *, with_ids: bool = False) -> None:
 def context(ctx: Context, *, with_ids: bool = False) -> None:
     """An assembled context: each summary where its covered range was, the blips around it, then
     one stderr note with the bytes it saved against the full walk."""
+    from fleet.models import Blip
+
     labels = {w.id: w.path for w in ctx.path}
     items: list[tuple[str, Blip | Summary]] = [(b.id, b) for b in ctx.blips]
     items += [(s.upto, s) for s in ctx.summaries]
@@ -355,6 +358,8 @@ def status_table(st: WaveStatus) -> None:
     """One wave's ``fleet status``: a header line, a line per wavelet with a topic (``  NAME  — TOPIC``,
     cut to the width), then one row per (wavelet, participant), who waits on the operator first
     (``!`` marks them)."""
+    from fleet.agentstate import describe, needs_operator
+
     name = st.tmux_session_name or st.tmux_session
     where = f"tmux session {name}" if name else "no tmux session"
     out(f"wave {st.wave}  ({where})")

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from fleet import wire
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client, complete_wave
 from fleet.cli.spawn import SocketOpt, WaitOpt, make_spawner
@@ -104,6 +103,8 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     if st.session_id and st.state != "none":
         steer = steer_status(st.session_id, seat._session_env(paths, c.get_wave(wave).id, None))
     if as_json:
+        from fleet import wire
+
         data = wire.dump(st)
         data["steer"] = wire.dump(steer) if steer is not None else None
         render.out(json.dumps(data, indent=2))

@@ -19,11 +19,14 @@ from fleet.cli.common import (
     complete_wave,
     complete_wavelet,
 )
-from fleet.layouts import DEFAULT_LAYOUT
 from fleet.paths import get_paths
 
 if TYPE_CHECKING:  # tmux and spawning are imported when a command needs them, not by every fleet run
     from fleet.spawn import Spawner, SpawnReport
+
+DEFAULT_LAYOUT = "trio"
+""":data:`fleet.layouts.DEFAULT_LAYOUT`, the options' default: fleet.layouts (pydantic) is imported
+only by a command that reads a layout, not by ``--help`` (a unit test keeps the two equal)."""
 
 
 def list_layouts(as_json: bool) -> None:

@@ -20,8 +20,7 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.cli.common import JsonOpt, client
-from fleet.models import DEFAULT_MAX_BLIP_BYTES
+from fleet.cli.common import MAX_BLIP_BYTES, JsonOpt, client
 from fleet.paths import Paths, get_paths
 
 
@@ -132,7 +131,7 @@ def import_(
             help="The blip limit the source daemon ran with (`fleet daemon run --max-blip-bytes`): it"
             " bounds blip texts and lines (8 x it + 1 MiB).",
         ),
-    ] = DEFAULT_MAX_BLIP_BYTES,
+    ] = MAX_BLIP_BYTES,
     as_json: JsonOpt = False,
 ) -> None:
     """Add the waves of an export to this machine's store: the same ids, the same state, all or nothing.

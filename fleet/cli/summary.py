@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,10 +18,7 @@ from fleet.cli.common import (
     complete_wavelet,
     wavelet,
 )
-from fleet.delivery.attention import RoutingLog, SummaryEntry, routing_log_path
-from fleet.delivery.state import StateFile
 from fleet.paths import get_paths
-from fleet.summaries import BYTES, EVERY, SUMMARIZER_TIMEOUT, Runner, Summarizer, roll
 
 app = typer.Typer(
     help="Rolling summaries: deep forks stay cheap, and every summary is checked.", no_args_is_help=True
@@ -46,7 +43,19 @@ SUMMARIZER = "summarizer"
 """The participant name the summary lines of a summarizer's routing log are written under."""
 
 
+if TYPE_CHECKING:  # imported where a command runs (delivery records, the summarizer): not by --help
+    from fleet.delivery.attention import RoutingLog, SummaryEntry
+    from fleet.summaries import Summarizer
+
+BYTES, EVERY, SUMMARIZER_TIMEOUT = 64 * 1024, 50, 30.0
+""":data:`fleet.summaries.BYTES`, ``EVERY`` and ``SUMMARIZER_TIMEOUT``, the defaults ``--help`` shows (a
+unit test keeps them equal)."""
+
+
 def _routing(wave: str) -> RoutingLog:
+    from fleet.delivery.attention import RoutingLog, routing_log_path
+    from fleet.delivery.state import StateFile
+
     c = client()
     state = StateFile(get_paths().channels, c.url, wave, SUMMARIZER)
     return RoutingLog(routing_log_path(state), SUMMARIZER, wave)
@@ -57,6 +66,8 @@ def _summarizer(command: str | None, timeout: float) -> Summarizer | None:
         return None
     if timeout <= 0:
         raise errors.UsageError("--timeout must be a positive number of seconds")
+    from fleet.summaries import Summarizer
+
     try:
         return Summarizer(command, timeout)
     except ValueError as exc:
@@ -118,6 +129,8 @@ def write(
 
     Exit 1 when no summary was recorded (rejected, or the summarizer failed): the full text stays.
     """
+    from fleet.summaries import roll
+
     c = client()
     wl = wavelet(wavelet_ref, wave)
     entry = roll(c, wl.wave, wl.id, wl.path, _routing(wl.wave), _summarizer(command, timeout))
@@ -158,6 +171,8 @@ def run(
         raise errors.UsageError("--every and --bytes must be at least 1")
     name = client().get_wave(wave).name
     summarizer = _summarizer(command, timeout)
+    from fleet.summaries import Runner
+
     runner = Runner(client(), name, _routing(name), summarizer, every, bytes_)
     if once:
         for entry in runner.once():

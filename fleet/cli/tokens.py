@@ -10,7 +10,6 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import JsonOpt, client
-from fleet.models import TokenInfo
 from fleet.paths import write_private
 
 app = typer.Typer(help="Mint, list and revoke participant tokens (operator only).", no_args_is_help=True)
@@ -31,6 +30,8 @@ def mint(
     if file is not None:
         write_private(file, minted.token + "\n")
         if as_json:  # the secret stays in the file: print the token's record without it
+            from fleet.models import TokenInfo
+
             render.dump(
                 TokenInfo(
                     id=minted.id, wave_id=minted.wave_id, wave=minted.wave, participant=minted.participant,

@@ -17,8 +17,11 @@ import typer
 
 from fleet import errors
 from fleet.cli import render
-from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention
 from fleet.paths import get_paths
+
+CAP, HOLD = 40, 30.0
+""":data:`fleet.delivery.rules.DEFAULT_CAP` and ``DIGEST_HOLD``, the defaults ``--help`` shows (the
+delivery rules load the records: the hook imports them where it runs; a unit test keeps them equal)."""
 
 ParticipantOpt = Annotated[
     str | None,
@@ -38,7 +41,7 @@ TokenFileOpt = Annotated[
     ),
 ]
 AttentionOpt = Annotated[
-    Attention,
+    str,  # fleet.delivery.rules.Attention
     typer.Option(
         metavar="full|targeted|POLICY",
         help="full: every blip. targeted: only blips naming you, the operator's and surfaces in full; "
@@ -80,7 +83,7 @@ def watch(
     state_dir: StateDirOpt = None,
     cap: Annotated[
         int, typer.Option(min=0, help="Blips handed out per wavelet before one cap notice (0: no cap).")
-    ] = DEFAULT_CAP,
+    ] = CAP,
     wait: Annotated[
         float | None,
         typer.Option(
@@ -167,7 +170,7 @@ def watch(
         unreachable_after=unreachable_after,
         attention=attention,
         # a plain watch hands out what it has when it returns; an arm may wait for more chatter
-        digest_hold=(DIGEST_HOLD if hook else 0.0) if digest_hold is None else digest_hold,
+        digest_hold=(HOLD if hook else 0.0) if digest_hold is None else digest_hold,
         attendant=attendant or None,
         attendant_timeout=attendant_timeout,
         receipts=_receipts(receipts),

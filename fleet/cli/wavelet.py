@@ -10,10 +10,8 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import WAVELET_HELP, AsOpt, JsonOpt, WaveOpt, client, complete_wavelet, names, wavelet
-from fleet.cli.spawn import AgentOpt, LayoutOpt, SocketOpt, make_spawner, report_and_exit
+from fleet.cli.spawn import DEFAULT_LAYOUT, AgentOpt, LayoutOpt, SocketOpt, make_spawner, report_and_exit
 from fleet.cli.wave import WithOpt
-from fleet.layouts import DEFAULT_LAYOUT
-from fleet.layouts import load as load_layout
 from fleet.paths import get_paths
 
 WaveletArg = Annotated[
@@ -48,6 +46,8 @@ def fork(
     (their channel delivers the new wavelet too); the others get panes in the new window.
     """
     c = client()
+    from fleet.layouts import load as load_layout
+
     lay = load_layout(layout, get_paths()) if spawn else None
     child = c.fork(wavelet(parent, wave).id, name, names(with_), private=private, as_=as_)
     if as_json and not spawn:

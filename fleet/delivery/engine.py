@@ -23,17 +23,15 @@ changes, so another thread (a status tool, shutdown) can read it whole.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fleet.delivery.frames import Frame, frame_of
 from fleet.delivery.rules import Decision, Delivery
 from fleet.models import Blip, Feed
-from fleet.wire import copy_into, dump, load
+from fleet.wire import Value, copy_into, dump, load
 
 if TYPE_CHECKING:
     from fleet.delivery.attention import Attendant, RoutingLog
@@ -90,8 +88,7 @@ class ListSink:
         return frames
 
 
-@dataclass
-class Step:
+class Step(Value):
     """What one :meth:`Engine.handle` did."""
 
     pushed: int = 0
@@ -244,28 +241,29 @@ class Engine:
         return 0, False
 
 
-@dataclass
-class Backoff:
+class Backoff(Value):
     """Jittered exponential waits between retries: ``first``, doubling, at most ``limit``."""
 
     first: float = 0.2
     limit: float = 5.0
     jitter: float = 0.2
-    _next: float = field(default=0.0, init=False)
+    _next: float = 0.0
+    """The wait after the current one (0: ``first`` comes next)."""
 
     def delay(self, limit: float | None = None) -> float:
         """The next wait (each call doubles the following one, up to ``limit``)."""
         cap = self.limit if limit is None else limit
         current = min(self._next or self.first, cap)
         self._next = min(current * 2, cap)
+        import random  # here: only a retry needs it, and a channel starts without retrying
+
         return current * random.uniform(1 - self.jitter, 1 + self.jitter)
 
     def reset(self) -> None:
         self._next = 0.0
 
 
-@dataclass
-class Outage:
+class Outage(Value):
     """A daemon outage in progress: since when (``time.time()``) and the latest reason."""
 
     since: float

@@ -18,7 +18,6 @@ Meta keys are identifiers (``wavelet``, ``wavelet_id``, ``blip_id``, ``author``,
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -142,9 +141,14 @@ def notification(frame: Frame) -> dict[str, Any]:
     return {"content": defuse(frame.text), "meta": frame.meta()}
 
 
+_ATTR = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;"})
+"""``html.escape(quote=True)`` with ``&apos;`` for ``'``, as one table (the html module, with its
+entity table, is 1.5 ms of a channel's start for these five characters)."""
+
+
 def _attr(value: str) -> str:
     """An attribute value escaped as Claude Code escapes channel meta (``& < > " '``)."""
-    return html.escape(value, quote=True).replace("&#x27;", "&apos;")
+    return value.translate(_ATTR)
 
 
 def channel_tag(frame: Frame) -> str:

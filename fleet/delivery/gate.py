@@ -17,7 +17,6 @@ already waiting (this one exits 0, as a second arm does).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ import threading
 from pathlib import Path
 
 from fleet.delivery.frames import Frame
+from fleet.ids import digest
 from fleet.wire import RecordError, dump, load
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 
 def address(state_path: Path) -> bytes:
     """The gate's abstract socket name for a state file."""
-    digest = hashlib.sha256(str(state_path).encode()).hexdigest()[:24]
-    return b"\0fleet-gate-" + digest.encode()
+    return b"\0fleet-gate-" + digest(str(state_path))[:24].encode()
 
 
 def peer_uid(conn: socket.socket) -> int:

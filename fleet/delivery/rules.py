@@ -44,11 +44,11 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleet import errors, seams
 from fleet.models import OPERATOR, Blip
+from fleet.wire import FrozenValue, Value, field
 
 if TYPE_CHECKING:
     from fleet.delivery.state import DeliveryState
@@ -77,8 +77,7 @@ class Action(enum.StrEnum):
     """At or behind the cursor (already handled): ignore it, change nothing."""
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(FrozenValue, frozen=True):
     """What happens to one blip (full attention) or one frame (targeted attention)."""
 
     action: Action
@@ -233,8 +232,7 @@ def digest_ids(blips: Iterable[Blip]) -> str:
     return ",".join(b.id for b in blips)
 
 
-@dataclass
-class Batch:
+class Batch(Value):
     """One wavelet's share of a feed under targeted attention: its new blips, each routed.
 
     Built by :meth:`Delivery.batches`; an attendant may :meth:`promote` digested blips before
@@ -270,8 +268,7 @@ class Batch:
         return promoted, unknown
 
 
-@dataclass(frozen=True)
-class Routed:
+class Routed(FrozenValue, frozen=True):
     """One committed routing decision (targeted attention): what the routing log records."""
 
     blip: Blip

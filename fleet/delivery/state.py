@@ -12,7 +12,6 @@ so a corrupt file stops delivery instead of skipping blips.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 from fleet.delivery.frames import Frame
 from fleet.errors import CorruptState
+from fleet.ids import digest
 from fleet.paths import ensure_private_dir
 from fleet.wire import Record, RecordError, dump, field, loads
 
@@ -106,8 +106,7 @@ def state_path(directory: Path, daemon: str, wave: str, participant: str, *, sto
     """
     key = f"store-{_UNSAFE.sub('_', store)}" if store else daemon_key(daemon)
     ident = f"{key}|{wave}|{participant}"
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{key[:20]}-{digest}.json"
+    name = f"{_UNSAFE.sub('_', participant)}@{_UNSAFE.sub('_', wave)}@{key[:20]}-{digest(ident)[:10]}.json"
     return directory / name
 
 
@@ -264,7 +263,7 @@ class StateFile:
         self._write({**dumped, "updated_at": time.time()})
 
     def _write(self, dumped: dict[str, Any]) -> None:
-        data = json.dumps(dumped, separators=(",", ":"), sort_keys=True)
+        data = json.dumps(dumped, separators=(",", ":"), sort_keys=True).encode("utf-8")
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -272,8 +271,14 @@ class StateFile:
             ensure_private_dir(self.path.parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
+            # bytes straight to the descriptor: a text file object over it (an isatty ioctl, a seek, a
+            # codec and a buffer per save) was a tenth of a channel's CPU per delivery
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, self.path)
         except BaseException:
             tmp.unlink(missing_ok=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet.delivery.frames import Frame, channel_tag, hook_report, notification
 
@@ -58,3 +60,14 @@ def test_ordinary_text_is_left_as_written() -> None:
     text = 'a <b>channel</b> & "quotes" about channels, <chan> and </chan>'
     assert notification(frame(text))["content"] == text
     assert channel_tag(frame(text)).split("\n")[1] == text
+
+
+@given(st.text())
+def test_meta_attributes_escape_exactly_as_html_escape_did(value: str) -> None:
+    """The attribute escaping is a translate table now (no html module in a channel): for any text
+    it gives what ``html.escape(quote=True)`` with ``&apos;`` gave."""
+    import html
+
+    from fleet.delivery.frames import _attr
+
+    assert _attr(value) == html.escape(value, quote=True).replace("&#x27;", "&apos;")

@@ -77,6 +77,7 @@ def test_cancelled_tool_call_gets_no_answer() -> None:
     )
     release.set()
     retry_until(lambda: any(m.get("id") == 8 for m in sink.lines()), what="the uncancelled answer")
+    assert server._pool is not None
     server._pool.shutdown(wait=True)
     ids = [m.get("id") for m in sink.lines()]
     assert 7 not in ids and ids.count(8) == 1

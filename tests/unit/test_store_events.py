@@ -29,6 +29,10 @@ def _record_classes() -> dict[str, list[str]]:
         for name, obj in vars(module).items():
             if not isinstance(obj, type) or obj.__module__ != m.name or name.startswith("_"):
                 continue
+            if issubclass(
+                obj, (wire.Value, wire.FrozenValue)
+            ):  # in-process values (what were dataclasses), not records
+                continue
             kinds = {k.__module__.partition(".")[0] for k in obj.__mro__[1:]}
             if kinds & {"msgspec", "pydantic"} or hasattr(obj, "__record_fields__"):
                 where[name].append(m.name)
