@@ -10,11 +10,12 @@ before the handler runs anything; a query parameter is read only if the route de
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleet import errors
+from fleet.httpbase import Park
 from fleet.routes import Route
 from fleet.store import Principal
 from fleet.store.events import Event
@@ -181,8 +182,30 @@ class Raw(bytes):
     """An answer already in JSON (a request key's stored answer), sent as it is."""
 
 
-Handler = Callable[["Dispatcher", Request], Answer]
+Parking = Generator[Park, bool, M]
+"""A long-poll's ``M``, on its way: it yields its parks to the HTTP loop (holding no thread) and is
+sent, at each resumption, whether the client hung up (:meth:`Dispatcher.long_poll`)."""
+
+Answered = Answer | Parking[Answer]
+"""What a handler gives back: its answer, or (a long-poll) the answer on its way."""
+
+Handler = Callable[["Dispatcher", Request], Answered]
 """What serves a route: bound to it by name (:func:`fleet.daemon.dispatch.bind`)."""
+
+
+def at_once(got: Answered) -> Answer:
+    """The answer of a handler that must not park (a keyed write, a rebuild): a FleetError (500)
+    naming the daemon's bug if it does."""
+    if isinstance(got, tuple):
+        return got
+    try:
+        next(got)
+    except StopIteration as stop:
+        answer: Answer = stop.value
+        return answer
+    got.close()
+    raise errors.FleetError("the daemon's handler waited where it cannot (a keyed write): the daemon's bug")
+
 
 Rebuild = Callable[["Dispatcher", Request, Event], Answer]
 """How a write's answer is rebuilt from the event it recorded, when the daemon died before storing it."""
