@@ -750,11 +750,6 @@ class Handler:
     def address_string(self) -> str:
         return str(self.client_address[0]) if self.client_address else ""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s: %s " + format, self.server.name, self.address_string(), *args)
-
-    log_error = log_message
-
     # -- the head
 
     def parse(self, head: bytes) -> int | None:
