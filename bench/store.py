@@ -475,6 +475,10 @@ def compare_posts(tmp: Path, clients: int, per_client: int, raw: float, rounds: 
             probe = Probe(fleet)
             best["fleet"] = max(best["fleet"], daemon_posts(fleet, wavelet, clients, per_client))
             lag += probe.stop()
+            unkeyed = daemon_posts(
+                fleet, new_wavelet(fleet, f"cmp-unkeyed{n}"), clients, per_client, keyed=False
+            )
+            best["unkeyed"] = max(best.get("unkeyed", 0.0), unkeyed)
     finally:
         for server in minimal.values():
             server.stop()
@@ -482,12 +486,15 @@ def compare_posts(tmp: Path, clients: int, per_client: int, raw: float, rounds: 
     names = " / ".join(f"minimal {name}" for name in minimal)
     figures = " / ".join(f"{best[name]:,.0f}" for name in minimal)
     floor = best.get("aiohttp", best["asyncio"])
+    floor_name = "aiohttp" if "aiohttp" in best else "asyncio"
     ratio = best["fleet"] / floor
     row(f"posts/s, {clients} clients: raw SQLite / {names} / fleet",
         f"{raw:,.0f} / {figures} / {best['fleet']:,.0f}",
-        f"fleet {ratio:.2f} x minimal {'aiohttp' if 'aiohttp' in best else 'asyncio'} (target >= 0.6:"
+        f"fleet {ratio:.2f} x minimal {floor_name} (target >= 0.6:"
         f" {ok(ratio >= 0.6)}), {best['fleet'] / best['asyncio']:.2f} x minimal asyncio,"
         f" {best['fleet'] / raw:.3f} x raw SQLite")  # fmt: skip
+    row("  fleet without request keys (what exactly-once costs)", f"{best['unkeyed']:,.0f} posts/s",
+        f"{best['unkeyed'] / floor:.2f} x minimal {floor_name}")  # fmt: skip
     if lag:
         row("  GET /v1/health every 5 ms meanwhile: p50 / p99 / max",
             f"{pct(lag, 50) * 1000:.2f} / {pct(lag, 99) * 1000:.2f} / {max(lag) * 1000:.1f} ms",
