@@ -56,14 +56,14 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fleet import __version__, errors, routes
 from fleet.campaign import consoleview
-from fleet.httpbase import Handler, Header, Server, is_loopback, parse_listen
+from fleet.httpbase import Answering, Handler, Header, Park, Server, is_loopback, parse_listen
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Blip, PresenceList, PresenceRow, jsonable
 from fleet.paths import Paths
@@ -76,6 +76,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+WORKERS = 2
+"""Threads the console's handlers run on (its usage and campaign views read transcripts and files,
+which may take long): its event loop keeps to I/O and parked streams meanwhile."""
 KEEPALIVE = 15.0
 """Seconds of silence after which an event stream sends a ``: keep-alive`` comment."""
 TAIL_LIMIT = 200
@@ -130,7 +133,8 @@ def presence_key(wave_id: str) -> str:
 
 
 class Wakes(Protocol):
-    """The daemon's commit notifier: ``seq`` changes on every commit; ``wait`` returns on a change."""
+    """The daemon's commit notifier: ``seq`` changes on every commit; a ``park`` (yielded to the
+    HTTP loop, holding no thread) ends on a change of its keys."""
 
     @property
     def seq(self) -> int: ...
@@ -142,8 +146,9 @@ class Wakes(Protocol):
 
     def seen(self, keys: Sequence[str] | None = None) -> int: ...
 
-    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
-        """True when it returned because the client of this thread's connection hung up."""
+    def park(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> Park:
+        """A wait for a commit that touches ``keys`` since ``seen``; the loop sends back True when
+        the client hung up meanwhile."""
         ...
 
 
@@ -184,8 +189,9 @@ class ConsoleHost(Protocol):
 
     def dispatch(
         self, method: str, target: str, authorization: str | None, body: bytes, *, console: bool = False
-    ) -> tuple[int, Any]:
-        """Run one API call; with ``console``, only the routes the console exposes exist."""
+    ) -> tuple[int, Any] | Generator[Park, bool, tuple[int, Any]]:
+        """Run one API call; with ``console``, only the routes the console exposes exist. A
+        long-poll's answer comes on its way (yielding its parks)."""
         ...
 
 
@@ -318,6 +324,7 @@ class Console:
                 queue=64,
                 host_names=self.daemon.host_names,
                 tls=self.daemon.tls_context(self.host),
+                workers=WORKERS,
             )
         except OSError as exc:
             raise errors.UsageError(
@@ -428,13 +435,15 @@ class Console:
 
     # ---------------------------------------------------------------- API
 
-    def proxy(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
-        """Run one daemon API call (``target`` without the ``/api`` prefix) as the operator.
+    def proxy(self, method: str, target: str, body: bytes) -> Generator[Park, bool, tuple[int, Any]]:
+        """Run one daemon API call (``target`` without the ``/api`` prefix) as the operator (with
+        ``yield from``: a long-poll parks).
 
         Only the routes the daemon's table marks ``console`` exist here: others are NotFound.
         """
         authorization = f"Bearer {self.daemon.operator_token}"
-        return self.daemon.dispatch(method, target, authorization, body, console=True)
+        got = self.daemon.dispatch(method, target, authorization, body, console=True)
+        return got if isinstance(got, tuple) else (yield from got)
 
     def tail(self, wavelet: str, query: dict[str, str]) -> TailPage:
         store = self._store()
@@ -479,8 +488,9 @@ class Console:
         names = [n for n, _k in store.participants(OPERATOR_PRINCIPAL, wave_id) if n != OPERATOR]
         return PresenceList(presence=self.daemon.presence.rows(wave_id, names))
 
-    def stream(self, wave: str, cursor: str | None, emit: _Emitter) -> None:
-        """Serve one wave's event stream through ``emit`` until the client goes or the daemon stops.
+    def stream(self, wave: str, cursor: str | None, emit: _Emitter) -> Answering:
+        """Serve one wave's event stream through ``emit`` until the client goes or the daemon stops
+        (with ``yield from``: between changes it parks on the loop, holding no thread).
 
         ``cursor`` is the last blip id the client has (``None``: start now). Raises NotFound before
         anything is emitted if the wave does not exist.
@@ -550,7 +560,7 @@ class Console:
                 lapsed = True  # presence TTLs lapse without a commit: re-evaluate them now and then
                 continue
             store.release_reader()  # a parked stream holds no read connection
-            if notifier.wait(seen, min(remaining, ends - time.monotonic()), (blips_key, pres_key)):
+            if (yield notifier.park(seen, min(remaining, ends - time.monotonic()), (blips_key, pres_key))):
                 return  # the client hung up: the stream ends now, not at its next write
             lapsed = notifier.seen((blips_key, pres_key)) == seen
 
@@ -590,8 +600,7 @@ class _Emitter:
         data = "".join(self._buf).encode("utf-8")
         self._buf.clear()
         self.wrote = False
-        self._h.wfile.write(data)
-        self._h.wfile.flush()
+        self._h.send_now(data)
 
 
 # ---------------------------------------------------------------- HTTP plumbing
@@ -651,7 +660,7 @@ class _ConsoleHandler(Handler):
             return False
         return True
 
-    def handle_request(self, body: bytes) -> None:
+    def handle_request(self, body: bytes) -> Answering:
         console = self.server.console
         split = urlsplit(self.path)
         path = split.path
@@ -685,7 +694,7 @@ class _ConsoleHandler(Handler):
             else:
                 self._send(200, _asset(name), ASSETS[name])
         elif path.startswith("/api/v1/"):
-            status, payload = console.proxy(method, self.path.removeprefix("/api"), body)
+            status, payload = yield from console.proxy(method, self.path.removeprefix("/api"), body)
             self._json(status, payload)
         elif (m := _TAIL.fullmatch(path)) and method == "GET":
             self._json(200, console.tail(unquote(m[1]), query))
@@ -696,7 +705,7 @@ class _ConsoleHandler(Handler):
             if cursor is not None and not is_id_like(cursor):
                 raise errors.UsageError(f"cursor {cursor!r} is not a blip id")
             try:
-                console.stream(unquote(m[1]), cursor, _Emitter(self))
+                yield from console.stream(unquote(m[1]), cursor, _Emitter(self))
             except (BrokenPipeError, ConnectionResetError, TimeoutError):
                 log.debug("console: event stream client went away")
             self.close_connection = True

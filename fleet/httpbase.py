@@ -1,7 +1,12 @@
-"""The one stdlib HTTP/1.1 base under the daemon's API and the operator console.
+"""The one HTTP/1.1 base under the daemon's API and the operator console: an asyncio event loop.
 
-:class:`Server` is a threading HTTP server (one thread per connection) and :class:`Handler` the
-request handler both subclass. What a caller (and a client) may rely on, for both:
+:class:`Server` is one listener served by an event loop in a thread of its own; :class:`Handler` the
+per-request object both servers subclass. The loop does the I/O (accepting, TLS, reading heads and
+bodies, writing answers) and holds every parked request: a long-poll or an event stream that waits
+costs a :class:`Park` on the loop, not a thread. Handlers run on the loop itself (the daemon's
+API: a few store calls each), or, for a server given ``workers``, on a small bounded pool of
+threads so that a slow one never stalls the loop's I/O (the console). SQLite's one writer and its
+per-thread readers work as before. What a caller (and a client) may rely on, for both servers:
 
 - **Bodies** are read by ``Content-Length`` only. ``Transfer-Encoding`` is refused (400), as are a
   length that is not a plain decimal number and two ``Content-Length`` headers (400); a body over
@@ -11,51 +16,62 @@ request handler both subclass. What a caller (and a client) may rely on, for bot
   client closed early) is refused (400) and nothing of it runs. Each of these answers closes the connection.
 - **Heads two parsers could read two ways are refused** (400, closing): a target that is not a path
   (absolute-form), a folded header line, a line without a colon or with a name that is not a token
-  (``Host : x``), two ``Host`` headers.
+  (``Host : x``), two ``Host`` headers. A line over :data:`MAX_HEADER_LINE` bytes or more than
+  :data:`MAX_HEADERS` headers is a 431 (a request line that long: 414).
 - **One write per response**: head and body go to the socket in one ``send``, with ``TCP_NODELAY``
   set, so keep-alive clients are not stalled by delayed ACKs. An answer to ``HEAD`` has headers only.
+  Pipelined requests are answered in order, one at a time.
 - **Errors** are JSON ``{"error": {"kind", "message"}}`` (:class:`fleet.models.ErrorEnvelope`) with the
   status :func:`fleet.errors.status_of` gives; malformed HTTP too. Anything unexpected is a 500 that
   says to look at the log (where its traceback is). A client hanging up is routine, logged at debug.
 - **Idle timeout**: a connection on which no complete request head arrives for ``idle_timeout``
   seconds is closed, whether it sits idle between keep-alive requests or trickles a head that never
-  ends (slowloris). While a request is handled (a long-poll, an event stream) nothing is timed but
-  each socket operation, by the same number of seconds.
-- **Hang-ups while parked**: a request handled here runs with its connection bound
-  (:func:`fleet.hangup.bind`), so a wait that parks it (the daemon's notifier) ends as soon as the
-  client closes the connection, not at its timeout.
+  ends (slowloris). A body must keep arriving (``idle_timeout`` at most between its pieces), and an
+  answer the client does not read for ``idle_timeout`` seconds ends the connection. A parked request
+  (a long-poll, an event stream) is not timed but by its own wait.
+- **Parking** (:class:`Park`): a handler that must wait yields a ``Park``; the request then holds no
+  thread (nor, the daemon's, a read connection) until the park's wake-up, its timeout, or the
+  client hanging up (the loop sees the connection's EOF or reset), and resumes (on the loop, or a
+  pool thread) with ``True`` sent in when the client is gone (answer at once: the connection is ending). One
+  commit that wakes many parks schedules them in one call onto the loop.
 - **Host** (:class:`HostRule`): a request whose ``Host`` names neither the address the server is
   bound to nor one of its names is refused (421) before anything runs, so a page on another site
   cannot reach it through DNS rebinding.
 - **Nothing held between requests**: :meth:`Handler.request_done` runs after every admitted request,
   however it ended (the daemon gives its read connection back there). When a burst of connections
-  is over, :meth:`Server.after_burst` runs once (the daemon renews its idle readers; then the URL
-  cache is emptied, garbage collected and the C heap trimmed: :func:`give_back_memory`). Nothing a
-  connection makes is kept by name per request (:meth:`Handler.handle_one_request`), and all
-  threads allocate from one C heap (:func:`one_malloc_arena`), so that trimming reaches it all.
+  is over, :meth:`Server.after_burst` runs once, in a thread of its own (the daemon renews its
+  idle readers; then the URL cache is emptied, garbage collected and the C heap trimmed:
+  :func:`give_back_memory`); all threads allocate from one C heap (:func:`one_malloc_arena`), so
+  that trimming reaches it all.
+- **Per connection**: :func:`connection_notes` is a namespace kept for the connection the calling
+  handler answers (the daemon's feed keeps its last answer there), empty for each new connection.
 - **Graceful stop** (:meth:`Server.stop`): stop accepting, wait (bounded) for the requests in flight;
   a request that arrives while the server is closing is answered 503.
+- **TLS** (``tls=``): each connection's first byte says whether it is a TLS handshake; a client that
+  speaks plain HTTP to a TLS listener instead gets every request refused (400), none runs. The
+  handshake runs on the loop (a slow one holds no one else up).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import gc
-import io
 import ipaddress
 import logging
 import re
 import socket
-import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, cast
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from fleet import errors, hangup
+from fleet import errors
 from fleet.models import ErrorBody, ErrorEnvelope
 from fleet.wire import encode
 
@@ -77,9 +93,13 @@ MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """A request head's limits (the stdlib's): a longer line or more headers is refused (431)."""
 Header = tuple[str, str]
-_METHODS = {m: f"do_{m}" for m in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")}
-"""Request method → handler method name, made once (see :meth:`Handler.handle_one_request`); a
-method not here is answered 501, as the stdlib answers one its handler has no ``do_`` for."""
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]+( HTTP/[0-9]+\.[0-9]+)?\r?\n")
+"""What a request line looks like, for a head not yet complete (the whole of it is checked by
+:meth:`Handler.parse`); one that does not is refused at once."""
+_ANSWERED = frozenset(("GET", "POST"))
+_REFUSED = frozenset(("PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"))
+"""Methods a handler answers, and methods refused (405) once their body and Host are checked; any
+other method is answered 501 before its body is read."""
 
 
 BURST = 64
@@ -267,294 +287,490 @@ class Headers:
         return list(self._items)
 
 
-class _HeadDeadline(socket.SocketIO):
-    """The request socket's reader, with a deadline for a whole request head (the idle timeout).
-
-    Each ``recv`` is bounded by the socket's timeout (``idle``); while a deadline is armed, it is
-    shortened to what is left of the deadline once that is the tighter bound (so a client that
-    trickles one byte per ``idle - ε`` seconds is still cut at the deadline). Off the deadline, the
-    socket's own timeout is restored.
-    """
-
-    def __init__(self, sock: socket.socket, idle: float) -> None:
-        super().__init__(sock, "rb")
-        self._conn = sock
-        self._idle = idle
-        self._deadline: float | None = None
-        self._shortened = False
-
-    def arm(self) -> None:
-        self._deadline = time.monotonic() + self._idle
-
-    def disarm(self) -> None:
-        self._deadline = None
-        if self._shortened:
-            self._shortened = False
-            self._conn.settimeout(self._idle)
-
-    def readinto(self, b: Any) -> int | None:
-        if self._deadline is not None:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no complete request within the idle timeout")
-            if left < self._idle * 0.95:  # the socket's own timeout is no longer the tighter bound
-                self._conn.settimeout(left)
-                self._shortened = True
-        return super().readinto(b)
+WORKERS = 0
+"""Threads a server runs its handlers on by default: none, they run on the loop (the daemon's API:
+each is a few store calls, 0.1-1 ms; measured in ``docs/performance.md``). A server whose handlers
+may take long (the console reads transcripts) is given a pool: then the loop keeps to I/O and
+parking. Parked requests hold no thread either way."""
+STREAM_BUFFER = 4 * 1024 * 1024
+"""Bytes of a streamed answer the client may leave unread before the stream is ended as gone."""
+STOP_DRAIN = 2.0
+"""Seconds a stopping server gives its connections to close (a parked request to answer, an answer
+to finish) once the requests in flight are done or their bound has passed."""
+PIPELINE_BUFFER = 256 * 1024
+"""Bytes a connection may send ahead (pipelined) while its request is answered: reading pauses."""
 
 
-class _Writer(io.BufferedIOBase):
-    """The response side of the socket: every ``write`` is one ``sendall`` (nothing buffered)."""
+class Park(Protocol):
+    """What a handler yields to wait without a thread (the daemon's notifier makes them).
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b: Any) -> int:
-        self._sock.sendall(b)
-        with memoryview(b) as view:
-            return view.nbytes
-
-
-class Server(ThreadingHTTPServer):
-    """One listener. ``closing`` says when new requests get a 503 (the owner's shutdown flag).
-
-    ``body_limit`` is the largest request body taken; ``limit_note`` is appended to the 413 message
-    (what the limit is made of). ``name`` prefixes log lines and names the serving thread.
-    """
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(
-        self,
-        addr: tuple[str, int],
-        handler: type[Handler],
-        *,
-        name: str,
-        body_limit: int,
-        limit_note: str = "",
-        idle_timeout: float = IDLE_TIMEOUT,
-        closing: Callable[[], bool] = lambda: False,
-        queue: int = 128,
-        host_names: Sequence[str] = (),
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        if not idle_timeout > 0:
-            raise errors.UsageError("the idle timeout must be a positive number of seconds")
-        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
-        self.request_queue_size = queue
-        self.name = name
-        self.body_limit = body_limit
-        self.limit_note = limit_note
-        self.idle_timeout = idle_timeout
-        self.closing = closing
-        self.host_rule = HostRule(addr[0], host_names)
-        self.tls = tls
-        """Serve HTTPS with this context (each connection's handshake runs in its own thread)."""
-        self._inflight = 0
-        self._inflight_cond = threading.Condition()
-        self._serving: threading.Thread | None = None
-        self._conns_lock = threading.Lock()
-        self.connections = 0
-        """Client connections open now (a thread each)."""
-        self._peak = 0
-        """The most connections open at once since the last :meth:`after_burst`."""
-        self._quiet: threading.Timer | None = None
-        one_malloc_arena()
-        super().__init__(addr, handler)
+    The server calls :meth:`arm` on the loop with a ``wake`` that any thread may call (once is
+    enough; more is harmless); False means the wait is over already (resume at once). :meth:`disarm`
+    follows every successful ``arm``, however the wait ended: by ``wake``, at ``timeout`` seconds,
+    or with the client gone."""
 
     @property
-    def url(self) -> str:
-        """``http(s)://host:port`` of the bound socket (IPv6 hosts in brackets)."""
-        host, port = self.server_address[:2]
-        host = host.decode() if isinstance(host, bytes) else str(host)
-        scheme = "https" if self.tls is not None else "http"
-        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+    def timeout(self) -> float: ...
 
-    # -- lifecycle
+    def arm(self, wake: Callable[[], None]) -> bool: ...
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
-        self._serving = threading.current_thread()
-        super().serve_forever(poll_interval)
+    def disarm(self) -> None: ...
 
-    def start(self) -> threading.Thread:
-        """Serve in a daemon thread (a short poll interval: :meth:`stop` waits for the loop to notice)."""
-        thread = threading.Thread(target=self.serve_forever, args=(0.05,), name=self.name, daemon=True)
-        self._serving = thread  # before it runs: a stop() right after start() must still shut it down
-        thread.start()
-        return thread
 
-    def stop(self, timeout: float, progress: Callable[[int], None] | None = None) -> None:
-        """Stop accepting, wait up to ``timeout`` s for the requests in flight, close the listener.
+Answering = Generator[Park, bool, None]
+"""A request being answered that may park: it yields parks and is sent, on each resumption,
+whether the client hung up meanwhile."""
 
-        The owner sets ``closing`` first (and wakes what waits on it), so requests that still
-        arrive on kept-alive connections are answered 503. Safe to call from a handler thread.
-        ``progress(n)`` is told the number in flight at first and whenever it drops.
-        """
-        if self._serving is not None and threading.current_thread() is not self._serving:
-            self.shutdown()
-        with self._conns_lock:
-            if self._quiet is not None:
-                self._quiet.cancel()
-        deadline = time.monotonic() + timeout
-        with self._inflight_cond:
-            now = self._inflight
-        while True:
-            if progress is not None:
-                progress(now)
-            left = deadline - time.monotonic()
-            if now == 0 or left <= 0:
-                break
-            with self._inflight_cond:
-                self._inflight_cond.wait_for(lambda last=now: self._inflight != last, left)  # type: ignore[misc]
-                now = self._inflight
-        self.server_close()
+_local = threading.local()
 
-    def enter(self) -> bool:
-        """Count a request in flight; False (count nothing) once the server is closing."""
-        with self._inflight_cond:
-            if self.closing():
-                return False
-            self._inflight += 1
-            return True
 
-    def leave(self) -> None:
-        with self._inflight_cond:
-            self._inflight -= 1
-            self._inflight_cond.notify_all()
+def connection_notes() -> SimpleNamespace:
+    """The notes of the connection the calling handler answers (a fresh namespace outside one)."""
+    notes: SimpleNamespace | None = getattr(_local, "notes", None)
+    return notes if notes is not None else SimpleNamespace()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        """One connection's thread, counted: once a burst of connections has ended (at least
-        :data:`BURST` fewer open than at the peak, and at most a quarter of it), :meth:`after_burst`
-        runs :data:`QUIET` s later, in a thread of its own."""
-        with self._conns_lock:
-            self.connections += 1
-            self._peak = max(self._peak, self.connections)
+
+def _head_end(buf: bytearray) -> int:
+    """The index just past the blank line that ends a request head in ``buf``, or -1."""
+    crlf = buf.find(b"\n\r\n")
+    lf = buf.find(b"\n\n")
+    if crlf < 0:
+        return lf + 2 if lf >= 0 else -1
+    if lf < 0 or crlf < lf:
+        return crlf + 3
+    return lf + 2
+
+
+class _Waker:
+    """Wakes parked connections from any thread: one call onto the loop for a batch of wake-ups
+    (a commit that wakes 64 feeds costs one ``call_soon_threadsafe``, not 64)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._due: list[_Connection] = []
+        self.thread_id = 0
+        """The loop's thread (set when it runs)."""
+
+    def wake(self, conn: _Connection) -> None:
+        with self._lock:
+            first = not self._due
+            self._due.append(conn)
+        if not first:
+            return
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._conns_lock:
-                self.connections -= 1
-                ended = self._peak - self.connections >= BURST and self.connections * 4 <= self._peak
-                if ended and self._quiet is None:
-                    # once the rest of the burst's threads are gone too (they end within moments)
-                    self._quiet = threading.Timer(QUIET, self._burst_over)
-                    self._quiet.daemon = True
-                    self._quiet.start()
+            if threading.get_ident() == self.thread_id:
+                self._loop.call_soon(self._drain)
+            else:
+                self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: the server stopped, nothing waits any more
+            pass
 
-    def _burst_over(self) -> None:
-        with self._conns_lock:
-            self._quiet = None
-            self._peak = self.connections
-        try:
-            self.after_burst()
-        except Exception:
-            log.exception("%s: giving back memory after a burst", self.name)
+    def _drain(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for conn in due:
+            conn.unpark(False)
 
-    def after_burst(self) -> None:
-        """A burst of connections is over: give the memory they used back to the system
-        (:func:`give_back_memory`). Subclasses give back their own caches first."""
-        give_back_memory()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hung up mid-request is routine; anything else is logged with its traceback."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            log.debug("%s: client %s went away: %s", self.name, client_address, exc)
+_HEAD, _BODY, _BUSY, _DRAIN, _CLOSED = range(5)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection on the loop: reads heads and bodies, runs each request (on the pool),
+    parks it when it yields a :class:`Park`, writes what it answered."""
+
+    def __init__(self, server: Server, plaintext: bool = False) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.plaintext = plaintext
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = ("", 0)
+        self.buf = bytearray()
+        self.state = _HEAD
+        self.notes = SimpleNamespace()
+        self.eof = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._handler: Handler | None = None
+        self._answering: Answering | None = None
+        self._length = 0
+        self._drain_left = 0
+        self._parked: Park | None = None
+        self._park_timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._writing = False
+        """The transport paused us: more than its high-water mark waits to be written."""
+        self._unwritten = 0
+        """Answered requests still counted in flight until their answer is written."""
+
+    # -- the transport's callbacks (on the loop)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.peer = transport.get_extra_info("peername") or ("", 0)
+        self.transport.set_write_buffer_limits(high=64 * 1024, low=0)  # resumed: all written
+        self.server.opened(self)
+        self._idle(self.server.idle_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == _DRAIN:
+            self._drain_left -= len(data)
+            if self._drain_left <= 0:
+                self.close()
+            return
+        if self.state == _CLOSED:
+            return
+        self.buf += data
+        if self.state == _HEAD:
+            self._read_head()
+        elif self.state == _BODY:
+            self._idle(self.server.idle_timeout)  # a body must keep arriving, piece after piece
+            self._read_body()
+        elif len(self.buf) > PIPELINE_BUFFER and not self._paused and self.transport is not None:
+            self._paused = True  # busy: what comes meanwhile waits in the kernel, not here
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.state == _BODY and self._handler is not None:
+            h = self._handler
+            h.refuse(
+                errors.UsageError(f"the request body ended after {len(self.buf)} of its {self._length} bytes")
+            )
+            self._flush(h)
+            self.close()
+        elif self.state == _BUSY:
+            self.unpark(True)  # a parked request answers now: its client is gone (or only reads)
+        elif self.state != _CLOSED:
+            self.close()
+        # keep the socket open to write the answer (a half-closed client still reads); over TLS
+        # asyncio closes it anyway, and says so unless told False
+        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = _CLOSED
+        self.eof = True
+        for timer in (self._timer, self._write_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._write_timer = None
+        self.server.closed(self)
+        self._left()
+        self.unpark(True)
+
+    def pause_writing(self) -> None:
+        # the client does not read what it is sent: bounded like any other socket operation
+        self._writing = True
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.server.idle_timeout, self.abort)
+
+    def resume_writing(self) -> None:
+        self._writing = False  # (the low-water mark is 0: all of it was written)
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self._left()
+
+    def _written(self, h: Handler) -> None:
+        """The request ``h`` answered is in flight until its answer has left (a graceful stop waits
+        for a slow reader's answer as for any request): now, or once the socket drained."""
+        h.entered = False
+        self._unwritten += 1
+        if not self._writing or self.state == _CLOSED:
+            self._left()
+
+    def _left(self) -> None:
+        while self._unwritten:
+            self._unwritten -= 1
+            self.server.leave()
+
+    # -- reading
+
+    def _idle(self, seconds: float | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None if seconds is None else self.loop.call_later(seconds, self._timed_out)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self.state in (_HEAD, _BODY):
+            log.debug("%s: %s: no complete request within the idle timeout", self.server.name, self.peer)
+            self.close()
+        elif self.state == _DRAIN:
+            self.close()
+
+    def _read_head(self) -> None:
+        buf = self.buf
+        if buf[:1] == b"\n" or buf[:2] == b"\r\n":  # an empty request line: nothing to answer
+            self.close()
+            return
+        end = _head_end(buf)
+        if end < 0:
+            if buf[:1] == b"\x16" or (b"\n" in buf and not _REQUEST_LINE.match(buf)):
+                self._bad_start()
+            elif len(buf) > MAX_HEADER_LINE:
+                self._head_too_large()
+            return
+        head = bytes(buf[:end])
+        del buf[:end]
+        self._idle(None)
+        h = self.server.handler(self)
+        self._handler = h
+        length = h.parse(head)
+        if length is None:  # refused: answered, closing
+            self._flush(h)
+            self.close()
+            return
+        if length > self.server.body_limit:
+            h.refuse_too_large(length)
+            self._flush(h)
+            self._drain(length)
+            return
+        if h.expect_continue and length > len(buf):
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._length = length
+        self.state = _BODY
+        self._idle(self.server.idle_timeout)
+        self._read_body()
+
+    def _bad_start(self) -> None:
+        """A head whose first line is already wrong (a TLS handshake on a plain listener, noise):
+        refused now, not at the idle timeout (the client waits for an answer, not for more)."""
+        h = self.server.handler(self)
+        if self.buf[:1] == b"\x16":
+            h.refuse(errors.UsageError("this server speaks plain HTTP: use http://, not https://"))
+        elif h._request_line(bytes(self.buf[: self.buf.find(b"\n")])):
+            return  # odd (two spaces), but a request line all the same: read on
+        self._flush(h)
+        self.close()
+
+    def _head_too_large(self) -> None:
+        """A head that has not ended and is already over a limit: 414, or 431 as the parser says."""
+        lines = bytes(self.buf).split(b"\n")
+        h = self.server.handler(self)
+        if len(lines[0]) > MAX_HEADER_LINE:
+            h.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+        elif any(len(line) > MAX_HEADER_LINE + 1 for line in lines[1:]):
+            h.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long")
+        elif len(lines) > MAX_HEADERS + 2:
+            h.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers")
         else:
-            log.exception("%s: error serving %s", self.name, client_address)
+            return  # long, but within the limits so far: read on
+        self._flush(h)
+        self.close()
+
+    def _read_body(self) -> None:
+        if len(self.buf) < self._length:
+            if self.eof:
+                self.eof_received()
+            return
+        body = bytes(self.buf[: self._length])
+        del self.buf[: self._length]
+        self._idle(None)
+        self.state = _BUSY
+        h = self._handler
+        assert h is not None
+        self._answering = h.answer(body)
+        self._step(None)
+
+    def _drain(self, length: int) -> None:
+        """After a refused body: read and drop what the client still sends (bounded in bytes and
+        time), so that it finishes its send and reads the 413 instead of a reset connection."""
+        self.state = _DRAIN
+        self._drain_left = min(length, DRAIN_LIMIT) - len(self.buf)
+        self.buf.clear()
+        if self._drain_left <= 0:
+            self.close()
+            return
+        self._idle(DRAIN_SECONDS)
+
+    # -- answering
+
+    def _step(self, gone: bool | None) -> None:
+        """Run the request on until it parks or ends: on the pool, or here without one."""
+        pool = self.server.pool
+        if pool is None:
+            self._stepped(self._advance(gone))
+            return
+        try:
+            future = pool.submit(self._advance, gone)
+        except RuntimeError:  # the pool is shut down (the server stopped): finish the request here
+            self._advance(gone)
+            return
+        future.add_done_callback(self._from_pool)
+
+    def _from_pool(self, future: Future[Park | None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed (the server stopped meanwhile)
+            self.loop.call_soon_threadsafe(self._stepped, future.result())
+
+    def _advance(self, gone: bool | None) -> Park | None:
+        """One step of the request (on a pool thread): the park it yields, or None once it ended."""
+        answering = self._answering
+        if answering is None:
+            return None
+        _local.notes = self.notes
+        try:
+            return answering.send(gone)  # type: ignore[arg-type]  # (None starts it)
+        except StopIteration:
+            return None
+        except BaseException:  # the handler's own net catches every error: this is a bug here
+            log.exception("%s: internal error answering %s", self.server.name, self.peer)
+            if self._handler is not None:
+                self._handler.close_connection = True
+            return None
+        finally:
+            _local.notes = None
+
+    def _stepped(self, park: Park | None) -> None:
+        h = self._handler
+        if h is not None:
+            self._flush(h)
+        if park is not None:
+            self._park(park)
+            return
+        self._answering = None
+        self._handler = None
+        if h is not None and h.entered:
+            self._written(h)
+        if self.state == _CLOSED:
+            return
+        if h is None or h.close_connection or self.eof or self.server.closing():
+            self.close()
+            return
+        self.state = _HEAD
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        self._idle(self.server.idle_timeout)
+        if self.buf:
+            self._read_head()  # a pipelined request, read while this one was answered
+
+    def _park(self, park: Park) -> None:
+        if self.eof or self.state == _CLOSED:
+            self._step(True)
+            return
+        if not park.arm(functools.partial(self.server.waker.wake, self)):
+            self._step(False)
+            return
+        self._parked = park
+        self.server.parked += 1
+        self._park_timer = self.loop.call_later(max(0.0, park.timeout), self.unpark, False)
+
+    def unpark(self, gone: bool) -> None:
+        """Resume the parked request (on the loop): ``gone``, its client hung up."""
+        park = self._parked
+        if park is None:
+            return
+        self._parked = None
+        self.server.parked -= 1
+        if self._park_timer is not None:
+            self._park_timer.cancel()
+            self._park_timer = None
+        park.disarm()
+        self._step(gone or self.eof)
+
+    # -- writing
+
+    def _flush(self, h: Handler) -> None:
+        if h.out:
+            data = b"".join(h.out) if len(h.out) > 1 else h.out[0]
+            h.out.clear()
+            self.write(data)
+
+    def write(self, data: bytes) -> None:
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(data)
+
+    def send_now(self, data: bytes) -> None:
+        """Write ``data`` from any thread, at once (a stream's events); ConnectionError when the
+        client has gone or has left :data:`STREAM_BUFFER` bytes unread."""
+        t = self.transport
+        if t is None or t.is_closing() or self.state == _CLOSED:
+            raise ConnectionResetError("the client has gone")
+        if t.get_write_buffer_size() > STREAM_BUFFER:
+            self.loop.call_soon_threadsafe(self.abort)
+            raise ConnectionResetError("the client does not read what it is sent")
+        if threading.get_ident() == self.server.waker.thread_id:
+            t.write(data)
+        else:
+            self.loop.call_soon_threadsafe(self.write, data)
+
+    def close(self) -> None:
+        if self.transport is not None and self.state != _CLOSED:
+            self.state = _CLOSED if self._answering is None else self.state
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def end(self) -> None:
+        """At the server's stop: a request still parked is resumed (gone), the connection closed."""
+        self.unpark(True)
+        if self._answering is None:
+            self.close()
 
 
-class Handler(BaseHTTPRequestHandler):
-    """One connection. Subclasses implement :meth:`handle_request` and may override the hooks
-    :meth:`admit` (refuse a request before it counts as in flight) and :meth:`standard_headers`
-    (headers every response of theirs carries)."""
+class Handler:
+    """One request on a connection. Subclasses implement :meth:`handle_request` and may override the
+    hooks :meth:`admit` (refuse a request before it counts as in flight), :meth:`standard_headers`
+    (headers every response of theirs carries) and :meth:`request_done`.
+
+    The request's head is in ``command``, ``path`` (the target, origin-form), ``request_version``
+    and ``headers``; ``close_connection`` says whether the connection ends after the answer."""
 
     protocol_version = "HTTP/1.1"
+    server_version = "fleet"
     server: Server
 
-    # -- connection
-
-    plaintext = False
-    """A plain-HTTP client on a TLS listener: every request it sends is refused (400), none runs."""
-
-    def setup(self) -> None:
-        self.request.settimeout(self.server.idle_timeout)
-        if self.server.tls is not None:
-            self.request = self._tls_handshake(self.request, self.server.tls)
-        self.connection = self.request
-        self.connection.settimeout(self.server.idle_timeout)
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._reader = _HeadDeadline(self.connection, self.server.idle_timeout)
-        self.rfile = io.BufferedReader(self._reader)
-        self.wfile = _Writer(self.connection)
-
-    def _tls_handshake(self, sock: socket.socket, ctx: ssl.SSLContext) -> socket.socket:
-        """The TLS side of a new connection, in its handler thread (a slow handshake holds no one
-        else up); a client that speaks plain HTTP instead keeps its socket, marked :attr:`plaintext`."""
-        import ssl
-
-        first = sock.recv(1, socket.MSG_PEEK)
-        if not first:
-            raise ConnectionAbortedError("closed before a TLS handshake")
-        if first != b"\x16":  # not a TLS handshake record: plain HTTP (or noise)
-            self.plaintext = True
-            return sock
-        try:
-            tls = ctx.wrap_socket(sock, server_side=True)
-        except ssl.SSLError as exc:  # e.g. the client refused our certificate (it pins another)
-            raise ConnectionAbortedError(f"TLS handshake failed: {exc.reason or exc}") from None
-        return tls
-
-    def handle_one_request(self) -> None:
-        """The stdlib's ``handle_one_request`` (request line, head, the ``do_`` method), but the
-        method's name is looked up, not built: the stdlib's ``"do_" + command`` is a new string per
-        request, and each one stays referenced from CPython's method cache (up to 4,096 of them),
-        scattered over memory the connection allocated, which keeps a burst's arenas from being
-        given back (132 such strings alive after a burst of 1,500 connections)."""
-        self._reader.arm()  # from now until the head is parsed: the idle timeout's deadline
-        try:
-            self.raw_requestline = self.rfile.readline(MAX_HEADER_LINE + 1)
-            if len(self.raw_requestline) > MAX_HEADER_LINE:
-                self.requestline = self.request_version = self.command = ""
-                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
-                return
-            if not self.raw_requestline:
-                self.close_connection = True
-                return
-            if not self.parse_request():
-                return  # answered already
-            method = getattr(self, _METHODS.get(self.command, ""), None)
-            if method is None:
-                self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
-                return
-            method()
-            self.wfile.flush()
-        except TimeoutError as exc:  # a read or a write timed out: drop the connection
-            self.log_error("Request timed out: %r", exc)
-            self.close_connection = True
-        finally:
-            self._reader.disarm()
-
-    def parse_request(self) -> bool:
-        ok = self._parse_request()
-        self._reader.disarm()  # the head is in: the body and the answer are timed per operation
-        return ok
-
-    def _parse_request(self) -> bool:
-        """The stdlib's ``parse_request`` (request line, version, keep-alive, ``Expect``), with the
-        headers read into :class:`Headers` instead of through the ``email`` parser, which was a
-        fifth of the daemon's time per request."""
-        self.command = None  # type: ignore[assignment]  # set in case of error on the first line
-        self.request_version = version = self.default_request_version
+    def __init__(self, conn: _Connection) -> None:
+        self.server = conn.server
+        self._conn = conn
+        self.client_address: Any = conn.peer
+        self.plaintext = conn.plaintext
+        """A plain-HTTP client on a TLS listener: every request it sends is refused (400), none runs."""
         self.close_connection = True
-        raw: bytes = self.raw_requestline  # set by handle_one_request
+        self.command = ""
+        self.path = ""
+        self.request_version = "HTTP/0.9"
+        self.requestline = ""
+        self.headers = Headers([])
+        self.expect_continue = False
+        self.entered = False
+        """Counted in flight (:meth:`Server.enter`): until its answer is written or the client gone."""
+        self.out: list[bytes] = []
+        """What the request answered so far, written when its step ends (one write per response)."""
+
+    def address_string(self) -> str:
+        return str(self.client_address[0]) if self.client_address else ""
+
+    # -- the head
+
+    def parse(self, head: bytes) -> int | None:
+        """Parse a complete head: the body's length, or None when refused (answered; closing)."""
+        lines = head.split(b"\n")
+        if not self._request_line(lines[0]) or not self._header_lines(lines[1:]):
+            return None
+        if self.command not in _ANSWERED and self.command not in _REFUSED:
+            self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
+            return None
+        return self.body_length()
+
+    def _request_line(self, raw: bytes) -> bool:
+        """The stdlib's rules for the request line (version, HTTP/0.9, keep-alive by version)."""
+        if len(raw) > MAX_HEADER_LINE:
+            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+            return False
         requestline = str(raw, "iso-8859-1").rstrip("\r\n")
         self.requestline = requestline
         words = requestline.split()
+        version = "HTTP/0.9"
         if not words:
             return False
         if len(words) >= 3:  # enough to determine the protocol version
@@ -564,7 +780,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
                 return False
             major, minor = int(number[0]), int(number[1])
-            if (major, minor) >= (1, 1) and self.protocol_version >= "HTTP/1.1":
+            if (major, minor) >= (1, 1):
                 self.close_connection = False
             if major >= 2:
                 self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"Invalid HTTP version {version[5:]}")
@@ -585,18 +801,20 @@ class Handler(BaseHTTPRequestHandler):
             return False
         if self.path.startswith("//"):  # as the stdlib does (gh-87389): never an absolute URI
             self.path = "/" + self.path.lstrip("/")
+        return True
+
+    def _header_lines(self, lines: list[bytes]) -> bool:
         items: list[tuple[str, str]] = []
-        while True:
-            line = self.rfile.readline(MAX_HEADER_LINE + 1)
+        for line in lines:
             if len(line) > MAX_HEADER_LINE:
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long")
                 return False
-            if line in (b"\r\n", b"\n", b""):
+            if line in (b"\r", b""):
                 break
             if len(items) >= MAX_HEADERS:
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers")
                 return False
-            text = line.decode("iso-8859-1").rstrip("\r\n")
+            text = line.decode("iso-8859-1").rstrip("\r")
             name, sep, value = text.partition(":")
             # A line two parsers could read two ways is refused (RFC 9112 5.1, 5.2): a folded
             # continuation, a line without a colon, a name with spaces before its colon.
@@ -605,27 +823,49 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request head: {why}")
                 return False
             items.append((name.lower(), value.strip(" \t")))
-        self.headers = Headers(items)  # type: ignore[assignment]
+        self.headers = Headers(items)
         if len(self.headers.get_all("Host") or []) > 1:
             self.send_error(HTTPStatus.BAD_REQUEST, "Bad request head: two Host headers")
             return False
         conntype = (self.headers.get("Connection") or "").lower()
         if conntype == "close":
             self.close_connection = True
-        elif conntype == "keep-alive" and self.protocol_version >= "HTTP/1.1":
+        elif conntype == "keep-alive":
             self.close_connection = False
         expect = (self.headers.get("Expect") or "").lower()
-        if expect == "100-continue" and self.request_version >= "HTTP/1.1":
-            return self.handle_expect_100()
+        self.expect_continue = expect == "100-continue" and self.request_version >= "HTTP/1.1"
         return True
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s: %s " + format, self.server.name, self.address_string(), *args)
+    def body_length(self) -> int | None:
+        """The body's length by the rules above, or None when refused (answered; closing). A length
+        over the limit is returned as it is: the connection refuses it (413) and drains it."""
+        if self.headers.get("Transfer-Encoding"):
+            self.refuse(errors.UsageError("chunked request bodies are not supported: send Content-Length"))
+            return None
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            self.refuse(errors.UsageError("two Content-Length headers: send one"))
+            return None
+        raw = lengths[0] if lengths else None
+        if raw is None:
+            return 0
+        if not _LENGTH.fullmatch(raw.strip()):
+            self.refuse(errors.UsageError(f"bad Content-Length {raw!r}"))
+            return None
+        return int(raw)
+
+    def refuse_too_large(self, length: int) -> None:
+        limit = self.server.body_limit
+        note = f": {self.server.limit_note}" if self.server.limit_note else ""
+        self.refuse(
+            errors.PayloadTooLarge(f"request body of {length} bytes is over the limit of {limit}{note}")
+        )
 
     # -- hooks
 
-    def handle_request(self, body: bytes) -> None:
-        """Answer one request whose body was read. Raise a FleetError to answer with it."""
+    def handle_request(self, body: bytes) -> Answering | None:
+        """Answer one request whose body was read; a generator to park (yield a :class:`Park`).
+        Raise a FleetError to answer with it."""
         raise errors.HttpError(405, f"{self.command} is not supported")
 
     def admit(self) -> bool:
@@ -638,8 +878,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def request_done(self) -> None:
         """Called after every request that was admitted, however it ended (answered, refused,
-        failed, the client gone): where a subclass gives back what the request took (the daemon:
-        its read connection), so that nothing is held between a keep-alive connection's requests."""
+        failed, the client gone), on the thread that ran its last step: where a subclass gives back
+        what the request took (the daemon: its read connection), so that nothing is held between
+        a keep-alive connection's requests."""
 
     # -- writing
 
@@ -653,16 +894,13 @@ class Handler(BaseHTTPRequestHandler):
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def respond(self, status: int, body: bytes, content_type: str, headers: Sequence[Header] = ()) -> None:
-        """Write one complete response in one ``send`` (headers only for ``HEAD``)."""
+        """One complete response, written in one ``send`` (headers only for ``HEAD``)."""
         hdrs = [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers]
         if self.close_connection:
             hdrs.append(("Connection", "close"))
-        if getattr(self, "command", None) == "HEAD":
+        if self.command == "HEAD":
             body = b""  # a HEAD answer has the headers only, or a keep-alive client desyncs
-        try:
-            self.wfile.write(self._head(status, hdrs) + body)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True
+        self.out.append(self._head(status, hdrs) + body)
 
     def respond_json(self, status: int, payload: Any, headers: Sequence[Header] = ()) -> None:
         self.respond(status, json_bytes(payload), "application/json", headers)
@@ -672,65 +910,26 @@ class Handler(BaseHTTPRequestHandler):
         self.respond_json(status, ErrorEnvelope(error=ErrorBody(kind=kind, message=exc.message)))
 
     def write_head(self, status: int, headers: Sequence[Header]) -> None:
-        """The head of a streamed answer (no Content-Length: it ends with the connection)."""
+        """The head of a streamed answer (no Content-Length: it ends with the connection), sent at once."""
         self.close_connection = True
-        self.wfile.write(self._head(status, headers))
+        self.send_now(self._head(status, headers))
+
+    def send_now(self, data: bytes) -> None:
+        """Part of a streamed answer, sent at once; ConnectionError when the client has gone."""
+        if self.out:  # what was answered before goes first
+            pending = b"".join(self.out)
+            self.out.clear()
+            self._conn.send_now(pending)
+        self._conn.send_now(data)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Malformed HTTP (bad request line, oversized headers): a JSON error, then close."""
         self.close_connection = True
         self.respond_error(errors.HttpError(code, message or HTTPStatus(code).phrase))
 
-    # -- reading
-
-    def read_body(self) -> bytes | None:
-        """The request body, or None when the request was refused for it (answered; closing)."""
-        if self.headers.get("Transfer-Encoding"):
-            self._refuse(errors.UsageError("chunked request bodies are not supported: send Content-Length"))
-            return None
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:
-            self._refuse(errors.UsageError("two Content-Length headers: send one"))
-            return None
-        raw = lengths[0] if lengths else None
-        if raw is None:
-            return b""
-        if not _LENGTH.fullmatch(raw.strip()):
-            self._refuse(errors.UsageError(f"bad Content-Length {raw!r}"))
-            return None
-        length = int(raw)
-        limit = self.server.body_limit
-        if length > limit:
-            note = f": {self.server.limit_note}" if self.server.limit_note else ""
-            self._refuse(
-                errors.PayloadTooLarge(f"request body of {length} bytes is over the limit of {limit}{note}")
-            )
-            self._drain(length)
-            return None
-        body = self.rfile.read(length) if length else b""
-        if len(body) < length:  # the client closed early: an incomplete request applies nothing
-            self._refuse(errors.UsageError(f"the request body ended after {len(body)} of its {length} bytes"))
-            return None
-        return body
-
-    def _refuse(self, exc: errors.FleetError) -> None:
+    def refuse(self, exc: errors.FleetError) -> None:
         self.close_connection = True
         self.respond_error(exc)
-
-    def _drain(self, length: int) -> None:
-        """After refusing a body, read and drop what the client is still sending (bounded in bytes
-        and time), so that it finishes its send and reads the 413 instead of a reset connection."""
-        budget = min(length, DRAIN_LIMIT)
-        deadline = time.monotonic() + DRAIN_SECONDS
-        try:
-            self.connection.settimeout(DRAIN_SECONDS)
-            while budget > 0 and time.monotonic() < deadline:
-                chunk = self.rfile.read1(min(budget, 65536))
-                if not chunk:
-                    break
-                budget -= len(chunk)
-        except OSError:
-            pass
 
     # -- dispatch
 
@@ -738,7 +937,7 @@ class Handler(BaseHTTPRequestHandler):
         """The :class:`HostRule` check; a refusal is answered (421) and closes the connection.
         A plain-HTTP request on a TLS listener is refused here too (400)."""
         if self.plaintext:
-            self._refuse(
+            self.refuse(
                 errors.UsageError(
                     "this server speaks HTTPS only: use https:// with its certificate fingerprint"
                     " (https://HOST:PORT#sha256=…, or `fleet remote join`)"
@@ -748,7 +947,7 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.server.host_rule.allows(host):
             return True
-        self._refuse(
+        self.refuse(
             errors.HttpError(
                 421,
                 f"this server does not answer to the name {(host or '')[:100]!r}: use the address it"
@@ -758,17 +957,25 @@ class Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _handle(self) -> None:
-        body = self.read_body()
-        if body is None or not self.host_ok() or not self.admit():
+    def answer(self, body: bytes) -> Answering:
+        """The whole request, its body read: the checks, then :meth:`handle_request` (resumed across
+        its parks), then :meth:`request_done` however it ended."""
+        if not self.host_ok():
+            return
+        if self.command in _REFUSED:
+            self.respond_error(errors.HttpError(405, f"{self.command} is not supported"))
+            return
+        if not self.admit():
             return
         if not self.server.enter():
             self.close_connection = True
             self.respond_error(errors.DaemonUnreachable("the daemon is shutting down"))
             return
+        self.entered = True  # in flight until its answer is written (the connection says when)
         try:
-            with hangup.bind(self.connection):  # a parked wait notices this client hanging up
-                self.handle_request(body)
+            parking = self.handle_request(body)
+            if parking is not None:
+                yield from parking
         except errors.FleetError as exc:
             self.respond_error(exc)
         except (ConnectionError, TimeoutError):
@@ -777,20 +984,269 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("%s: internal error on %s %s", self.server.name, self.command, self.path)
             self.respond_error(errors.FleetError("internal error: see the daemon log (`fleet paths`)"))
         finally:
+            self.request_done()
+
+
+class Server:
+    """One listener and the event loop that serves it. ``closing`` says when new requests get a 503
+    (the owner's shutdown flag).
+
+    ``body_limit`` is the largest request body taken; ``limit_note`` is appended to the 413 message
+    (what the limit is made of). ``name`` prefixes log lines and names the loop's thread.
+    ``workers``: the handlers' pool, all of its threads started at once (0: run them on the loop).
+    """
+
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[Handler],
+        *,
+        name: str,
+        body_limit: int,
+        limit_note: str = "",
+        idle_timeout: float = IDLE_TIMEOUT,
+        closing: Callable[[], bool] = lambda: False,
+        queue: int = 128,
+        host_names: Sequence[str] = (),
+        tls: ssl.SSLContext | None = None,
+        workers: int = WORKERS,
+    ) -> None:
+        if not idle_timeout > 0:
+            raise errors.UsageError("the idle timeout must be a positive number of seconds")
+        self.handler = handler
+        self.name = name
+        self.body_limit = body_limit
+        self.limit_note = limit_note
+        self.idle_timeout = idle_timeout
+        self.closing = closing
+        self.host_rule = HostRule(addr[0], host_names)
+        self.tls = tls
+        """Serve HTTPS with this context (a plain-HTTP client gets its requests refused)."""
+        family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(queue)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self.socket = sock
+        self.server_address: tuple[Any, ...] = sock.getsockname()
+        one_malloc_arena()
+        self.loop = asyncio.new_event_loop()
+        self.waker = _Waker(self.loop)
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix=f"{name}-worker") if workers else None
+        if self.pool is not None:  # every worker from the start: an idle server's footprint is its busy one's
+            ready = threading.Barrier(workers + 1)
+            for _ in range(workers):
+                self.pool.submit(ready.wait)
+            ready.wait()
+        self._listener: asyncio.AbstractServer | None = None
+        self._conns: set[_Connection] = set()
+        self.connections = 0
+        """Client connections open now."""
+        self.parked = 0
+        """Requests parked now (on the loop; holding no thread)."""
+        self._peak = 0
+        """The most connections open at once since the last :meth:`after_burst`."""
+        self._quiet: asyncio.TimerHandle | None = None
+        self._inflight = 0
+        self._inflight_cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """``http(s)://host:port`` of the bound socket (IPv6 hosts in brackets)."""
+        host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+    # -- lifecycle
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Run the loop in this thread until :meth:`stop` (``poll_interval`` is not used: the loop
+        wakes on what happens, not on a timer)."""
+        self._thread = self._thread or threading.current_thread()
+        self.waker.thread_id = threading.get_ident()
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._listen())
+            self.loop.run_forever()
+        finally:
             try:
-                self.request_done()
+                for conn in list(self._conns):
+                    conn.end()
+                self.loop.run_until_complete(self._closed_all(STOP_DRAIN))
             finally:
-                self.server.leave()
+                self.socket.close()
+                self.loop.close()
+                self._stopped.set()
 
-    do_GET = _handle
-    do_POST = _handle
+    async def _closed_all(self, seconds: float) -> None:
+        """Until every connection has closed (what they still had to write, written), at most ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self._conns and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
-    def _unsupported(self) -> None:
-        if self.read_body() is None or not self.host_ok():
-            return  # already answered (bad Content-Length, body too large, a foreign Host)
-        self.respond_error(errors.HttpError(405, f"{self.command} is not supported"))
+    async def _listen(self) -> None:
+        if self.tls is None:
+            self._listener = await self.loop.create_server(lambda: _Connection(self), sock=self.socket)
+        else:  # each connection's first byte says TLS or not: accepted here, then sniffed
+            self.loop.add_reader(self.socket.fileno(), self._accept)
 
-    do_PUT = _unsupported
-    do_DELETE = _unsupported
-    do_PATCH = _unsupported
-    do_HEAD = _unsupported
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                conn, _addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of descriptors: the next accept may do
+                log.warning("%s: accepting a connection: %s", self.name, exc)
+                return
+            conn.setblocking(False)
+            self._sniff(conn)
+
+    def _sniff(self, conn: socket.socket) -> None:
+        fd = conn.fileno()
+
+        def give_up() -> None:
+            self.loop.remove_reader(fd)
+            conn.close()
+
+        timer = self.loop.call_later(self.idle_timeout, give_up)
+
+        def readable() -> None:
+            self.loop.remove_reader(fd)
+            timer.cancel()
+            try:
+                first = conn.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                self.loop.add_reader(fd, readable)
+                return
+            except OSError:
+                first = b""
+            if not first:
+                conn.close()
+                return
+            tls = first == b"\x16"  # a TLS handshake record; anything else is plain HTTP (or noise)
+            coro = self.loop.connect_accepted_socket(
+                lambda: _Connection(self, plaintext=not tls),
+                conn,
+                ssl=self.tls if tls else None,
+                ssl_handshake_timeout=self.idle_timeout if tls else None,
+            )
+            self.loop.create_task(coro).add_done_callback(self._handshaken)
+
+        self.loop.add_reader(fd, readable)
+
+    def _handshaken(self, task: asyncio.Task[Any]) -> None:
+        exc = task.exception() if not task.cancelled() else None
+        if exc is not None:  # e.g. the client refused our certificate (it pins another)
+            log.debug("%s: TLS handshake failed: %s", self.name, exc)
+
+    def start(self) -> threading.Thread:
+        """Serve in a daemon thread; the socket listens already (connections queue until the loop runs)."""
+        thread = threading.Thread(target=self.serve_forever, name=self.name, daemon=True)
+        self._thread = thread
+        thread.start()
+        return thread
+
+    def stop(self, timeout: float, progress: Callable[[int], None] | None = None) -> None:
+        """Stop accepting, wait up to ``timeout`` s for the requests in flight, close the listener.
+
+        The owner sets ``closing`` first (and wakes what waits on it), so requests that still
+        arrive on kept-alive connections are answered 503. ``progress(n)`` is told the number in
+        flight at first and whenever it drops. Not from the loop's own thread.
+        """
+        self._call(self._stop_accepting)
+        deadline = time.monotonic() + timeout
+        with self._inflight_cond:
+            now = self._inflight
+        while True:
+            if progress is not None:
+                progress(now)
+            left = deadline - time.monotonic()
+            if now == 0 or left <= 0:
+                break
+            with self._inflight_cond:
+                self._inflight_cond.wait_for(lambda last=now: self._inflight != last, left)  # type: ignore[misc]
+                now = self._inflight
+        self.server_close()
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        if self._stopped.is_set():
+            return
+        with contextlib.suppress(RuntimeError):  # closed already
+            self.loop.call_soon_threadsafe(fn)
+
+    def _stop_accepting(self) -> None:
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
+        if self._listener is not None:
+            self._listener.close()
+        elif self.tls is not None:
+            self.loop.remove_reader(self.socket.fileno())
+
+    def server_close(self) -> None:
+        """End the loop (each connection closed, a request still parked resumed as gone) and the pool."""
+        if self._thread is None:  # never served
+            self.socket.close()
+            self.loop.close()
+            self._stopped.set()
+        else:
+            self._call(self.loop.stop)
+            if self._thread is not threading.current_thread():
+                self._stopped.wait(10)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def enter(self) -> bool:
+        """Count a request in flight; False (count nothing) once the server is closing."""
+        with self._inflight_cond:
+            if self.closing():
+                return False
+            self._inflight += 1
+            return True
+
+    def leave(self) -> None:
+        with self._inflight_cond:
+            self._inflight -= 1
+            self._inflight_cond.notify_all()
+
+    # -- bursts (on the loop)
+
+    def opened(self, conn: _Connection) -> None:
+        self._conns.add(conn)
+        self.connections += 1
+        self._peak = max(self._peak, self.connections)
+
+    def closed(self, conn: _Connection) -> None:
+        """A connection ended: once a burst of them has (at least :data:`BURST` fewer open than at
+        the peak, and at most a quarter of it), :meth:`after_burst` runs :data:`QUIET` s later."""
+        self._conns.discard(conn)
+        self.connections -= 1
+        ended = self._peak - self.connections >= BURST and self.connections * 4 <= self._peak
+        if ended and self._quiet is None:
+            self._quiet = self.loop.call_later(QUIET, self._burst_over)
+
+    def _burst_over(self) -> None:
+        self._quiet = None
+        self._peak = self.connections
+        # in a thread of its own: it collects garbage and walks the C heap (tens of ms)
+        threading.Thread(target=self._after_burst, name=f"{self.name}-give-back", daemon=True).start()
+
+    def _after_burst(self) -> None:
+        try:
+            self.after_burst()
+        except Exception:
+            log.exception("%s: giving back memory after a burst", self.name)
+
+    def after_burst(self) -> None:
+        """A burst of connections is over: give the memory they used back to the system
+        (:func:`give_back_memory`). Subclasses give back their own caches first."""
+        give_back_memory()

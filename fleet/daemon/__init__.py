@@ -9,7 +9,8 @@ What a caller may rely on (each module's docstring says more):
 - :mod:`fleet.daemon.dispatch`: each route of the table bound to its handler by name; tokens,
   request keys (a repeat gets the first answer) and long-polls.
 - :mod:`fleet.daemon.wakes`: long-polls wake on commits that touch what they read (keyed waiters),
-  never by polling; each wake-up re-checks that the reader may still see what it reads.
+  never by polling; each wake-up re-checks that the reader may still see what it reads. A waiting
+  long-poll is a park on the HTTP loop (:mod:`fleet.httpbase`): it holds no thread.
 - :mod:`fleet.daemon.request`: a request's strict parsing (bodies, query parameters).
 - The handlers, one module per noun: :mod:`~fleet.daemon.meta`, :mod:`~fleet.daemon.waves`,
   :mod:`~fleet.daemon.wavelets`, :mod:`~fleet.daemon.blips`, :mod:`~fleet.daemon.summaries`,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fleet.daemon.request import Answer, Rebuild, Request
+from fleet.daemon.request import Answer, Parking, Rebuild, Request
 from fleet.models import BlipList, BlipPage, NewBlip, NewSurface, NewSystemBlip
 from fleet.store.events import BlipPosted, BlipReplaced, BlipSurfaced, Event
 from fleet.store.rows import shown
@@ -41,13 +41,13 @@ def replace(d: Dispatcher, r: Request) -> Answer:
     return 201, blip
 
 
-def read(d: Dispatcher, r: Request) -> Answer:
+def read(d: Dispatcher, r: Request) -> Parking[Answer]:
     wl = d.s.resolve(r.who, r.arg)
     after = r.text("after") or ""
     limit = r.q_int("limit", 500)
     history = r.flag("history")
     wait = r.q_float("wait", 0.0)
-    blips = d.long_poll(
+    blips = yield from d.long_poll(
         wait,
         lambda: d.s.read_resolved(r.who, wl.id, after=after, limit=limit, history=history),
         lambda got: not got,

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -41,9 +41,9 @@ from fleet.daemon import (
     wavelets,
     waves,
 )
-from fleet.daemon.request import NOBODY, Answer, Handler, Raw, Rebuild, Request
+from fleet.daemon.request import NOBODY, Answer, Answered, Handler, Parking, Raw, Rebuild, Request, at_once
 from fleet.daemon.wakes import Notifier, member_key
-from fleet.httpbase import json_bytes
+from fleet.httpbase import connection_notes, json_bytes
 from fleet.models import MAX_REF, ErrorBody, ErrorEnvelope, Wavelet
 from fleet.routes import ROUTES, Route
 from fleet.store import Principal, Store
@@ -114,7 +114,7 @@ class Bound:
 def _rerun(d: Dispatcher, r: Request, _e: Event) -> Answer:
     """A write that is the same whether applied once or twice (a set, a close, a record): run it again."""
     route, _args = d.route(r.method, r.path)
-    return route.handler(d, r)
+    return at_once(route.handler(d, r))
 
 
 def bind(routes: Sequence[Route[object]], modules: Sequence[object]) -> tuple[Bound, ...]:
@@ -165,8 +165,12 @@ class Dispatcher:
     notifier: Notifier
     presence: presence.PresenceBook
     supervisors: supervisor.SupervisorBook
-    conn_notes: threading.local
-    """Per client connection (a thread serves one): its last feed answer (:class:`feed._LastFeed`)."""
+
+    @property
+    def conn_notes(self) -> SimpleNamespace:
+        """Per client connection (:func:`fleet.httpbase.connection_notes`): its last feed answer
+        (:class:`feed._LastFeed`)."""
+        return connection_notes()
 
     def authenticate(self, header: str | None) -> Principal:
         if not header or not header.startswith("Bearer "):
@@ -218,10 +222,11 @@ class Dispatcher:
         *,
         console: bool = False,
         key: str | None = None,
-    ) -> Answer:
+    ) -> Answered:
         """Run one API call: ``target`` is the request target (path and query), ``authorization``
         the ``Authorization`` header, ``key`` the ``Idempotency-Key`` header. ``console``: only the
-        routes the console exposes exist."""
+        routes the console exposes exist. A long-poll's answer comes on its way (:data:`Parking`):
+        the HTTP base drives it."""
         split = urlsplit(target)
         route, args = self.route(method, split.path, console=console)
         for n, arg in zip(route.route.params, args, strict=False):
@@ -254,7 +259,7 @@ class Dispatcher:
             if found is not None:
                 return self._repeat(route, r, claim, found, run)
             try:
-                status, payload = route.handler(self, r)
+                status, payload = at_once(route.handler(self, r))
             except errors.FleetError as exc:
                 if run.seq is not None:  # it wrote, then failed: the repeat must fail alike
                     status, kind = errors.status_of(exc)
@@ -330,9 +335,11 @@ class Dispatcher:
         *,
         start: tuple[int, Sequence[str], M] | None = None,
         basis: list[tuple[int, Sequence[str]]] | None = None,
-    ) -> M:
+    ) -> Parking[M]:
         """``fetch()`` until it is not ``empty`` or ``wait`` (capped) lapses, waking on commits that
-        touch ``keys(result)`` (None: any commit).
+        touch ``keys(result)`` (None: any commit); a handler runs it with ``yield from``. Each wait
+        is a :class:`fleet.daemon.wakes.Parked` yielded to the HTTP loop: it holds no thread and no
+        read connection, and ends early when the client hangs up (the result so far is returned).
 
         ``start``: (what :meth:`Notifier.seen` of its keys was before a fetch, those keys, the empty
         result that fetch would give): when nothing touched the keys since, park at once without
@@ -344,7 +351,7 @@ class Dispatcher:
             seen, watched, result = start
             if self.notifier.seen(watched) == seen:
                 self.s.release_reader()  # a parked long-poll holds no read connection
-                if self.notifier.wait(seen, deadline - time.monotonic(), watched):
+                if (yield self.notifier.park(seen, deadline - time.monotonic(), watched)):
                     return result  # the client hung up
                 if deadline - time.monotonic() <= 0:
                     return result
@@ -367,5 +374,5 @@ class Dispatcher:
                     continue  # something committed since the fetch began: fetch again under them
                 seen = unchanged  # nothing did: what the fetch saw is what the keys say now
             self.s.release_reader()  # a parked long-poll holds no read connection
-            if self.notifier.wait(seen, remaining, watched):
+            if (yield self.notifier.park(seen, remaining, watched)):
                 return result  # the client hung up: answer now, the connection ends with it

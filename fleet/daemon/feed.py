@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleet import errors
-from fleet.daemon.request import Answer, Request
+from fleet.daemon.request import Answer, Parking, Request
 from fleet.daemon.wakes import member_key
 from fleet.models import Feed, FeedRequest, FeedWavelet
 
@@ -30,7 +30,7 @@ class _LastFeed:
     wavelets: list[FeedWavelet]
 
 
-def feed(d: Dispatcher, r: Request) -> Answer:
+def feed(d: Dispatcher, r: Request) -> Parking[Answer]:
     body = r.model(FeedRequest)
     if not body.wait >= 0:  # also NaN, which would otherwise wait forever
         raise errors.UsageError("wait must be a non-negative number of seconds")
@@ -42,7 +42,7 @@ def feed(d: Dispatcher, r: Request) -> Answer:
     if last is not None and last.asked == asked and last.next_cursors == body.cursors:
         start = (last.seen, last.keys, Feed(wavelets=last.wavelets, blips=[]))
     basis: list[tuple[int, Sequence[str]]] = []
-    feed = d.long_poll(
+    feed = yield from d.long_poll(
         body.wait,
         lambda: d.s.feed(r.who, r.arg, body.participant, body.cursors, limit=body.limit),
         lambda f: not f.blips,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fleet.console import presence_key
-from fleet.daemon.request import Answer, Rebuild, Request
+from fleet.daemon.request import Answer, Parking, Rebuild, Request
 from fleet.daemon.wakes import permission_key
 from fleet.records.permissions import PermissionAnswer, PermissionAsk, PermissionList, PermissionSettled
 from fleet.store.events import Event, PermissionAnswered, PermissionAsked
@@ -33,12 +33,12 @@ def permissions(d: Dispatcher, r: Request) -> Answer:
     return 200, PermissionList(requests=got)
 
 
-def permission(d: Dispatcher, r: Request) -> Answer:
+def permission(d: Dispatcher, r: Request) -> Parking[Answer]:
     """One request; with ``wait``, a long-poll until it is no longer pending (what the hook waits on)."""
     wave, request_id = r.args
     wait = r.q_float("wait", 0.0)
     wave_id = d.s.wave_id(r.who, wave)
-    req = d.long_poll(
+    req = yield from d.long_poll(
         wait,
         lambda: d.s.permissions.get(r.who, wave_id, request_id),
         lambda got: got.state == "pending",

@@ -10,11 +10,12 @@ before the handler runs anything; a query parameter is read only if the route de
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleet import errors
+from fleet.httpbase import Park
 from fleet.routes import Route
 from fleet.store import Principal
 from fleet.store.events import Event
@@ -141,9 +142,14 @@ MAX_INT = 10**15
 def _lone_surrogate(data: Any, where: str = "") -> tuple[str, str] | None:
     """The field path and the first lone surrogate of a string in ``data`` (keys included), if any."""
     if isinstance(data, str):
-        for ch in data:
-            if "\ud800" <= ch <= "\udfff":
-                return where, ch
+        # in C, not a loop over the characters (a 200 KB text: 19.8 ms that way, 0.2 ms this way):
+        # the only characters UTF-8 cannot encode are surrogates
+        if data.isascii():
+            return None
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where, data[exc.start]
         return None
     if isinstance(data, dict):
         for k, v in data.items():
@@ -181,8 +187,30 @@ class Raw(bytes):
     """An answer already in JSON (a request key's stored answer), sent as it is."""
 
 
-Handler = Callable[["Dispatcher", Request], Answer]
+Parking = Generator[Park, bool, M]
+"""A long-poll's ``M``, on its way: it yields its parks to the HTTP loop (holding no thread) and is
+sent, at each resumption, whether the client hung up (:meth:`Dispatcher.long_poll`)."""
+
+Answered = Answer | Parking[Answer]
+"""What a handler gives back: its answer, or (a long-poll) the answer on its way."""
+
+Handler = Callable[["Dispatcher", Request], Answered]
 """What serves a route: bound to it by name (:func:`fleet.daemon.dispatch.bind`)."""
+
+
+def at_once(got: Answered) -> Answer:
+    """The answer of a handler that must not park (a keyed write, a rebuild): a FleetError (500)
+    naming the daemon's bug if it does."""
+    if isinstance(got, tuple):
+        return got
+    try:
+        next(got)
+    except StopIteration as stop:
+        answer: Answer = stop.value
+        return answer
+    got.close()
+    raise errors.FleetError("the daemon's handler waited where it cannot (a keyed write): the daemon's bug")
+
 
 Rebuild = Callable[["Dispatcher", Request, Event], Answer]
 """How a write's answer is rebuilt from the event it recorded, when the daemon died before storing it."""

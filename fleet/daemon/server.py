@@ -42,7 +42,7 @@ from fleet.daemon.presence import PresenceBook
 from fleet.daemon.request import Raw
 from fleet.daemon.supervisor import SupervisorBook
 from fleet.daemon.wakes import Notifier
-from fleet.httpbase import IDLE_TIMEOUT, Handler, Server, is_loopback, is_wildcard, parse_listen
+from fleet.httpbase import IDLE_TIMEOUT, Answering, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, Endpoint, StopProgress
 from fleet.paths import Paths, ensure_private_dir, write_private
 from fleet.store import Store, open_store
@@ -141,7 +141,6 @@ class Daemon(Dispatcher):
         self.presence = PresenceBook(ping_ttl=ping_ttl)
         self.supervisors = SupervisorBook()
         self.notifier = Notifier()
-        self.conn_notes = threading.local()
         self._lock_fd: int | None = None
         self._store_lock: StoreLock | None = None
         self._httpd: _ApiServer | None = None
@@ -395,14 +394,15 @@ class _ApiHandler(Handler):
     server_version = f"fleet/{__version__}"
     server: _ApiServer
 
-    def handle_request(self, body: bytes) -> None:
-        status, payload = self.server.daemon.dispatch(
+    def handle_request(self, body: bytes) -> Answering:
+        got = self.server.daemon.dispatch(
             self.command,
             self.path,
             self.headers.get("Authorization"),
             body,
             key=self.headers.get("Idempotency-Key"),
         )
+        status, payload = got if isinstance(got, tuple) else (yield from got)
         if isinstance(payload, Raw):
             self.respond(status, payload, "application/json")
         else:
@@ -410,7 +410,7 @@ class _ApiHandler(Handler):
 
     def request_done(self) -> None:
         """Each request gives its thread's read connection back to the store's pool as it ends: an
-        idle keep-alive connection holds none."""
+        idle keep-alive connection holds none (nor does a parked one: the long-poll gave it back)."""
         store = self.server.daemon.store
         if store is not None:
             store.release_reader()

@@ -8,28 +8,26 @@ a wave's id is its own key), or in :mod:`fleet.console` for the console's stream
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-
-from fleet import hangup
+from collections.abc import Callable, Sequence
 
 
 class Notifier:
     """Wakes long-polls when something they watch commits: waiters keyed by what they read.
 
     A commit bumps the keys it touched (its wavelet's id, its wave's id, a member key for roster
-    changes); only waiters on one of those keys wake, each on an event of its own, so a post to a
-    wave nobody reads wakes nobody. A waiter compares the sum of its keys' counters (each only
-    grows, so the sum changes exactly when one of them did) with what it saw before its fetch, so a
-    commit between fetch and wait is never missed. No polling. ``bump()`` with no keys and
-    :meth:`close` wake everyone.
+    changes); only waiters on one of those keys wake (each a :class:`Parked` on the HTTP loop,
+    holding no thread), so a post to a wave nobody reads wakes nobody. A waiter compares the sum of
+    its keys' counters (each only grows, so the sum changes exactly when one of them did) with what
+    it saw before its fetch, so a commit between fetch and wait is never missed. No polling.
+    ``bump()`` with no keys and :meth:`close` wake everyone.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = 0
         self._counts: dict[str, int] = {}
-        self._waiters: dict[str, set[threading.Event]] = {}
-        self._everything: set[threading.Event] = set()
+        self._waiters: dict[str, set[Parked]] = {}
+        self._everything: set[Parked] = set()
         """Waiters without keys: any commit wakes them."""
         self.closing = False
 
@@ -69,51 +67,73 @@ class Notifier:
             for k in keys:
                 self._counts[k] = self._counts.get(k, 0) + 1
                 woken |= self._waiters.get(k, set())
-        for event in woken:
-            event.set()
+        for waiter in woken:
+            waiter.set()
 
     def close(self) -> None:
         with self._lock:
             self.closing = True
             woken = set(self._everything).union(*self._waiters.values())
-        for event in woken:
-            event.set()
+        for waiter in woken:
+            waiter.set()
 
-    def wait(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> bool:
-        """Return when a commit touched ``keys`` since ``seen`` was taken, at ``timeout``, at close,
-        or when the client of the connection this thread answers (:func:`fleet.hangup.current`)
-        hangs up: True then (answer at once, the connection is ending), else False."""
-        event = threading.Event()
-        gone = threading.Event()
+    def park(self, seen: int, timeout: float, keys: Sequence[str] | None = None) -> Parked:
+        """A wait (what a handler yields: :class:`fleet.httpbase.Park`) until a commit touches
+        ``keys`` (None: any commit) since ``seen`` was taken, at ``timeout``, or at close. It holds
+        no thread: the HTTP loop arms it, and a bump calls its wake-up from the bumping thread."""
+        return Parked(self, seen, timeout, keys)
+
+    def _arm(self, waiter: Parked) -> bool:
         with self._lock:
+            keys = waiter.keys
             now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
-            if self.closing or now != seen:
+            if self.closing or now != waiter.seen:
                 return False
             if keys is None:
-                self._everything.add(event)
+                self._everything.add(waiter)
             else:
                 for k in keys:
-                    self._waiters.setdefault(k, set()).add(event)
+                    self._waiters.setdefault(k, set()).add(waiter)
+            return True
 
-        def hung_up() -> None:
-            gone.set()
-            event.set()
+    def _disarm(self, waiter: Parked) -> None:
+        with self._lock:
+            if waiter.keys is None:
+                self._everything.discard(waiter)
+                return
+            for k in waiter.keys:
+                waiters = self._waiters.get(k)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiters[k]
 
-        try:
-            with hangup.watch(hangup.current(), hung_up):
-                event.wait(timeout)
-            return gone.is_set()
-        finally:
-            with self._lock:
-                if keys is None:
-                    self._everything.discard(event)
-                else:
-                    for k in keys:
-                        waiters = self._waiters.get(k)
-                        if waiters is not None:
-                            waiters.discard(event)
-                            if not waiters:
-                                del self._waiters[k]
+
+class Parked:
+    """One parked wait on a :class:`Notifier` (a :class:`fleet.httpbase.Park`)."""
+
+    __slots__ = ("_notifier", "_wake", "keys", "seen", "timeout")
+
+    def __init__(self, notifier: Notifier, seen: int, timeout: float, keys: Sequence[str] | None) -> None:
+        self._notifier = notifier
+        self.seen = seen
+        self.timeout = timeout
+        self.keys = tuple(keys) if keys is not None else None
+        self._wake: Callable[[], None] | None = None
+
+    def arm(self, wake: Callable[[], None]) -> bool:
+        self._wake = wake
+        return self._notifier._arm(self)
+
+    def disarm(self) -> None:
+        self._notifier._disarm(self)
+        self._wake = None
+
+    def set(self) -> None:
+        """Woken (by a bump or the close): what the notifier calls, outside its lock."""
+        wake = self._wake
+        if wake is not None:
+            wake()
 
 
 def member_key(wave_id: str, participant: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fleet.console import tree_key
-from fleet.daemon.request import Answer, Rebuild, Request
+from fleet.daemon.request import Answer, Parking, Rebuild, Request
 from fleet.models import BlipPage, NewWave, WaveList
 from fleet.store.events import Event, WaveCreated
 
@@ -32,13 +32,13 @@ def activity(d: Dispatcher, r: Request) -> Answer:
     return 200, d.s.activity(r.who, r.arg)
 
 
-def read_wave(d: Dispatcher, r: Request) -> Answer:
+def read_wave(d: Dispatcher, r: Request) -> Parking[Answer]:
     """Every blip of the wave after ``after`` (long-poll): the operator's whole-wave stream."""
     after = r.text("after") or ""
     limit = r.q_int("limit", 500)
     wait = r.q_float("wait", 0.0)
     wave_id = str(d.s.access.wave(r.who, r.arg)["id"]) if wait > 0 else ""
-    blips = d.long_poll(
+    blips = yield from d.long_poll(
         wait,
         lambda: d.s.read_wave_after(r.who, r.arg, after, limit=limit),
         lambda got: not got,

@@ -4,7 +4,6 @@ presence; another wave's commits reach no stream; a stream whose browser went aw
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from conftest import retry_until
@@ -12,11 +11,13 @@ from consolehelp import EventStream, login
 
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.httpbase import connection_notes
 from fleet.models import PresenceReport
 
 
 class Calls:
-    """Which threads called a store method (the stream runs in one thread of its own)."""
+    """Which connections called a store method (the stream is one connection of its own, whichever
+    of the server's threads runs each of its steps): :func:`fleet.httpbase.connection_notes`."""
 
     def __init__(self, daemon: Daemon, name: str) -> None:
         self.threads: list[int] = []
@@ -24,7 +25,7 @@ class Calls:
         real = getattr(store, name)
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            self.threads.append(threading.get_ident())
+            self.threads.append(id(connection_notes()))
             return real(*args, **kwargs)
 
         setattr(store, name, wrapped)

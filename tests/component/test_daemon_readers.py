@@ -33,10 +33,6 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def threads(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/task"))
-
-
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -194,9 +190,9 @@ def settled(r: Running) -> tuple[int, int]:
     for _ in range(20):
         c.send("GET", f"/v1/wavelets/{r.main}/blips")
         assert c.receive()[0] == 200
-    serving = threads(r.proc.pid)
+    serving = fds(r.proc.pid)
     c.close()
-    retry_until(lambda: threads(r.proc.pid) < serving, 10, 0.02, "the connection's thread ended")
+    retry_until(lambda: fds(r.proc.pid) < serving, 10, 0.02, "the connection's socket closed")
     return r.db_fds(), r.rss()
 
 
