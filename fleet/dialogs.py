@@ -113,7 +113,16 @@ ONBOARDING = Dialog(
 )
 """The first step of Claude Code's first-run setup (``hasCompletedOnboarding`` not set): a theme
 picker drawn from the top of the screen, with no selection footer."""
-KNOWN = (DEV_CHANNELS, TRUST, BYPASS, API_KEY, ONBOARDING)
+CODEX_TRUST = Dialog(
+    name="Codex folder trust",
+    title="Trust this folder? (Codex)",
+    signs=("Trust this folder? Codex can read, edit, and run files here",),
+    remedy="or spawn again with --trust (fleet then marks the folder trusted in Codex's config, inline)",
+    footer=False,
+)
+"""The Codex CLI's (0.169.0) "Folder access" step in a git checkout it does not trust: fleet never
+presses through it; with ``--trust`` spawn passes ``projects."<cwd>".trust_level`` and it is not shown."""
+KNOWN = (DEV_CHANNELS, TRUST, BYPASS, API_KEY, ONBOARDING, CODEX_TRUST)
 TOP_LINES = 8
 """Lines of text from the top in which a full-screen step's words must start."""
 OTHER = Dialog(name="dialog", title="", signs=(FOOTER,))

@@ -221,4 +221,5 @@ def channel_entry(
 # the generic kind is asked last whatever its place).
 agent_kinds.lazy("standin", "fleet.agents.standin:kind")
 agent_kinds.lazy("claude", "fleet.agents.claude:kind")
+agent_kinds.lazy("codex", "fleet.agents.codex:kind")
 agent_kinds.lazy(GENERIC, "fleet.agents.claude:generic")

@@ -36,6 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 import fleet
 from fleet import errors
 from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
+from fleet.channel.codex import CodexWake
 from fleet.channel.tools import (
     TOOL_PATIENCE,
     DeliveryOut,
@@ -49,9 +50,10 @@ from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
 from fleet.delivery.gate import Gate
-from fleet.delivery.ledger import Ledger
+from fleet.delivery.ledger import PATIENCE, Ledger, frame_ids
 from fleet.delivery.presence import Presence, PresenceLoop
 from fleet.delivery.receipts import Receipt, Transcript
+from fleet.delivery.rollout import Rollout
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
@@ -110,6 +112,8 @@ class _Sink:
         self._holding = False
         self._kept: list[Frame] = []
         """The step's pushes not written yet: handed to the ledger at the write (:meth:`flush`)."""
+        self._swallowed: list[Frame] = []
+        """Codex: the step's frames the fault injection keeps out of its wake."""
 
     def push(self, frame: Frame) -> bool:
         c = self.channel
@@ -120,6 +124,14 @@ class _Sink:
         if ledger is not None and c.hook_route:
             ledger.hand(frame, "waiting", now)
             return True  # (the receipts thread is woken once the step's frames are all out)
+        if c.codex is not None:  # no push reaches Codex: the step's frames go in one codex queue
+            self._holding = True
+            self.pushes += 1
+            if self.drop_every and self.pushes % self.drop_every == 0:
+                log.warning("fault injection: wake of push %d swallowed", self.pushes)
+                self._swallowed.append(frame)
+            self._kept.append(frame)
+            return True
         if not self._holding:  # a step's pushes go out together, in one write, at its flush
             c.server.hold()
             self._holding = True
@@ -146,6 +158,9 @@ class _Sink:
             return True
         self._holding = False
         kept, self._kept = self._kept, []
+        if self.channel.codex is not None:
+            swallowed, self._swallowed = self._swallowed, []
+            return self.channel.wake_codex(kept, swallowed)
         if not self.channel.server.release():
             return False
         ledger = self.channel.ledger
@@ -218,9 +233,17 @@ class Channel:
         """After a push, the state thread looks every :data:`STATE_POLL` until then (monotonic)."""
         self._unapplied: list[Receipt] = []
         """Receipts the state thread's reads found that the receipts reader has not applied yet."""
+        self.codex: CodexWake | None = None
+        """A Codex session's waker (``--receipts rollout``): frames go out as ``codex queue`` messages."""
         self._transcript: Transcript | None = (
             Transcript(self.session_id, observer=self._observe) if self.session_id else None
         )
+        if config.receipts == "rollout" and config.deliver:
+            self.codex = CodexWake(
+                self.participant, self.wave, config.state_dir, self.session_id or "unknown",
+                codex=os.environ.get("FLEET_CODEX_BIN") or "codex", parent=os.getppid(),
+            )  # fmt: skip
+            self._transcript = Rollout(None, find_thread=self.codex.thread, observer=self._observe)
         self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
         self._agent = AgentState(kind="starting", since=self._started)
         # Presence is telemetry, dropped when it fails: the feed's client (no resends), not the tools'
@@ -585,6 +608,9 @@ class Channel:
         ends its turn and arms again to find nothing owed, so it never loops. While a push is out
         and the transcript shows neither its taking nor its loss, the notice waits."""
         engine, ledger = self.engine, self.ledger
+        if self.codex is not None:  # its one wake (no receipt confirms a notice)
+            self.codex.wake([frame])
+            return
         if self.gate is None or ledger is None or engine is None or ledger.state.route == "channel":
             self.server.notify(NOTIFICATION, notification(frame))
             return
@@ -594,6 +620,35 @@ class Channel:
         log.info("budget notice owed to the hook (route %s)", ledger.state.route)
         self._receipts_wanted.set()
 
+    # ------------------------------------------------------------ Codex
+
+    def wake_codex(self, frames: list[Frame], swallowed: list[Frame], *, locked: bool = False) -> bool:
+        """Queue ``frames`` (less ``swallowed``, the fault injection's) as one Codex wake and hand them
+        all to the ledger; the ones Codex queued are marked queued at once (its exit says so). False,
+        nothing handed, when Codex did not queue them (the engine keeps its cursors; a re-wake from
+        the ledger is handed as not queued, so it is tried again after the bound)."""
+        codex, ledger = self.codex, self.ledger
+        if codex is None:
+            return False
+        sent = [f for f in frames if f not in swallowed]
+        ok = codex.wake(sent) if sent else True
+        if not ok and not locked:
+            return False
+        now = time.time()
+        if ledger is not None:
+            for frame in frames:
+                ledger.hand(frame, "channel", now)
+            if ok and sent:
+                queued = [
+                    Receipt(blip_ids=sorted(frame_ids(f)), how="queued", via="channel", at=now) for f in sent
+                ]
+                if locked:
+                    ledger.apply(queued)
+                else:
+                    with self._transcript_lock:
+                        self._unapplied = (self._unapplied + queued)[-UNAPPLIED_MAX:]
+        return ok
+
     # ------------------------------------------------------------ receipts
 
     def _start_receipts(self, state: DeliveryState) -> None:
@@ -602,9 +657,16 @@ class Channel:
         session = self.session_id
         if state.transcript != session:
             state.transcript, state.transcript_offset = session, 0
+        if state.transcript != session and self.codex is not None:
+            for p in state.pending:  # queued to another session's thread: it never enters this one
+                p.queued_at = None
+        # Codex says at once whether it queued a wake (codex queue's exit): one not queued within
+        # the bound was not sent, and its queue outlives the process
+        codex = self.codex is not None
         self.ledger = Ledger(
-            state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound
-        )
+            state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound,
+            patience=self.config.bound if codex else PATIENCE, durable=codex,
+        )  # fmt: skip
         # The one transcript reader starts at 0 (the state fold needs the whole session): the
         # receipts before the saved offset are applied again, which changes nothing (they confirm
         # only frames still pending, and those were pending when they were read).
@@ -654,7 +716,10 @@ class Channel:
             ledger.state.receipts_problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
             ledger.dirty = True
         for p in ledger.lost_pushes(now):
-            if self.gate is not None:
+            if self.codex is not None:
+                log.info("wake of %s not queued within %.0fs: queued again", p.frame.id, ledger.bound)
+                self.wake_codex([p.frame], [], locked=True)
+            elif self.gate is not None:
                 log.info("push of %s not taken within %.0fs: owed to the hook", p.frame.id, ledger.bound)
                 ledger.owe_hook(p, now)
         for p in ledger.lost_hooks(now):

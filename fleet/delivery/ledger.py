@@ -8,7 +8,8 @@ it what must be handed out again. The rules (docs/design.md §3):
 * A frame is **confirmed** when its blips entered the model's context; it is **queued** when
   Claude Code accepted it into its queue (it will enter at the end of the running turn). Both
   times are recorded; only a confirmed frame leaves ``pending``.
-* A **push is lost** when the process that pushed it is gone (a new run) and it had not entered;
+* A **push is lost** when the process that pushed it is gone (a new run) and it had not entered
+  (unless the session's queue is ``durable`` and took it: Codex keeps queued messages on disk);
   before Claude Code took any push, when it did not accept it within ``bound`` seconds (channels
   are unavailable here); once it took one, only on evidence that it dropped this one — a push
   handed after it was taken (Claude Code reads its pushes in order), or the transcript shows the
@@ -66,6 +67,7 @@ class Ledger:
         bound: float = BOUND,
         grace: float = GRACE,
         patience: float = PATIENCE,
+        durable: bool = False,
     ) -> None:
         self.state = state
         self.run = run
@@ -78,6 +80,9 @@ class Ledger:
         self.bound = bound
         self.grace = grace
         self.patience = patience
+        self.durable = durable
+        """The session's queue outlives its process (Codex: a queued message enters when the thread is
+        resumed): a queued push of an earlier run is not lost with that run."""
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
         self.taken_upto = 0.0
@@ -169,7 +174,9 @@ class Ledger:
 
     def _push_lost(self, p: Pending, now: float) -> bool:
         if p.run != self.run:
-            return True  # pushed into a queue that died with its process
+            # pushed into a queue that died with its process (Claude Code) — unless the queue is
+            # the session's own and durable (Codex) and took it: it enters on resume
+            return not (self.durable and p.queued_at is not None)
         if p.queued_at is not None:
             return False
         if self.state.route != "channel":

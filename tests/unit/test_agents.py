@@ -100,3 +100,50 @@ def test_doctor_checks_each_kind_with_a_cli(tmp_path: Path, monkeypatch: pytest.
     checks = {c.name: c for c in check_agents()}
     assert "claude" in checks and checks["claude"].level == "warn" and "npm install" in checks["claude"].fix
     assert "standin" not in checks and "command" not in checks
+
+
+def _start(tmp_path: Path, words: list[str], *, resume: bool = False, trust: bool = False) -> Start:
+    from fleet.layouts import ResolvedProfile
+    from fleet.models import Wave, Wavelet
+    from fleet.seams import Launch
+
+    paths = Paths(data=tmp_path / "d", state=tmp_path / "s", config=tmp_path / "c", logs=tmp_path / "l")
+    wave = Wave(id="w1", name="w", root_id="r1", created_at="", wavelets=[])
+    wl = Wavelet(id="r1", wave_id="w1", wave="w", name="main", parent_id=None, private=False,
+                 created_by="operator", created_at="")  # fmt: skip
+    token = tmp_path / "bob.token"
+    return Start(
+        words=words, profile=ResolvedProfile(model="scripted-1", env={"CODEX_HOME": "/h/.codex"}),
+        participant="bob", wave=wave, wavelet=wl, session_id="sid-1", resume=resume, transport="auto",
+        token_file=token, paths=paths, daemon_url="http://127.0.0.1:1", launch="L1", cwd="/src/my proj",
+        trust=trust, seen=Launch(paths, "http://127.0.0.1:1", wave, wl, "bob", token),
+    )  # fmt: skip
+
+
+def test_codex_is_launched_with_the_channel_its_identity_and_a_first_turn_all_inline(tmp_path: Path) -> None:
+    import tomllib
+
+    from fleet.agents.codex import kickoff
+    from fleet.delivery.rollout import thread_file
+
+    start = _start(tmp_path, ["codex"], trust=True)
+    kind = kind_of(start.words)
+    assert (kind.name, kind.receipts) == ("codex", "rollout") and kind.limits
+    argv = kind.command(start).argv
+    config = tomllib.loads("\n".join(argv[i + 1] for i, a in enumerate(argv) if a == "-c"))
+    fleet = config["mcp_servers"]["fleet"]
+    assert fleet["args"][:3] == ["-m", "fleet", "channel"] and "rollout" in fleet["args"]
+    assert fleet["env"]["FLEET_SESSION_ID"] == "sid-1" and fleet["env"]["CODEX_HOME"] == "/h/.codex"
+    assert fleet["env"]["FLEET_LAUNCH"] == "L1" and fleet["default_tools_approval_mode"] == "approve"
+    assert config["developer_instructions"].startswith("You are bob")
+    assert config["projects"]["/src/my proj"]["trust_level"] == "trusted"
+    assert argv[-1] == kickoff("bob", "w") and argv[argv.index("-m") + 1] == "scripted-1"
+    assert "resume" not in argv
+    assert not kind.resumable("sid-1", {"CODEX_HOME": str(tmp_path)}, start.paths)
+    # a respawn resumes the thread the channel learnt (and kept beside the session)
+    thread = "01a23d21-a661-7ae1-b6d3-e88bc4e47e18"
+    thread_file(start.paths.channels, "sid-1").parent.mkdir(parents=True)
+    thread_file(start.paths.channels, "sid-1").write_text(thread + "\n")
+    again = kind.command(_start(tmp_path, ["codex"], resume=True)).argv
+    assert again[:2] == ["codex", "resume"] and again[-1] == thread
+    assert "projects" not in " ".join(again)  # no --trust: nothing marked trusted
