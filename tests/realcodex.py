@@ -81,20 +81,22 @@ def mixed_layout(
     participants: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """A layout for ``kinds`` (participant -> ``claude`` | ``codex``) in the world's project folder,
-    each kind with its binary and environment; Codex's config seeded for the world's model."""
+    each kind with its binary and environment (a participant's ``env`` in ``participants`` adds to
+    it); Codex's config seeded for the world's model."""
     seed_codex(world.home / ".codex", world.model.url)
     lines = ['arrangement = "tiled"', "[defaults]", f"cwd = {toml_value(str(world.project))}"]
     for who, kind in kinds.items():
-        lines.append(f"[participants.{who}]")
+        extra = dict((participants or {}).get(who) or {})
         if kind == "codex":
-            lines += [f"agent = {toml_value(codex)}", f"env = {toml_value(codex_env(world.home))}"]
+            keys: dict[str, Any] = {"agent": codex, "env": {**codex_env(world.home), **extra.pop("env", {})}}
         else:
-            lines += [
-                f"agent = {toml_value(world.claude)}",
-                f"env = {toml_value(claude_env(world.model.url, world.home))}",
-                f"args = {toml_value(['--debug-file', str(world.debug_path(who))])}",
-            ]
-        lines += [f"{k} = {toml_value(v)}" for k, v in ((participants or {}).get(who) or {}).items()]
+            keys = {
+                "agent": world.claude,
+                "env": {**claude_env(world.model.url, world.home), **extra.pop("env", {})},
+                "args": ["--debug-file", str(world.debug_path(who))],
+            }
+        lines.append(f"[participants.{who}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in {**keys, **extra}.items()]
     path = world.tmp / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from realcodex import mixed_layout, rollout_lines, user_texts
-from scripted_model import Script, on_message, reply, rule
+from scripted_model import Script, Usage, on_message, post, reply, rule, say
 
 from fleet.delivery.state import DeliveryState
 from fleet.wire import loads
@@ -56,7 +56,105 @@ def test_a_codex_agent_woken_while_idle_takes_the_blip_and_answers(real_fleet: A
     entered = [t for t in user_texts(rollout_lines(world, "bob")) if blip.id in t]
     assert len(entered) == 1 and "bob: which port?" in entered[0]
     state = world.wait(lambda: (s := _state(world, "bob")) and not s.pending and s, "bob's wake confirmed")
-    assert state.route == "channel" and state.confirmed_count >= 1
+    assert state.route == "channel" and state.confirmed[blip.wavelet_id] == blip.id
     status = world.fleet("status", "w", "--json")
     (row,) = json.loads(status.stdout)["rows"]
     assert row["agent"] == "codex" and row["limits"], status.stdout
+
+
+def test_a_mixed_wave_a_claude_code_and_a_codex_agent_converse_to_done(real_fleet: Any, codex: str) -> None:
+    script = Script(
+        {
+            "alice": [
+                rule(
+                    on_message(author="operator"), post("{wavelet}", "bob: which port does the service use?")
+                ),
+                rule(on_message(author="bob"), reply("DONE: the service uses port 8086 (from bob)")),
+            ],
+            "bob": [rule(on_message(author="alice"), reply("alice: port 8086"))],
+        }
+    )
+    world = real_fleet(script=script)
+    world.op.create_wave("w", ["alice", "bob"])
+    report = world.spawn("w/main", mixed_layout(world, codex, {"alice": "claude", "bob": "codex"}))
+    assert {p["participant"]: p["kind"] for p in report["panes"]} == {"alice": "claude", "bob": "codex"}
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    world.op.post(world.op.resolve("w/main").id, "alice: find out the service's port from bob")
+    done = world.wait(
+        lambda: [b for b in world.blips("w/main") if b.text.startswith("DONE:")], "alice's DONE", timeout=120
+    )
+    assert done[0].author == "alice"
+    texts = [(b.author, b.text) for b in world.blips("w/main") if b.kind == "message"]
+    assert ("bob", "alice: port 8086") in texts and texts.count(("bob", "alice: port 8086")) == 1
+    assert {r.dialect for r in world.requests("alice")} == {"messages"}
+    assert {r.dialect for r in world.requests("bob")} == {"responses"}
+
+
+def test_a_dropped_codex_wake_is_queued_again_and_enters_once(real_fleet: Any, codex: str) -> None:
+    """Every first wake is swallowed (``FLEET_FAULT_DROP_PUSH=1``): codex queue never ran, so no
+    queued receipt within the bound — the channel queues it again, and it enters exactly once."""
+    script = Script({"bob": [rule(on_message(author="operator"), reply("operator: got it"))]})
+    world = real_fleet(script=script)
+    world.op.create_wave("w", ["bob"])
+    drop = {"env": {"FLEET_FAULT_DROP_PUSH": "1"}}
+    layout = mixed_layout(world, codex, {"bob": "codex"}, participants={"bob": drop})
+    world.spawn("w/main", layout)
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    blip = world.op.post(world.op.resolve("w/main").id, "bob: are you there?")
+    world.wait(lambda: [b for b in world.blips("w/main") if b.author == "bob"], "bob's answer", timeout=90)
+    state = world.wait(lambda: (s := _state(world, "bob")) and not s.pending and s, "bob's wake confirmed")
+    entered = [t for t in user_texts(rollout_lines(world, "bob")) if blip.id in t]
+    assert len(entered) == 1, entered
+    assert state.confirmed[blip.wavelet_id] == blip.id and state.route == "channel"
+
+
+def test_codex_usage_is_the_scripted_figures(real_fleet: Any, codex: str) -> None:
+    figures = Usage(input_tokens=1234, output_tokens=56, cache_read_input_tokens=100)
+    script = Script({"bob": [rule(on_message(author="operator"), say("noted", figures))]})
+    world = real_fleet(script=script)
+    world.op.create_wave("w", ["bob"])
+    world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}))
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    world.op.post(world.op.resolve("w/main").id, "bob: note this")
+    world.wait(lambda: (s := _state(world, "bob")) is not None and s.confirmed_count >= 1, "the wake entered")
+    world.wait(lambda: _idle(world, "bob"), "bob idle after the woken turn")
+
+    def counted() -> dict[str, Any] | None:
+        done = world.fleet("usage", "w", "--json")
+        (bob,) = json.loads(done.stdout)["participants"]
+        got = bob["wavelets"].get("w/main")
+        return got if got and got["requests"] == 1 else None
+
+    got = world.wait(counted, "bob's usage in w/main")
+    assert (got["input_tokens"], got["output_tokens"], got["cache_read_tokens"]) == (1234, 56, 100)
+    assert (got["turns"], got["requests"], got["cache_creation_tokens"]) == (1, 1, 0)
+    state = _state(world, "bob")
+    assert state is not None and not state.pending, state
+
+
+def test_a_wake_queued_when_the_pane_is_killed_enters_once_after_respawn(real_fleet: Any, codex: str) -> None:
+    """Codex's queue outlives its process: a wake queued (codex queue said so) before the pane was
+    killed enters when ``fleet respawn`` resumes the thread — and the new run does not queue it again."""
+    script = Script({"bob": [rule(on_message(author="operator"), reply("operator: back"))]})
+    world = real_fleet(script=script)
+    world.op.create_wave("w", ["bob"])
+    world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}))
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    blip = world.op.post(world.op.resolve("w/main").id, "bob: still there?")
+
+    def queued_not_entered() -> bool:
+        s = _state(world, "bob")
+        return bool(s and s.pending and s.pending[0].queued_at is not None)
+
+    world.wait(queued_not_entered, "the wake queued", timeout=30)
+    if any(blip.id in t for t in user_texts(rollout_lines(world, "bob"))):
+        raise AssertionError("the wake entered before the pane could be killed (Codex polled at once)")
+    world.srv.cmd("kill-pane", "-t", world.pane("bob"))
+    done = world.fleet("respawn", "w/main", "bob", "--wait", "90", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resume" in json.loads(done.stdout)["argv"]
+    world.wait(lambda: [b for b in world.blips("w/main") if b.author == "bob"], "bob's answer", timeout=90)
+    entered = [t for t in user_texts(rollout_lines(world, "bob")) if blip.id in t]
+    assert len(entered) == 1, entered
+    state = world.wait(lambda: (s := _state(world, "bob")) and not s.pending and s, "the wake confirmed")
+    assert state.confirmed[blip.wavelet_id] == blip.id
