@@ -9,7 +9,9 @@ nothing of the user's ``$CODEX_HOME/config.toml`` is edited:
   (``mcp_servers.fleet.default_tools_approval_mode = "approve"``: otherwise every ``wavelet_post``
   waits at "Allow the fleet MCP server to run tool …?");
 - identity and the prompt contract as ``developer_instructions`` (a developer message Codex keeps at
-  the head of the thread: in every request, resumed ones included); each wake repeats the short form;
+  the head of the thread: in every request, resumed ones included), the spawn seam's prompt parts
+  after them; each wake repeats the short form. The settings hooks (``launch_settings``: the
+  permission hook) are Claude Code's and are not given;
 - with ``--trust``, the pane's folder trusted (``projects."<cwd>".trust_level = "trusted"``): Codex asks
   "Trust this folder?" in a git checkout otherwise;
 - a first prompt (:func:`kickoff`): ``codex queue`` refuses a thread with no turn yet ("no rollout
@@ -34,6 +36,7 @@ from fleet import errors
 from fleet.agents import Command, Health, Receipts, Start, channel_entry, version_of
 from fleet.channel.tools import instructions
 from fleet.delivery.rollout import VERIFIED, read_thread, rollout_of
+from fleet.seams import prompt_parts
 
 if TYPE_CHECKING:
     from fleet.paths import Paths
@@ -109,7 +112,9 @@ class Codex:
         for name in ("CODEX_HOME", "FLEET_STORE_WAIT", *[k for k in seen if k.startswith("FLEET_FAULT_")]):
             if seen.get(name):
                 env[name] = seen[name]
+        # the channel's instructions, then the features' prompt parts (as Claude Code's system prompt)
         prompt = instructions(start.participant, start.wave.name, profile.attention)
+        prompt += "".join(part(start.seen) for part in prompt_parts)
         config = {
             "mcp_servers.fleet.command": toml(sys.executable),
             "mcp_servers.fleet.args": toml(list(entry["args"])),  # type: ignore[call-overload]

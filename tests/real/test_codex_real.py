@@ -9,13 +9,22 @@ install.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import libtmux
+from conftest import retry_until
 from realcodex import mixed_layout, rollout_lines, user_texts
 from scripted_model import Script, Usage, on_message, post, reply, rule, say
 
+from fleet.client import Client, read_endpoint
 from fleet.delivery.state import DeliveryState
+from fleet.paths import Paths
+from fleet.procs import pid_alive
 from fleet.wire import loads
 
 
@@ -158,3 +167,45 @@ def test_a_wake_queued_when_the_pane_is_killed_enters_once_after_respawn(real_fl
     assert len(entered) == 1, entered
     state = world.wait(lambda: (s := _state(world, "bob")) and not s.pending and s, "the wake confirmed")
     assert state.confirmed[blip.wavelet_id] == blip.id
+
+
+def test_a_codex_session_carries_on_across_a_sigkill_of_the_daemon_with_nothing_replayed(
+    tmp_path: Path, fleet_env: Paths, tmux_server: libtmux.Server, codex: str
+) -> None:
+    """The local daemon is killed with SIGKILL between two wakes and started again by the next
+    command: the Codex session's own rollout shows each blip for it entering once, none twice."""
+    from realclaude import RealFleet
+    from test_daemon_restart import fleet
+
+    env = dict(os.environ)
+    assert fleet(env, "daemon", "start").returncode == 0
+    first = read_endpoint(fleet_env)
+    assert first is not None
+    op = Client(first.url, fleet_env.operator_token.read_text().strip())
+    script = Script({"bob": [rule(on_message(author="operator"), reply("operator: noted"))]})
+    world = RealFleet(tmp_path, fleet_env, op, tmux_server, channels=True, script=script)
+    try:
+        op.create_wave("w", ["bob"])
+        world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}))
+        world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+        main = op.resolve("w/main").id
+
+        def round_trip(n: int) -> None:
+            world.op.post(main, f"bob: step {n}")
+            answered = partial(lambda n: sum(b.author == "bob" for b in world.blips("w/main")) >= n, n)
+            world.wait(answered, f"bob's answer {n}", timeout=90)
+
+        round_trip(1)
+        os.kill(first.pid, signal.SIGKILL)
+        retry_until(lambda: not pid_alive(first.pid), 10, 0.02, "the daemon to die")
+        again = fleet({k: v for k, v in env.items() if k != "FLEET_DAEMON"}, "whoami")  # auto-starts it
+        assert again.returncode == 0, again.stderr
+        second = read_endpoint(fleet_env)
+        assert second is not None and second.url == first.url and second.pid != first.pid
+        round_trip(2)
+        for blip in [b for b in world.blips("w/main") if b.author == "operator"]:
+            entered = [t for t in user_texts(rollout_lines(world, "bob")) if blip.id in t]
+            assert len(entered) == 1, (blip.text, entered)
+    finally:
+        world.close()
+        fleet(env, "daemon", "stop")
