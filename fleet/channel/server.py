@@ -50,7 +50,7 @@ from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
 from fleet.delivery.gate import Gate
-from fleet.delivery.ledger import PATIENCE, Ledger, frame_ids
+from fleet.delivery.ledger import CLAUDE_TOOK, PATIENCE, Ledger, frame_ids
 from fleet.delivery.presence import Presence, PresenceLoop
 from fleet.delivery.receipts import Receipt, Transcript
 from fleet.delivery.rollout import Rollout
@@ -666,6 +666,8 @@ class Channel:
         self.ledger = Ledger(
             state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound,
             patience=self.config.bound if codex else PATIENCE, durable=codex,
+            agent="Codex" if codex else "Claude Code",
+            taken="woken by codex queue: Codex queued a wake" if codex else CLAUDE_TOOK,
         )  # fmt: skip
         # The one transcript reader starts at 0 (the state fold needs the whole session): the
         # receipts before the saved offset are applied again, which changes nothing (they confirm

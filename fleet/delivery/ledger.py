@@ -48,6 +48,10 @@ GRACE = 3.0
 feedback that arrives mid-turn enters right after the turn: the next arm must not beat it)."""
 
 
+CLAUDE_TOOK = "channel registered: Claude Code took a push"
+"""The route's reason once Claude Code took a push."""
+
+
 def frame_ids(frame: Frame) -> frozenset[str]:
     """The blip ids a frame carries into the context (a digest: all it lists)."""
     if frame.blip_ids is not None:
@@ -68,6 +72,8 @@ class Ledger:
         grace: float = GRACE,
         patience: float = PATIENCE,
         durable: bool = False,
+        agent: str = "Claude Code",
+        taken: str = CLAUDE_TOOK,
     ) -> None:
         self.state = state
         self.run = run
@@ -83,6 +89,9 @@ class Ledger:
         self.durable = durable
         """The session's queue outlives its process (Codex: a queued message enters when the thread is
         resumed): a queued push of an earlier run is not lost with that run."""
+        self.agent = agent
+        """Who takes the pushes, as the route's reasons name it; ``taken``: the reason once one is taken."""
+        self.taken = taken
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
         self.taken_upto = 0.0
@@ -133,7 +142,7 @@ class Ledger:
                     if p.run == self.run and p.path == "channel":
                         self.taken_upto = max(self.taken_upto, p.handed_at)
                     if self.state.route != "channel":
-                        self._route("channel", "channel registered: Claude Code took a push")
+                        self._route("channel", self.taken)
                 if r.how == "queued":
                     if p.queued_at is None:
                         p.queued_at = r.at
@@ -168,7 +177,7 @@ class Ledger:
                 self._route("hook", why)
             else:
                 self._route(
-                    "unconfirmed", "Claude Code took no push and no hook is installed: nothing wakes it"
+                    "unconfirmed", f"{self.agent} took no push and no hook is installed: nothing wakes it"
                 )
         return sorted(lost, key=lambda p: p.handed_at)
 
