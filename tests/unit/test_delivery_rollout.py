@@ -192,3 +192,62 @@ def test_a_queued_wake_of_an_earlier_run_is_not_lost_when_the_queue_is_durable()
         old.apply([Receipt(blip_ids=["b1"], how="queued", via="channel", at=100.1)])
         new = Ledger(state, "run-2", hook=False, durable=durable, patience=3.0)
         assert [p.frame.id for p in new.lost_pushes(101.0)] == lost, durable
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("post"), st.integers(0, 5)),
+            st.tuples(st.just("drop"), st.integers(0, 5)),  # the wake's codex queue never ran
+            st.tuples(st.just("kill"), st.just(0)),  # the pane killed: a new run, Codex's queue kept
+            st.tuples(st.just("enter"), st.integers(0, 5)),  # the TUI takes a queued message
+            st.tuples(st.just("tick"), st.integers(1, 5)),
+        ),
+        max_size=40,
+    )
+)
+def test_codex_wakes_are_queued_once_each_and_none_is_left_behind(ops: list[tuple[str, int]]) -> None:
+    """The channel's Codex loop over the ledger (``durable``, patience = the bound): whatever the
+    drops, kills and entries, no blip is queued into Codex twice (it would enter twice), and once
+    wakes stop failing every blip gets queued (none lost)."""
+    state = DeliveryState(daemon="d", wave="w", participant="bob")
+    run, now = 0, 1000.0
+    ledger = Ledger(state, f"run-{run}", hook=False, durable=True, patience=3.0, bound=3.0)
+    queued: dict[str, int] = {}  # blip -> codex queue calls that succeeded
+    in_queue: set[str] = set()  # what Codex holds (durable across kills)
+    entered: dict[str, int] = {}
+    handed: set[str] = set()
+
+    def wake(blip: str, ok: bool) -> None:
+        ledger.hand(frame(blip), "channel", now)
+        if ok:
+            queued[blip] = queued.get(blip, 0) + 1
+            in_queue.add(blip)
+            ledger.apply([Receipt(blip_ids=[blip], how="queued", via="channel", at=now)])
+
+    def step(drops: bool) -> None:  # the receipts thread: what the ledger says is lost, queued again
+        for p in ledger.lost_pushes(now):
+            wake(p.frame.id, ok=not drops)
+
+    for op, n in ops:
+        blip = f"b{n}"
+        if op in ("post", "drop") and blip not in handed:
+            handed.add(blip)
+            wake(blip, ok=op == "post")
+        elif op == "kill":
+            run += 1
+            ledger = Ledger(state, f"run-{run}", hook=False, durable=True, patience=3.0, bound=3.0)
+        elif op == "enter" and blip in in_queue:
+            in_queue.discard(blip)
+            entered[blip] = entered.get(blip, 0) + 1
+            ledger.apply([Receipt(blip_ids=[blip], how="entered", via="channel", at=now)])
+        elif op == "tick":
+            now += n
+        step(drops=True)
+        assert all(k <= 1 for k in queued.values()), queued
+    for _ in range(3):  # the wakes work again: everything not queued yet is, within the bound
+        now += 4.0
+        step(drops=False)
+    assert set(queued) == handed and all(k == 1 for k in queued.values()), (handed, queued)
+    assert all(k == 1 for k in entered.values())
