@@ -13,7 +13,9 @@
   earlier panes are revoked; tokens minted by hand are not),
   and a Claude session id, recorded with the daemon so any machine can respawn it.
 - The agent is the pane's own command, launched without a shell, with the profile's ``env`` set in
-  the pane (never on the command line, never in a report). Claude Code gets the channel as an
+  the pane (never on the command line, never in a report). Its kind (:mod:`fleet.agents`: Claude
+  Code, the Codex CLI, the stand-in, any other command) builds the command line; the report names
+  the kind and what it cannot do that Claude Code does. Claude Code gets the channel as an
   inline ``--mcp-config`` (``=`` form: the flag is variadic) that names the token *file*, never the
   token. ``--transport hook`` injects ``fleet watch --hook`` as an ``asyncRewake`` hook instead of
   loading the development channel. The profile's ``cap`` is passed to the channel (or the hook).
