@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fleet.delivery.frames import Frame, hook_report
 from fleet.delivery.rollout import read_thread, thread_file, thread_of_process
+from fleet.delivery.state import DeliveryState
 from fleet.paths import write_private
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,15 @@ log = logging.getLogger(__name__)
 QUEUE_TIMEOUT = 20.0
 """Seconds a ``codex queue`` may take (it opens Codex's state databases: ~0.2 s measured)."""
 QUEUED = "Queued message"
+
+
+def another_session(state: DeliveryState) -> None:
+    """The state's pending frames were handed to another session (a fresh Codex thread, not a resume
+    of the recorded one): what Codex queued there never enters this thread, so none counts as queued
+    any more — each is lost with its run and queued again (the ledger's durable rule spares only
+    wakes queued to the thread that is resumed)."""
+    for p in state.pending:
+        p.queued_at = None
 
 
 class CodexWake:

@@ -36,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 import fleet
 from fleet import errors
 from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
-from fleet.channel.codex import CodexWake
+from fleet.channel.codex import CodexWake, another_session
 from fleet.channel.tools import (
     TOOL_PATIENCE,
     DeliveryOut,
@@ -656,10 +656,9 @@ class Channel:
         says, when it is the same session)."""
         session = self.session_id
         if state.transcript != session:
+            if self.codex is not None:
+                another_session(state)
             state.transcript, state.transcript_offset = session, 0
-        if state.transcript != session and self.codex is not None:
-            for p in state.pending:  # queued to another session's thread: it never enters this one
-                p.queued_at = None
         # Codex says at once whether it queued a wake (codex queue's exit): one not queued within
         # the bound was not sent, and its queue outlives the process
         codex = self.codex is not None

@@ -251,3 +251,17 @@ def test_codex_wakes_are_queued_once_each_and_none_is_left_behind(ops: list[tupl
         step(drops=False)
     assert set(queued) == handed and all(k == 1 for k in queued.values()), (handed, queued)
     assert all(k == 1 for k in entered.values())
+
+
+def test_wakes_queued_to_another_session_are_queued_again_in_a_fresh_one() -> None:
+    """A fresh Codex session (not a resume) has a new thread: what was queued to the old one never
+    enters it, so the channel's new run hands it again."""
+    from fleet.channel.codex import another_session
+
+    state = DeliveryState(daemon="d", wave="w", participant="bob")
+    old = Ledger(state, "run-1", hook=False, durable=True, patience=3.0)
+    old.hand(frame("b1"), "channel", 100.0)
+    old.apply([Receipt(blip_ids=["b1"], how="queued", via="channel", at=100.1)])
+    assert Ledger(state, "run-2", hook=False, durable=True).lost_pushes(101.0) == []  # a resume
+    another_session(state)
+    assert [p.frame.id for p in Ledger(state, "run-2", hook=False, durable=True).lost_pushes(101.0)] == ["b1"]
