@@ -12,8 +12,10 @@ nothing of the user's ``$CODEX_HOME/config.toml`` is edited:
   the head of the thread: in every request, resumed ones included), the spawn seam's prompt parts
   after them; each wake repeats the short form. The settings hooks (``launch_settings``: the
   permission hook) are Claude Code's and are not given;
-- with ``--trust``, the pane's folder trusted (``projects."<cwd>".trust_level = "trusted"``): Codex asks
-  "Trust this folder?" in a git checkout otherwise;
+- with ``--trust``, the pane's folder trusted (``projects = {"<cwd>" = {trust_level = "trusted"}}``, an
+  inline table: the dotted key is ignored): Codex asks "Trust this folder?" in a git checkout
+  otherwise, and in a folder it does not trust refuses a command that asks to leave the sandbox
+  without asking;
 - a first prompt (:func:`kickoff`): ``codex queue`` refuses a thread with no turn yet ("no rollout
   found for thread id"), so a fresh session spends one short turn at spawn. ``--resume`` is
   ``codex resume <thread id>`` (the thread the channel learnt, kept beside the session).
@@ -123,7 +125,9 @@ class Codex:
             "developer_instructions": toml(prompt),
         }
         if start.trust:
-            config[f"projects.{toml(start.cwd)}.trust_level"] = toml("trusted")
+            # an inline table: the dotted form (projects."<cwd>".trust_level) is taken and ignored by
+            # Codex 0.169.0 (the folder stays untrusted: its git dialog shows, its approvals granular)
+            config["projects"] = toml({start.cwd: {"trust_level": "trusted"}})
         thread = read_thread(start.paths.channels, start.session_id) if start.resume else None
         argv = [*start.words, *(["resume"] if thread else [])]
         for key, value in config.items():

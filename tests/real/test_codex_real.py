@@ -19,7 +19,7 @@ from typing import Any
 import libtmux
 from conftest import retry_until
 from realcodex import mixed_layout, rollout_lines, user_texts
-from scripted_model import Script, Usage, on_message, post, reply, rule, say
+from scripted_model import Call, Script, ToolCall, Usage, on_message, post, reply, rule, say
 
 from fleet.client import Client, read_endpoint
 from fleet.delivery.state import DeliveryState
@@ -209,3 +209,34 @@ def test_a_codex_session_carries_on_across_a_sigkill_of_the_daemon_with_nothing_
     finally:
         world.close()
         fleet(env, "daemon", "stop")
+
+
+def test_codexs_approval_prompt_is_seen_on_its_pane_and_answered_there(real_fleet: Any, codex: str) -> None:
+    """The model asks to run a command outside Codex's sandbox: Codex asks in its pane, its rollout
+    says nothing of the wait, and ``fleet status`` says the pane waits at Codex's approval (the
+    state from the pane, not a silent "turning"); ``y`` in the pane runs it."""
+    escalated = Call((ToolCall("exec_command", {
+        "cmd": "touch {text}", "sandbox_permissions": "require_escalated", "justification": "fleet test",
+    }),))  # fmt: skip
+    script = Script({"bob": [rule(on_message(author="operator"), escalated)]})
+    world = real_fleet(script=script)
+    marker = world.tmp / "escalated-ran"
+    world_marker = str(marker)
+    assert marker.parent != world.project  # outside the workspace: the sandbox would not let it write
+    world.op.create_wave("w", ["bob"])
+    # trusted (--trust: the folder marked trusted inline): Codex's approval policy is then on-request;
+    # in a folder it does not trust it refuses an escalation without asking (verified)
+    world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}), "--trust")
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    world.op.post(world.op.resolve("w/main").id, world_marker)
+
+    def waiting() -> str | None:
+        (row,) = json.loads(world.fleet("status", "w", "--json").stdout)["rows"]
+        return row["note"] if "Codex asks" in row["note"] else None
+
+    note = world.wait(waiting, "status: bob waits at Codex's approval", timeout=90)
+    assert note.startswith("waiting at a dialog: Codex asks: Would you like to run the following command?")
+    assert not marker.exists()
+    world.srv.cmd("send-keys", "-t", world.pane("bob"), "y")
+    world.wait(marker.exists, "the approved command ran")
+    world.wait(lambda: waiting() is None, "status: no dialog once answered")

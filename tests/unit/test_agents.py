@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -136,7 +137,8 @@ def test_codex_is_launched_with_the_channel_its_identity_and_a_first_turn_all_in
     assert fleet["env"]["FLEET_SESSION_ID"] == "sid-1" and fleet["env"]["CODEX_HOME"] == "/h/.codex"
     assert fleet["env"]["FLEET_LAUNCH"] == "L1" and fleet["default_tools_approval_mode"] == "approve"
     assert config["developer_instructions"].startswith("You are bob")
-    assert config["projects"]["/src/my proj"]["trust_level"] == "trusted"
+    assert config["projects"] == {"/src/my proj": {"trust_level": "trusted"}}
+    assert f'projects={{{json.dumps("/src/my proj")} = {{trust_level = "trusted"}}}}' in argv  # inline
     assert argv[-1] == kickoff("bob", "w") and argv[argv.index("-m") + 1] == "scripted-1"
     assert "resume" not in argv
     assert not kind.resumable("sid-1", {"CODEX_HOME": str(tmp_path)}, start.paths)
