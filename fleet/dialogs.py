@@ -70,6 +70,8 @@ class Dialog:
     footer: bool = True
     """Drawn with the selection footer last; else a full-screen step that starts with one of
     :attr:`signs` (within its first :data:`TOP_LINES` lines of text)."""
+    ends: str = ""
+    """Its own footer, when its CLI draws another than Claude Code's (:data:`FOOTER`: '' )."""
 
 
 DEV_CHANNELS = Dialog(
@@ -113,7 +115,25 @@ ONBOARDING = Dialog(
 )
 """The first step of Claude Code's first-run setup (``hasCompletedOnboarding`` not set): a theme
 picker drawn from the top of the screen, with no selection footer."""
-KNOWN = (DEV_CHANNELS, TRUST, BYPASS, API_KEY, ONBOARDING)
+CODEX_TRUST = Dialog(
+    name="Codex folder trust",
+    title="Trust this folder? (Codex)",
+    signs=("Trust this folder? Codex can read, edit, and run files here",),
+    remedy="or spawn again with --trust (fleet then marks the folder trusted in Codex's config, inline)",
+    footer=False,
+)
+"""The Codex CLI's (0.169.0) "Folder access" step in a git checkout it does not trust: fleet never
+presses through it; with ``--trust`` spawn passes ``projects."<cwd>".trust_level`` and it is not shown."""
+CODEX_APPROVAL = Dialog(
+    name="Codex approval",
+    title="Codex asks: Would you like to run the following command?",
+    signs=("Would you like to run the following command?",),
+    remedy="Codex's approvals are answered in its pane (y, p or esc): `fleet permission` cannot answer them",
+    ends="Press enter to confirm or esc to cancel",
+)
+"""Codex (0.169.0) asking to run a command outside its sandbox (the model asked for escalation); its
+rollout says nothing of the wait (only the call), so the pane is where fleet sees it."""
+KNOWN = (DEV_CHANNELS, TRUST, BYPASS, API_KEY, ONBOARDING, CODEX_TRUST, CODEX_APPROVAL)
 TOP_LINES = 8
 """Lines of text from the top in which a full-screen step's words must start."""
 OTHER = Dialog(name="dialog", title="", signs=(FOOTER,))
@@ -137,7 +157,7 @@ def find(screen: Sequence[str]) -> Found | None:
     top = squeeze("\n".join([ln for ln in screen if ln.strip()][:TOP_LINES]))
     footed = flat.endswith(squeeze(FOOTER))
     for d in KNOWN:
-        if d.footer and not footed:
+        if d.footer and not (flat.endswith(squeeze(d.ends)) if d.ends else footed):
             continue
         if any(squeeze(s) in (flat if d.footer else top) for s in d.signs):
             return Found(d, d.title)

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from fleet import errors, layouts
+from fleet.agents import kinds
 from fleet.client import Client, live_endpoint
 from fleet.paths import Paths
 
@@ -62,16 +63,16 @@ def check_tmux() -> Check:
     return Check(name="tmux", level="ok", detail=f"{path}: {_version([path, '-V'])}")
 
 
-def check_claude() -> Check:
-    path = shutil.which("claude")
-    if path is None:
-        return Check(
-            name="claude",
-            level="warn",
-            detail="Claude Code is not on PATH (only the scripted stand-in agent can be spawned)",
-            fix="npm install -g @anthropic-ai/claude-code, or spawn with --agent CMD",
-        )
-    return Check(name="claude", level="ok", detail=f"{path}: {_version([path, '--version'])}")
+def check_agents() -> list[Check]:
+    """Each agent kind's CLI (:data:`fleet.seams.agent_kinds`: claude, codex, ...): its binary and
+    version, or what to install. A kind with nothing to check (the stand-in) is left out."""
+    out: list[Check] = []
+    for kind in kinds():
+        got = kind.doctor()
+        if got is not None:
+            level, detail, fix = got
+            out.append(Check(name=kind.name, level=level, detail=detail, fix=fix))
+    return out
 
 
 def check_channels(paths: Paths) -> Check:
@@ -162,7 +163,6 @@ def check_layouts(paths: Paths) -> Check:
 CHECKS: list[Callable[[Paths], Check]] = [
     lambda _p: check_python(),
     lambda _p: check_tmux(),
-    lambda _p: check_claude(),
     check_channels,
     check_daemon,
     check_private_files,
@@ -171,4 +171,5 @@ CHECKS: list[Callable[[Paths], Check]] = [
 
 
 def run(paths: Paths) -> list[Check]:
-    return [check(paths) for check in CHECKS]
+    checks = [check(paths) for check in CHECKS]
+    return checks[:2] + check_agents() + checks[2:]

@@ -8,6 +8,10 @@ So the core never imports a feature (tests/test_architecture.py), and a short-li
 only what it reaches: ``fleet post`` no feature at all, a channel budgets once its engine starts
 (and the resident's dispatch only when a fork asks to spawn).
 
+The agent kinds (:data:`fleet.seams.agent_kinds`: claude, codex, the stand-in) are not features:
+spawn cannot launch a pane without one, so :mod:`fleet.agents` names the built-ins itself, lazily,
+in the same ``"module:attribute"`` form.
+
 The CLI calls :func:`load` before any command; the channel's entry point :func:`load_channel`.
 Summaries and campaigns plug into no seam: the CLI makes them and hands them to the core (the
 summary writer is a supervisor's watcher) or calls them itself.

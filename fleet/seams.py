@@ -8,7 +8,8 @@ reaches the seam: the CLI names them all, the channel its own three). A third-pa
 plug in the same way — llm's habit, whose built-in plugins register through the same hook specs as
 the others — without pluggy: a seam is a typed, named list the core iterates in order.
 
-Spawn: :data:`prompt_parts` (the resident's prompt), :data:`launch_settings` (the permission hook),
+Spawn: :data:`agent_kinds` (claude, codex, the stand-in: :mod:`fleet.agents`), :data:`prompt_parts`
+(the resident's prompt), :data:`launch_settings` (the permission hook),
 :data:`spawn_checks` (budgets), :data:`workspaces` (worktrees). The channel: :data:`hold_backs`
 (budgets' watch; ``fleet watch --hook`` too), :data:`fork_spawners` (the resident's workers).
 The delivery engine: :data:`policies` (the resident's attention). ``fleet status``:
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
+    from fleet.agents import Kind
     from fleet.client import Client
     from fleet.delivery.frames import Frame
     from fleet.delivery.rules import Rule
@@ -169,6 +171,10 @@ class WorkspacePlanner(Protocol):
     ) -> Workspace | None: ...
 
 
+agent_kinds: Seam[Kind] = Seam("spawn: the CLIs a pane can run (claude, codex, the stand-in)")
+"""The agent kinds (:mod:`fleet.agents`), asked in order which runs an agent command: the built-ins
+are named by :mod:`fleet.agents` itself (spawn cannot launch anything without one, so they are the
+core's, not features); a kind added here is asked before the generic command."""
 prompt_parts: Seam[PromptPart] = Seam("spawn: system prompt parts")
 launch_settings: Seam[SettingsHook] = Seam("spawn: settings hooks")
 spawn_checks: Seam[SpawnCheck] = Seam("spawn: checks before anything is made")

@@ -13,7 +13,9 @@
   earlier panes are revoked; tokens minted by hand are not),
   and a Claude session id, recorded with the daemon so any machine can respawn it.
 - The agent is the pane's own command, launched without a shell, with the profile's ``env`` set in
-  the pane (never on the command line, never in a report). Claude Code gets the channel as an
+  the pane (never on the command line, never in a report). Its kind (:mod:`fleet.agents`: Claude
+  Code, the Codex CLI, the stand-in, any other command) builds the command line; the report names
+  the kind and what it cannot do that Claude Code does. Claude Code gets the channel as an
   inline ``--mcp-config`` (``=`` form: the flag is variadic) that names the token *file*, never the
   token. ``--transport hook`` injects ``fleet watch --hook`` as an ``asyncRewake`` hook instead of
   loading the development channel. The profile's ``cap`` is passed to the channel (or the hook).
@@ -31,14 +33,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
 import shlex
-import shutil
 import socket
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -47,15 +46,15 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from fleet import dialogs, errors
-from fleet.agentstate import hook_entries, hook_file
-from fleet.channel.tools import instructions
+from fleet.agents import STANDIN, Kind, Start, agent_words, channel_entry, kind_of, require_agent
+from fleet.agents.claude import ALLOW_FLEET_TOOLS, agent_argv, mcp_config, settings_json, state_hooks
 from fleet.client import Client
-from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout, ResolvedProfile
+from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
-from fleet.seams import Launch, Workspace, launch_settings, prompt_parts, spawn_checks, workspaces
+from fleet.seams import Launch, Workspace, spawn_checks, workspaces
 from fleet.tmux import PaneInfo, PaneLaunch, Session, Tmux, check_length, session_name
 
 log = logging.getLogger(__name__)
@@ -63,8 +62,10 @@ log = logging.getLogger(__name__)
 Transport = Literal["auto", "channel", "hook"]
 """``auto`` (the default): the channel pushes and an ``asyncRewake`` hook takes what Claude Code did
 not; ``channel``: pushes only; ``hook``: the hook only (the channel serves tools)."""
-STANDIN = "fleet-standin"
-"""Agent command alias for the scripted stand-in agent (:mod:`fleet.standin`)."""
+__all__ = [  # the command line's parts, kept here for their callers (they live in fleet.agents)
+    "ALLOW_FLEET_TOOLS", "STANDIN", "agent_argv", "agent_words", "channel_entry", "is_claude",
+    "mcp_config", "require_agent", "settings_json", "state_hooks",
+]  # fmt: skip
 
 DEV_CHANNELS_PROMPT = dialogs.DEV_CHANNELS.accept
 NO_CHANNELS = "Channels are not currently available"
@@ -78,8 +79,6 @@ RUNNING_WAIT = 3.0
 at once when it reaches a restarted daemon) before spawn says it cannot reach it."""
 """Seconds spawn keeps reading a ready Claude Code pane for its development-channels warning: Claude
 Code shows it at every launch when channels are available to the account, and never otherwise."""
-ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
-"""Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
 DEAD_LINE = re.compile(r"Pane is dead \((?:status (\d+)|signal (\d+))")
 PRESS_AGAIN = {"Down": 0.3, "Up": 0.3, "Enter": 1.5}
 """Seconds after a key before spawn presses another at a dialog still showing: a moment for Claude
@@ -118,6 +117,7 @@ class _Start:
     report: PaneReport
     pane: PaneLaunch
     launch: str
+    kind: Kind
 
 
 @dataclasses.dataclass
@@ -152,6 +152,12 @@ class PaneReport(BaseModel):
     worktree: str = ""
     """The git worktree the pane works in ('' without one)."""
     branch: str = ""
+    kind: str = ""
+    """The agent's kind (:mod:`fleet.agents`: ``claude``, ``codex``, ``standin``, ``command``; '' for
+    a pane that was already running)."""
+    limits: list[str] = Field(default_factory=list)
+    """What this agent cannot do that Claude Code does (docs/agents.md), said plainly: never a silent
+    "ready"."""
 
 
 class SpawnReport(BaseModel):
@@ -172,125 +178,9 @@ class SpawnReport(BaseModel):
         return all(p.ready for p in self.panes if p.action != "skipped")
 
 
-def agent_words(agent: str) -> list[str]:
-    """The agent command as argv; ``fleet-standin`` runs this Python's stand-in module."""
-    words = shlex.split(agent)
-    if not words:
-        raise errors.UsageError("the agent command is empty")
-    if words[0] == STANDIN:
-        return [sys.executable, "-m", "fleet.standin", *words[1:]]
-    return words
-
-
 def is_claude(words: list[str]) -> bool:
     """Whether the agent command runs Claude Code (its receipts and system prompt apply)."""
-    return Path(words[0]).name == "claude"
-
-
-def require_agent(words: list[str]) -> None:
-    if shutil.which(words[0]) is None:
-        if Path(words[0]).name == "claude":
-            raise errors.ToolMissing(
-                "claude (Claude Code) is not installed or not on PATH: install it with"
-                " `npm install -g @anthropic-ai/claude-code`, or spawn another agent with --agent CMD"
-                f" (e.g. --agent {STANDIN} for the scripted stand-in)"
-            )
-        raise errors.ToolMissing(
-            f"agent command {words[0]!r} was not found on PATH: install it or fix --agent"
-        )
-
-
-def channel_entry(
-    participant: str,
-    wave: str,
-    daemon_url: str,
-    token_file: Path,
-    *,
-    attention: str = "full",
-    deliver: bool = True,
-    cap: int | None = None,
-    receipts: bool = False,
-    hook_fallback: bool = False,
-    launch: str = "",
-) -> dict[str, object]:
-    """The ``fleet`` stdio server entry for ``--mcp-config`` (no secret in it: the token is a file).
-
-    ``receipts``: the agent is Claude Code, whose transcript confirms deliveries; ``hook_fallback``:
-    a hook is installed beside the channel (``--transport auto``)."""
-    args = ["-m", "fleet", "channel", "--participant", participant, "--wave", wave,
-            "--daemon", daemon_url, "--token-file", str(token_file)]  # fmt: skip
-    if attention != "full":
-        args += ["--attention", attention]
-    if not deliver:
-        args += ["--no-deliver"]
-    args += ["--receipts", "transcript" if receipts else "none"]
-    if hook_fallback:
-        args += ["--hook-fallback"]
-    if cap is not None:
-        args += ["--cap", str(cap)]
-    env = {k: os.environ[k] for k in ("FLEET_HOME",) if os.environ.get(k)}
-    if launch:
-        env["FLEET_LAUNCH"] = launch  # in its presence reports: this launch's channel, not an older one
-    return {"type": "stdio", "command": sys.executable, "args": args, "env": env}
-
-
-def state_hooks(paths: Paths, session_id: str) -> dict[str, list[dict[str, Any]]]:
-    """The state hooks of a Claude Code session (:func:`fleet.agentstate.hook_entries`): each
-    appends its event to the session's file in the channels' directory, which its channel tails."""
-    return hook_entries(hook_file(paths.channels, session_id))
-
-
-def settings_json(base: str | None, *extra: dict[str, list[dict[str, Any]]]) -> str:
-    """``--settings`` JSON: ``base`` (fleet's watch hook settings, or None) with the hook entries of
-    ``extra`` added per event (each feature keeps its own entries; an event's matchers add up)."""
-    settings: dict[str, Any] = json.loads(base) if base else {}
-    hooks: dict[str, list[Any]] = settings.setdefault("hooks", {})
-    for entries in extra:
-        for event, matchers in entries.items():
-            hooks.setdefault(event, []).extend(matchers)
-    return json.dumps(settings, separators=(",", ":"))
-
-
-def mcp_config(entry: dict[str, object]) -> str:
-    return json.dumps({"mcpServers": {"fleet": entry}}, separators=(",", ":"))
-
-
-def agent_argv(
-    words: list[str],
-    profile: ResolvedProfile,
-    participant: str,
-    session_id: str,
-    config_json: str,
-    *,
-    resume: bool,
-    transport: Transport,
-    hook_settings: str | None = None,
-    system_prompt: str | None = None,
-) -> list[str]:
-    """The exact command line a pane runs (claude's flags, in their ``=`` forms where variadic).
-
-    fleet's own tools are granted (``--allowedTools=mcp__fleet``): a participant whose every post
-    waits at a permission prompt stalls the wave, and in Claude Code's default "auto" mode each call
-    would cost a classifier request to the model first. ``system_prompt`` (Claude Code: the
-    participant's identity and the prompt contract) goes in ``--append-system-prompt``: Claude Code
-    attaches the channel's MCP instructions only after a session's first tool result, so a wake's
-    request would otherwise reach the model without them; the system prompt is in every request,
-    and ``--resume`` keeps the one recorded at the start (docs/design.md §6).
-    """
-    argv = [*words, f"--mcp-config={config_json}", ALLOW_FLEET_TOOLS]
-    if transport in ("channel", "auto"):
-        argv.append("--dangerously-load-development-channels=server:fleet")
-    if hook_settings:  # the watch hook (hook, auto), the state and permission hooks (any transport)
-        argv.append(f"--settings={hook_settings}")
-    if system_prompt:
-        argv += ["--append-system-prompt", system_prompt]
-    argv += ["--resume", session_id] if resume else ["--session-id", session_id]
-    argv += ["--name", participant]
-    if profile.model:
-        argv += ["--model", profile.model]
-    if profile.permission_mode:
-        argv += ["--permission-mode", profile.permission_mode]
-    return argv + list(profile.args)
+    return kind_of(words).name == "claude"
 
 
 class Spawner:
@@ -383,58 +273,15 @@ class Spawner:
         profile = layout.profile(participant)
         agent = self.agent or (record.agent if resume and record and record.agent else profile.agent)
         words = agent_words(agent)
-        require_agent(words)
+        kind = kind_of(words)
+        kind.require(words)
         transport: Transport = (record.transport if resume and record else self.transport) or "auto"
         session_id = record.session_id if resume and record else str(uuid.uuid4())
         token_file = self._fresh_token(wave, participant)
-        claude = is_claude(words)
-        if resume and claude and not _has_conversation(session_id, profile.env):
-            # Claude Code saves a session with its first message: one that never had any cannot be
-            # resumed ("No conversation found"); it starts again under the same id, losing nothing
+        if resume and not kind.resumable(session_id, profile.env, self.paths):
+            # a session that never had a conversation cannot be resumed (Claude Code: "No conversation
+            # found"); it starts again under the same id, losing nothing
             resume = False
-        # auto: the hook takes what Claude Code's transcript shows it did not take; an agent that keeps
-        # no transcript gets the channel alone (no receipts: nothing for a hook to take over)
-        fallback = transport == "auto" and claude
-        launch = str(uuid.uuid4())
-        entry = channel_entry(
-            participant, wave.name, self.client.base_url, token_file,
-            attention=profile.attention, deliver=transport != "hook", cap=profile.cap,
-            receipts=claude, hook_fallback=fallback, launch=launch,
-        )  # fmt: skip
-        hook = None
-        if transport == "hook" or fallback:
-            if self.hook_settings is None:
-                raise errors.UsageError(
-                    f"--transport {transport} needs fleet's watch hook, which is not available"
-                )
-            hook = self.hook_settings(
-                participant,
-                wave.name,
-                token_file,
-                profile.attention,
-                cap=profile.cap,
-                gate=transport == "auto",
-            )
-        prompt = None
-        if claude:
-            seen = Launch(
-                self.paths, self.client.base_url, wave, wl, participant, token_file, notify=profile.notify
-            )
-            hook = settings_json(
-                hook,
-                # what the transcript does not say (a prompt waiting, a failure, the end)
-                state_hooks(self.paths, session_id),
-                # the features' own (permissions: its prompts answered from anywhere, docs/permissions.md)
-                *[got for settings in launch_settings if (got := settings(seen)) is not None],
-            )
-            # the channel's instructions, then the features' parts (the resident's operating prompt)
-            prompt = instructions(participant, wave.name, profile.attention)
-            prompt += "".join(part(seen) for part in prompt_parts)
-        argv = agent_argv(
-            words, profile, participant, session_id, mcp_config(entry),
-            resume=resume, transport=transport, hook_settings=hook, system_prompt=prompt,
-        )  # fmt: skip
-        check_length(argv, participant)
         if tree is not None:
             cwd = str(tree.cwd)
         else:
@@ -443,6 +290,27 @@ class Spawner:
                 if profile.cwd
                 else (record.cwd if record and resume else os.getcwd())
             )
+        launch = str(uuid.uuid4())
+        seen = Launch(
+            self.paths, self.client.base_url, wave, wl, participant, token_file, notify=profile.notify
+        )
+        hook_settings = self.hook_settings
+
+        def watch_hook(gate: bool) -> str:
+            return hook_settings(
+                participant, wave.name, token_file, profile.attention, cap=profile.cap, gate=gate
+            )
+
+        command = kind.command(
+            Start(
+                words=words, profile=profile, participant=participant, wave=wave, wavelet=wl,
+                session_id=session_id, resume=resume, transport=transport, token_file=token_file,
+                paths=self.paths, daemon_url=self.client.base_url, launch=launch, cwd=cwd,
+                trust=self.trust, seen=seen, watch_hook=watch_hook,
+            )
+        )  # fmt: skip
+        argv = command.argv
+        check_length(argv, participant)
         self.client.record_session(
             wave.id,
             NewSession(
@@ -460,11 +328,13 @@ class Spawner:
             action="respawned" if resume else "launched",
             session_id=session_id,
             argv=argv,
-            route=ROUTE_UNKNOWN,
+            route=command.route or ROUTE_UNKNOWN,
             worktree=str(tree.path) if tree else "",
             branch=tree.branch if tree else "",
+            kind=kind.name,
+            limits=list(kind.limits),
         )
-        return _Start(report, PaneLaunch(pane_id, participant, argv, cwd, env), launch)
+        return _Start(report, PaneLaunch(pane_id, participant, argv, cwd, env), launch, kind)
 
     def _start(self, wave: Wave, wl: Wavelet, starts: list[_Start], window: _Window | None) -> None:
         """Start ``starts`` in tmux (one invocation for a wavelet, or as few as tmux's length limit
@@ -961,16 +831,9 @@ class Spawner:
         )
 
 
-def _has_conversation(session_id: str, env: dict[str, str]) -> bool:
-    """Whether Claude Code saved ``session_id`` (as the pane will see its home: the profile's env)."""
-    from fleet.delivery.receipts import transcript_of
-
-    return transcript_of(session_id, {**os.environ, **env}) is not None
-
-
 def _offers_channel(rep: PaneReport) -> bool:
-    """A Claude Code pane launched with the development channel (its verdict is worth waiting for)."""
-    return is_claude(rep.argv[:1]) and "--dangerously-load-development-channels=server:fleet" in rep.argv
+    """A pane whose channels verdict is worth waiting for (Claude Code with the development channel)."""
+    return bool(rep.argv) and kind_of(rep.argv).offers_channel(rep.argv)
 
 
 def _layout_named(name: str, paths: Paths) -> Layout:

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, Field, PlainSerializer, PlainValidator
 
 from fleet import agentstate, dialogs, errors
+from fleet.agents import Kind, agent_words, kind_of
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
 from fleet.delivery.state import DeliveryState, StateFile
@@ -165,6 +166,10 @@ class StatusRow(BaseModel):
     """The budget nearest to its limit of those that apply here (:mod:`fleet.budgets`), as
     ``spent/limit`` and ``held`` once it stopped deliveries; None: no budget applies."""
     note: str = ""
+    agent: str | None = None
+    """Its agent's kind (:mod:`fleet.agents`: ``claude``, ``codex``, ...), from its recorded session."""
+    limits: list[str] = Field(default_factory=list)
+    """What that kind cannot do that Claude Code does (docs/agents.md), said on every read."""
 
 
 class PermissionWait(BaseModel):
@@ -350,6 +355,7 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                 dialog = at_dialog.get(pane.pane_id, "") if pane else ""
                 agents[name] = agent_state(tmux, pane, seen, record, dialog=dialog, asking=asking.get(name))
             agent = agents[name]
+            kind = _kind_of(record)
             rows.append(
                 StatusRow(
                     wavelet=wl.path,
@@ -382,6 +388,8 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
                     note=_note(
                         wl, name, member, pane, record, rosters, at_dialog.get(pane.pane_id) if pane else None
                     ),
+                    agent=kind.name if kind else None,
+                    limits=list(kind.limits) if kind else [],
                     **{k: v for col in columns for k, v in col.row(wl, name).items()},
                 )
             )
@@ -402,6 +410,16 @@ def status(client: Client, tmux: Tmux, paths: Paths, wave_ref: str) -> WaveStatu
 
 DEAD_LINES = 5
 """Last lines of a dead pane's screen its state carries."""
+
+
+def _kind_of(record: SessionRecord | None) -> Kind | None:
+    """The kind of a recorded session's agent (None: no record, or a command that cannot be split)."""
+    if record is None or not record.agent:
+        return None
+    try:
+        return kind_of(agent_words(record.agent))
+    except (errors.FleetError, ValueError):
+        return None
 
 
 def agent_state(

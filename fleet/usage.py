@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field
 
 from fleet import errors, seams
 from fleet.delivery.receipts import Transcript, transcript_of
+from fleet.delivery.rollout import Rollout, read_thread, rollout_of
 from fleet.paths import Paths, write_private
 from fleet.records.budgets import Budget, applies, passed, shared_cost
 from fleet.records.usage import Figures
@@ -395,8 +396,18 @@ def read_session(paths: Paths, session_id: str, env: Mapping[str, str] | None = 
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("usage state %s unreadable (%s): counting again from the start", saved, exc)
-    path = where if where is not None and where.exists() else transcript_of(session_id, env)
+    # a Codex session's record is its thread's rollout (the channel keeps the thread id beside the
+    # session), read through the same counter (fleet.delivery.rollout translates its lines)
+    thread = read_thread(paths.channels, session_id)
+    if where is not None and where.exists():
+        path: Path | None = where
+    elif thread is not None:
+        path = rollout_of(thread, env)
+    else:
+        path = transcript_of(session_id, env)
     if path is None:
+        if thread is not None:
+            return SessionUsage(counter, "no rollout yet (Codex writes it with the thread's first turn)")
         return SessionUsage(counter, "no transcript yet (Claude Code writes it with the first message)")
     if path != where:
         counter, offset = Counter(), 0
@@ -405,7 +416,11 @@ def read_session(paths: Paths, session_id: str, env: Mapping[str, str] | None = 
             counter, offset = Counter(), 0
     except OSError:
         pass  # the reader says why
-    reader = Transcript(session_id, offset=offset, path=path, observer=counter.take)
+    reader: Transcript = (
+        Rollout(thread, offset=offset, path=path, observer=counter.take)
+        if thread is not None
+        else Transcript(session_id, offset=offset, path=path, observer=counter.take)
+    )
     reader.read()
     if reader.consumed != offset or where != path:
         state = {"v": STATE_VERSION, "path": str(path), "offset": reader.consumed, "counter": counter.dump()}

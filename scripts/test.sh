@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian-like machine, then run it all:
-# lint, types, and every test (real daemon, real tmux, real Claude Code binary, real MCP SDK).
+# lint, types, and every test (real daemon, real tmux, real Claude Code and Codex binaries, real MCP SDK).
 # Idempotent: installs only what is missing. Used by `.ci/run` and by the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CLAUDE_VERSION=2.1.332
+CODEX_VERSION=0.169.0
 
 say() { printf '\n== %s\n' "$*"; }
 need_apt=()
@@ -32,6 +33,13 @@ if [ "$(.ci/node/node_modules/.bin/claude --version 2>/dev/null | cut -d' ' -f1)
 fi
 export FLEET_CLAUDE_BIN="$ROOT/.ci/node/node_modules/.bin/claude"
 "$FLEET_CLAUDE_BIN" --version
+
+say "Codex CLI ${CODEX_VERSION} (npm, local prefix .ci/node; tests/real/test_codex_real.py)"
+if [ "$(.ci/node/node_modules/.bin/codex --version 2>/dev/null)" != "codex-cli $CODEX_VERSION" ]; then
+  npm install --silent --no-audit --no-fund --prefix .ci/node "@openai/codex@${CODEX_VERSION}"
+fi
+export FLEET_CODEX_BIN="$ROOT/.ci/node/node_modules/.bin/codex"
+"$FLEET_CODEX_BIN" --version
 
 say "lint"
 .venv/bin/ruff check fleet tests bench

@@ -189,3 +189,12 @@ def real_fleet(
     yield make
     for world in made:
         world.close()
+
+
+@pytest.fixture
+def codex() -> str:
+    """The pinned Codex CLI (``FLEET_CODEX_BIN``, else ``.ci/node``, else ``PATH``): fails, never skips,
+    naming the install when it is missing or another version (tests/realcodex.py)."""
+    from realcodex import pinned_codex
+
+    return pinned_codex()

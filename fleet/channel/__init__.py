@@ -5,7 +5,7 @@ Invocation (the inline ``--mcp-config`` entry spawn generates; stable)::
     python -m fleet channel --participant NAME --wave WAVE --daemon URL --token-file PATH \\
         [--cap 40] [--state-dir DIR] [--attention full|targeted|POLICY [--digest-hold 30]
         [--attendant CMD [--attendant-timeout 2]]] [--no-deliver]
-        [--receipts auto|transcript|none] [--hook-fallback [--bound 3]]
+        [--receipts auto|transcript|rollout|none] [--hook-fallback [--bound 3]]
 
 Options fall back to the environment and the local paths as :mod:`fleet.delivery.config` says. The
 token is only ever read from the file (0600), never taken from the command line. ``python -m fleet
@@ -151,10 +151,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--receipts",
-        choices=["auto", "transcript", "none"],
+        choices=["auto", "transcript", "rollout", "none"],
         default="auto",
         help="transcript: a blip counts as delivered when the session's transcript shows it in the "
-        "model's context; none: when pushed; auto: transcript inside Claude Code.",
+        "model's context; rollout: the same from a Codex session's rollout, woken by codex queue; "
+        "none: when pushed; auto: transcript inside Claude Code.",
     )
     p.add_argument(
         "--hook-fallback",

@@ -38,6 +38,7 @@ from typing import IO, TYPE_CHECKING, Any
 import fleet
 from fleet import errors
 from fleet.agentstate import Fold, HookLog, Pending, hook_file, state_of
+from fleet.channel.codex import CodexWake, another_session
 from fleet.channel.tools import (
     TOOL_PATIENCE,
     DeliveryOut,
@@ -51,9 +52,10 @@ from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
 from fleet.delivery.gate import Gate
-from fleet.delivery.ledger import Ledger
+from fleet.delivery.ledger import CLAUDE_TOOK, PATIENCE, Ledger, frame_ids
 from fleet.delivery.presence import Presence, PresenceLoop
 from fleet.delivery.receipts import Receipt, Transcript
+from fleet.delivery.rollout import Rollout
 from fleet.delivery.rules import Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.mcpwire import Server, ServerInfo
@@ -112,6 +114,8 @@ class _Sink:
         self._holding = False
         self._kept: list[Frame] = []
         """The step's pushes not written yet: handed to the ledger at the write (:meth:`flush`)."""
+        self._swallowed: list[Frame] = []
+        """Codex: the step's frames the fault injection keeps out of its wake."""
 
     def push(self, frame: Frame) -> bool:
         c = self.channel
@@ -122,6 +126,14 @@ class _Sink:
         if ledger is not None and c.hook_route:
             ledger.hand(frame, "waiting", now)
             return True  # (the receipts thread is woken once the step's frames are all out)
+        if c.codex is not None:  # no push reaches Codex: the step's frames go in one codex queue
+            self._holding = True
+            self.pushes += 1
+            if self.drop_every and self.pushes % self.drop_every == 0:
+                log.warning("fault injection: wake of push %d swallowed", self.pushes)
+                self._swallowed.append(frame)
+            self._kept.append(frame)
+            return True
         if not self._holding:  # a step's pushes go out together, in one write, at its flush
             c.server.hold()
             self._holding = True
@@ -148,6 +160,9 @@ class _Sink:
             return True
         self._holding = False
         kept, self._kept = self._kept, []
+        if self.channel.codex is not None:
+            swallowed, self._swallowed = self._swallowed, []
+            return self.channel.wake_codex(kept, swallowed)
         if not self.channel.server.release():
             return False
         ledger = self.channel.ledger
@@ -220,9 +235,17 @@ class Channel:
         """After a push, the state thread looks every :data:`STATE_POLL` until then (monotonic)."""
         self._unapplied: list[Receipt] = []
         """Receipts the state thread's reads found that the receipts reader has not applied yet."""
+        self.codex: CodexWake | None = None
+        """A Codex session's waker (``--receipts rollout``): frames go out as ``codex queue`` messages."""
         self._transcript: Transcript | None = (
             Transcript(self.session_id, observer=self._observe) if self.session_id else None
         )
+        if config.receipts == "rollout" and config.deliver:
+            self.codex = CodexWake(
+                self.participant, self.wave, config.state_dir, self.session_id or "unknown",
+                codex=os.environ.get("FLEET_CODEX_BIN") or "codex", parent=os.getppid(),
+            )  # fmt: skip
+            self._transcript = Rollout(None, find_thread=self.codex.thread, observer=self._observe)
         self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
         self._agent = AgentState(kind="starting", since=self._started)
         # Presence is telemetry, dropped when it fails: the feed's client (no resends), not the tools'
@@ -587,6 +610,9 @@ class Channel:
         ends its turn and arms again to find nothing owed, so it never loops. While a push is out
         and the transcript shows neither its taking nor its loss, the notice waits."""
         engine, ledger = self.engine, self.ledger
+        if self.codex is not None:  # its one wake (no receipt confirms a notice)
+            self.codex.wake([frame])
+            return
         if self.gate is None or ledger is None or engine is None or ledger.state.route == "channel":
             self.server.notify(NOTIFICATION, notification(frame))
             return
@@ -596,6 +622,35 @@ class Channel:
         log.info("budget notice owed to the hook (route %s)", ledger.state.route)
         self._receipts_wanted.set()
 
+    # ------------------------------------------------------------ Codex
+
+    def wake_codex(self, frames: list[Frame], swallowed: list[Frame], *, locked: bool = False) -> bool:
+        """Queue ``frames`` (less ``swallowed``, the fault injection's) as one Codex wake and hand them
+        all to the ledger; the ones Codex queued are marked queued at once (its exit says so). False,
+        nothing handed, when Codex did not queue them (the engine keeps its cursors; a re-wake from
+        the ledger is handed as not queued, so it is tried again after the bound)."""
+        codex, ledger = self.codex, self.ledger
+        if codex is None:
+            return False
+        sent = [f for f in frames if f not in swallowed]
+        ok = codex.wake(sent) if sent else True
+        if not ok and not locked:
+            return False
+        now = time.time()
+        if ledger is not None:
+            for frame in frames:
+                ledger.hand(frame, "channel", now)
+            if ok and sent:
+                queued = [
+                    Receipt(blip_ids=sorted(frame_ids(f)), how="queued", via="channel", at=now) for f in sent
+                ]
+                if locked:
+                    ledger.apply(queued)
+                else:
+                    with self._transcript_lock:
+                        self._unapplied = (self._unapplied + queued)[-UNAPPLIED_MAX:]
+        return ok
+
     # ------------------------------------------------------------ receipts
 
     def _start_receipts(self, state: DeliveryState) -> None:
@@ -603,10 +658,18 @@ class Channel:
         says, when it is the same session)."""
         session = self.session_id
         if state.transcript != session:
+            if self.codex is not None:
+                another_session(state)
             state.transcript, state.transcript_offset = session, 0
+        # Codex says at once whether it queued a wake (codex queue's exit): one not queued within
+        # the bound was not sent, and its queue outlives the process
+        codex = self.codex is not None
         self.ledger = Ledger(
-            state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound
-        )
+            state, identity(os.getppid()), hook=self.gate is not None, bound=self.config.bound,
+            patience=self.config.bound if codex else PATIENCE, durable=codex,
+            agent="Codex" if codex else "Claude Code",
+            taken="woken by codex queue: Codex queued a wake" if codex else CLAUDE_TOOK,
+        )  # fmt: skip
         # The one transcript reader starts at 0 (the state fold needs the whole session): the
         # receipts before the saved offset are applied again, which changes nothing (they confirm
         # only frames still pending, and those were pending when they were read).
@@ -657,7 +720,10 @@ class Channel:
             ledger.state.receipts_problem = "no session id (CLAUDE_CODE_SESSION_ID is not set)"
             ledger.dirty = True
         for p in ledger.lost_pushes(now):
-            if self.gate is not None:
+            if self.codex is not None:
+                log.info("wake of %s not queued within %.0fs: queued again", p.frame.id, ledger.bound)
+                self.wake_codex([p.frame], [], locked=True)
+            elif self.gate is not None:
                 log.info("push of %s not taken within %.0fs: owed to the hook", p.frame.id, ledger.bound)
                 ledger.owe_hook(p, now)
         for p in ledger.lost_hooks(now):

@@ -310,6 +310,8 @@ def spawn_report(report: SpawnReport) -> None:
         route = f" — {p.route}" if p.route else ""
         tree = f" in {p.worktree} ({p.branch})" if p.worktree else ""
         out(f"  {p.participant:<{width}}  {p.pane_id or '-':<5} {p.action:<9} {state}{why}{route}{tree}")
+        if p.limits:  # what this agent cannot do that Claude Code does: said, never a silent "ready"
+            out(f"  {'':<{width}}  {p.kind} cannot: {'; '.join(p.limits)} (docs/agents.md)")
     out(f"attach: {command(report.attach)}")
 
 
@@ -405,6 +407,9 @@ def status_table(st: WaveStatus) -> None:
     head = ["WAVELET", "NAME", "PANE", "STATE", "WOKEN BY", "LAST BLIP", "DELIVERED", "CAP", "SESSION",
             "HOST", "WORKTREE", "USAGE", "BUDGET", "NOTE"]  # fmt: skip
     table(head, rows)
+    limited = {r.participant: (r.agent, r.limits) for r in st.rows if r.limits}
+    for name, (kind, limits) in limited.items():
+        out(f"  {name} runs {kind}, which cannot: {'; '.join(limits)} (docs/agents.md)")
     if st.unpriced:
         from fleet.usage import no_price_text
 

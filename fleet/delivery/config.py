@@ -13,7 +13,8 @@ token_file      ``--token-file``              ``FLEET_TOKEN_FILE``; without one:
                                               watch only), else the local operator token (``operator``,
                                               or plain watch, which may read anyone's feed)
 state_dir       ``--state-dir``               the fleet state dir's ``channels/``
-session_id      —                             ``CLAUDE_CODE_SESSION_ID`` (set by Claude Code)
+session_id      —                             ``CLAUDE_CODE_SESSION_ID`` (set by Claude Code), else
+                                              ``FLEET_SESSION_ID`` (set by spawn for Codex)
 ==============  ============================  ==========================================================
 
 The token itself never comes from a command line: :func:`read_token` reads it from the file (or
@@ -61,10 +62,12 @@ class TransportConfig(Record, kw_only=True, forbid_unknown_fields=True):
     session_id: str | None = None
     host: str = field(default_factory=socket.gethostname)
     poll_wait: float = POLL_WAIT
-    receipts: Literal["auto", "transcript", "none"] = "auto"
+    receipts: Literal["auto", "transcript", "rollout", "none"] = "auto"
     """``transcript``: a blip counts as delivered when the session's own record shows it in the
-    model's context (Claude Code); ``none``: when it was handed out (agents that keep no transcript);
-    ``auto``: ``transcript`` inside Claude Code (``CLAUDECODE=1`` in the environment), else ``none``."""
+    model's context (Claude Code); ``rollout``: the same from a Codex session's rollout, the session
+    woken by ``codex queue`` (:mod:`fleet.channel.codex`); ``none``: when it was handed out (agents
+    that keep no transcript); ``auto``: ``transcript`` inside Claude Code (``CLAUDECODE=1`` in the
+    environment), else ``none``."""
     bound: float = BOUND
     """Seconds a push may go unaccepted before the hook takes it (``--transport auto``)."""
     # channel only
@@ -138,7 +141,7 @@ def resolve(
         daemon=daemon,
         token_file=token_file.expanduser() if token_file else None,
         state_dir=(state_dir or paths.channels).expanduser(),
-        session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or None,
+        session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or os.environ.get("FLEET_SESSION_ID") or None,
         **settings,  # type: ignore[arg-type]
     )
     check(config)
@@ -171,7 +174,7 @@ def receipts_on(config: TransportConfig) -> bool:
     """Whether this transport takes receipts from the session's transcript."""
     if config.receipts == "auto":
         return os.environ.get("CLAUDECODE") == "1"
-    return config.receipts == "transcript"
+    return config.receipts in ("transcript", "rollout")
 
 
 def read_token(config: TransportConfig) -> str:

@@ -8,12 +8,12 @@ it what must be handed out again. The rules (docs/design.md §3):
 * A frame is **confirmed** when its blips entered the model's context; it is **queued** when
   Claude Code accepted it into its queue (it will enter at the end of the running turn). Both
   times are recorded; only a confirmed frame leaves ``pending``.
-* A **push is lost** when the process that pushed it is gone (a new run) and it had not entered;
-  before Claude Code's process took any push, when it did not accept it within ``bound`` seconds
+* A **push is lost** when the process that pushed it is gone (a new run) and it had not entered
+  (unless the session's queue is ``durable`` and took it: Codex keeps queued messages on disk);
+  before the session's process took any push, when it did not accept it within ``bound`` seconds
   (channels are unavailable here) and the session has since answered the channel's pings
   (:data:`PINGS`: it read the push and ran on, so a push it took would be on disk); once it took
-  one, only on
-  evidence that it dropped this one — a push
+  one, only on evidence that it dropped this one — a push
   handed after it was taken (Claude Code reads its pushes in order), or the transcript shows the
   session carried on without taking it (lines dated after the hand-out, then one dated more than
   ``bound`` seconds after those: it ran after the push reached its pipe, and went on running) — or
@@ -58,6 +58,10 @@ GRACE = 3.0
 feedback that arrives mid-turn enters right after the turn: the next arm must not beat it)."""
 
 
+CLAUDE_TOOK = "channel registered: Claude Code took a push"
+"""The route's reason once Claude Code took a push."""
+
+
 def frame_ids(frame: Frame) -> frozenset[str]:
     """The blip ids a frame carries into the context (a digest: all it lists)."""
     if frame.blip_ids is not None:
@@ -77,6 +81,9 @@ class Ledger:
         bound: float = BOUND,
         grace: float = GRACE,
         patience: float = PATIENCE,
+        durable: bool = False,
+        agent: str = "Claude Code",
+        taken: str = CLAUDE_TOOK,
     ) -> None:
         self.state = state
         self.run = run
@@ -89,6 +96,12 @@ class Ledger:
         self.bound = bound
         self.grace = grace
         self.patience = patience
+        self.durable = durable
+        """The session's queue outlives its process (Codex: a queued message enters when the thread is
+        resumed): a queued push of an earlier run is not lost with that run."""
+        self.agent = agent
+        """Who takes the pushes, as the route's reasons name it; ``taken``: the reason once one is taken."""
+        self.taken = taken
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
         self.took = False
@@ -153,7 +166,7 @@ class Ledger:
                         self.taken_upto = max(self.taken_upto, p.handed_at)
                         self.took = True
                     if self.state.route != "channel":
-                        self._route("channel", "channel registered: Claude Code took a push")
+                        self._route("channel", self.taken)
                 if r.how == "queued":
                     if p.queued_at is None:
                         p.queued_at = r.at
@@ -188,13 +201,15 @@ class Ledger:
                 self._route("hook", why)
             else:
                 self._route(
-                    "unconfirmed", "Claude Code took no push and no hook is installed: nothing wakes it"
+                    "unconfirmed", f"{self.agent} took no push and no hook is installed: nothing wakes it"
                 )
         return sorted(lost, key=lambda p: p.handed_at)
 
     def _push_lost(self, p: Pending, now: float) -> bool:
         if p.run != self.run:
-            return True  # pushed into a queue that died with its process
+            # pushed into a queue that died with its process (Claude Code) — unless the queue is
+            # the session's own and durable (Codex) and took it: it enters on resume
+            return not (self.durable and p.queued_at is not None)
         if p.queued_at is not None:
             return False
         if not self.took:  # this process took no push yet: is it slow, or are there no channels?

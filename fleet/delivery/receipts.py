@@ -129,7 +129,12 @@ def receipt_of(line: dict[str, Any]) -> Receipt | None:
 
 
 class Transcript:
-    """One session's transcript, read from ``offset`` on. Not thread-safe (one reader per session)."""
+    """One session's transcript, read from ``offset`` on. Not thread-safe (one reader per session).
+
+    A subclass reads another agent's record the same way by translating its lines into transcript
+    lines (:meth:`lines_of`; Codex's rollout, :class:`fleet.delivery.rollout.Rollout`)."""
+
+    format_name = "Claude Code's transcript"
 
     def __init__(
         self,
@@ -161,6 +166,14 @@ class Transcript:
             self.path = transcript_of(self.session_id)
         return self.path
 
+    def missing(self) -> str:
+        """Why there is no file to read yet."""
+        return "no transcript yet (Claude Code writes it with the first message)"
+
+    def lines_of(self, line: dict[str, Any]) -> list[dict[str, Any]]:
+        """The transcript lines one parsed line of the file says (here: itself)."""
+        return [line]
+
     def _trouble(self, why: str) -> list[Receipt]:
         if why != self.problem:
             log.warning("receipts unavailable for session %s: %s", self.session_id, why)
@@ -171,7 +184,7 @@ class Transcript:
         """The receipts in what was appended since the last call (or since ``offset``)."""
         path = self._locate()
         if path is None:
-            return self._trouble("no transcript yet (Claude Code writes it with the first message)")
+            return self._trouble(self.missing())
         try:
             if os.stat(path).st_size == self.offset and not self.problem:
                 return []  # nothing appended: no open (the state reader looks a few times a second)
@@ -201,13 +214,14 @@ class Transcript:
                 continue
             self._known_format = True
             self.last_at = max(self.last_at, stamp(line))
-            if self.observer is not None:
-                self.observer(line)
-            got = receipt_of(line)
-            if got is not None:
-                out.append(got)
+            for item in self.lines_of(line):
+                if self.observer is not None:
+                    self.observer(item)
+                got = receipt_of(item)
+                if got is not None:
+                    out.append(got)
         if not self._known_format and self._complete:
-            return self._trouble(f"{path} holds no line of Claude Code's transcript format")
+            return self._trouble(f"{path} holds no line of {self.format_name} format")
         self.problem = ""
         return out
 

@@ -23,7 +23,7 @@ def test_doctor_reports_every_check_and_passes_on_a_good_machine(daemon: Daemon,
     res = doctor(env, "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     checks = {c["name"]: c for c in json.loads(res.stdout)}
-    assert set(checks) == {"python", "tmux", "claude", "channels", "daemon", "secrets", "layouts"}
+    assert set(checks) == {"python", "tmux", "claude", "codex", "channels", "daemon", "secrets", "layouts"}
     assert checks["tmux"]["level"] == "ok" and checks["daemon"]["level"] == "ok"
     assert daemon.url in checks["daemon"]["detail"] and "operator" in checks["daemon"]["detail"]
 
@@ -43,6 +43,7 @@ def test_doctor_names_each_problem_with_its_fix(daemon: Daemon, fleet_env: Paths
     out = res.stdout
     assert "FAIL  tmux" in out and "apt-get install tmux" in out
     assert "WARN  claude" in out and "--agent" in out
+    assert "WARN  codex" in out and "npm install -g @openai/codex@0.169.0" in out
     assert "FAIL  daemon" in out and "token" in out
     assert "FAIL  secrets" in out and f"chmod 600 {fleet_env.operator_token}" in out
     assert "FAIL  layouts" in out and "mine.toml" in out and "arrangement" in out

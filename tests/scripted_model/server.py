@@ -8,6 +8,9 @@
   or ``input_json_delta``) / ``content_block_stop``, ``message_delta`` with ``stop_reason`` and
   ``usage``, ``message_stop``), else one JSON message.
 * ``POST /v1/messages/count_tokens``: ``{"input_tokens": bytes // 4}``.
+* ``POST /v1/responses``: the OpenAI Responses API, streamed, as the Codex CLI speaks it
+  (:mod:`.responses`): the same script answers, the participant named by the request's developer
+  instructions ("You are <participant>").
 * Anything else, or a body that is not a Messages request (bad JSON, no ``messages``, no ``model``):
   an Anthropic-style error (400, ``invalid_request_error``), logged in :attr:`ScriptedModel.bad`.
   :meth:`ScriptedModel.check` fails with those bodies (the real-session fixture calls it at the end
@@ -36,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from . import responses
 from .script import END_TEXT, Event, Reply, Script, Usage, describe, events
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,8 @@ class Request:
     reply: Reply | None = None
     error: str = ""
     """For ``bad``: the error body sent."""
+    dialect: Literal["messages", "responses"] = "messages"
+    """Which API the client spoke: Anthropic's Messages (Claude Code) or OpenAI's Responses (Codex)."""
 
     @property
     def size(self) -> int:
@@ -71,6 +77,8 @@ class Request:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        if self.dialect == "responses":
+            return list(responses.as_messages(self.body or {})["messages"])
         return list((self.body or {}).get("messages") or [])
 
     def channel_events(self) -> list[Event]:
@@ -231,6 +239,8 @@ class ScriptedModel:
         return status, "application/json", json.dumps(error_body(kind, message)).encode()
 
     def _answer(self, req: Request, method: str, route: str) -> tuple[int, str, bytes]:
+        if method == "POST" and route == "/v1/responses":
+            return self._responses(req)
         if method != "POST" or route not in ("/v1/messages", "/v1/messages/count_tokens"):
             return self._bad(req, 400, "invalid_request_error", f"unexpected request {method} {req.path}")
         try:
@@ -268,6 +278,46 @@ class ScriptedModel:
         if body.get("stream"):
             return 200, "text/event-stream", b"".join(_sse(message))
         return 200, "application/json", json.dumps(message).encode()
+
+    def _responses(self, req: Request) -> tuple[int, str, bytes]:
+        """The Responses dialect (:mod:`.responses`, Codex): the request read as a Messages one and
+        answered by the same script, the reply streamed as Responses events."""
+        try:
+            body = json.loads(req.raw)
+        except ValueError as exc:
+            return self._bad(req, 400, "invalid_request_error", f"the body is not JSON: {exc}")
+        if not isinstance(body, dict) or not isinstance(body.get("input"), list) or not body.get("model"):
+            return self._bad(req, 400, "invalid_request_error", "a Responses request needs model and input")
+        req.body = body
+        req.dialect = "responses"
+        thread = next((v for k, v in req.headers.items() if k.lower() == responses.THREAD_HEADER), "")
+        req.session_id = thread
+        req.participant = responses.participant_of(body) or self.participant_of(thread)
+        messages = responses.as_messages(body)
+        req.events = events(messages)
+        if not body.get("tools"):
+            req.kind = "side"
+            req.reply = Reply(({"type": "text", "text": END_TEXT},), rule="side")
+        elif req.participant is None:
+            req.kind = "turn"
+            log.warning("a Responses request from unknown thread %r: ending its turn", thread)
+            req.reply = Reply(({"type": "text", "text": END_TEXT},), rule="unknown session")
+        else:
+            req.kind = "turn"
+            with self._lock:
+                req.reply = self.script.player(req.participant).answer(req.events)
+        reply = req.reply
+        if reply.error is not None:
+            return (
+                reply.error.status,
+                "application/json",
+                json.dumps(error_body(reply.error.type, reply.error.message)).encode(),
+            )
+        chunks = responses.stream(
+            reply, response_id=f"resp_scripted_{len(self.log):05d}", model=str(body.get("model")),
+            created=int(time.time()), request_bytes=req.size,
+        )  # fmt: skip
+        return 200, "text/event-stream", b"".join(chunks)
 
     def _message(self, req: Request, reply: Reply) -> dict[str, Any]:
         return {

@@ -528,7 +528,8 @@ def test_cli_status_json_is_the_model_and_the_table_reads(
         "wavelet", "wavelet_id", "participant", "member", "pane_id", "pane", "exit", "pane_wavelet",
         "presence", "state", "state_text", "last_blip_at", "blips", "delivered", "last_delivery", "cap_used",
         "cap", "capped", "route", "route_why", "unconfirmed", "oldest_unconfirmed", "receipts_problem",
-        "session_id", "host", "worktree", "branch", "ahead", "dirty", "usage", "budget", "note",
+        "session_id", "host", "worktree", "branch", "ahead", "dirty", "usage", "budget", "note", "agent",
+        "limits",
     }  # fmt: skip
     every = json.loads(fleet(env, "status", "--json").stdout)
     assert [w["wave"] for w in every] == ["demo"]

@@ -56,6 +56,13 @@ class Host:
         self.ledger: Ledger | None = ledger
         self.hook_route = False
         self.server = Pipe()
+        self.codex: object | None = None
+        """A Codex session's waker (None: Claude Code, pushed through the pipe)."""
+        self.wakes: list[tuple[list[str], list[str]]] = []
+
+    def wake_codex(self, frames: list[Frame], swallowed: list[Frame]) -> bool:
+        self.wakes.append(([f.id for f in frames], [f.id for f in swallowed]))
+        return True
 
 
 def frame(i: str) -> Frame:
@@ -111,3 +118,18 @@ def test_every_frame_pushed_is_handed_once_no_earlier_than_its_steps_write(steps
     for p in lg.state.pending:
         assert p.attempts == 1 and p.path == "channel"
         assert p.handed_at >= host.server.writes[step_of[p.frame.id]][0]
+
+
+def test_a_codex_steps_frames_go_out_in_one_wake_and_none_through_the_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Codex takes no push: the step's frames are one ``codex queue`` message at the flush, the fault
+    injection's swallowed ones among them (handed, never sent) — nothing is written to the MCP pipe."""
+    monkeypatch.setenv("FLEET_FAULT_DROP_PUSH", "2")
+    host = Host(ledger())
+    host.codex = object()
+    sink = _Sink(host)  # type: ignore[arg-type]
+    assert all(sink.push(frame(i)) for i in ("a", "b", "c"))
+    assert host.wakes == [] and sink.flush()
+    assert host.wakes == [(["a", "b", "c"], ["b"])]
+    assert host.server.writes == [] and host.server.held == [] and sink.flush()  # nothing held: nothing more

@@ -187,3 +187,50 @@ def test_a_screen_that_does_not_end_in_a_dialog_is_no_dialog(
         lines += [dialogs.DEV_CHANNELS.accept, dialogs.FOOTER, "Yes, I trust this folder"]
     lines += ["─" * width, "❯ ", "─" * width, "  ⏵⏵ auto mode on (shift+tab to cycle)"]
     assert dialogs.find(lines) is None
+
+
+CODEX_APPROVAL_SCREEN = """\
+› EXECESC now
+
+• Running touch /tmp/cx/escalated-ran
+
+  Would you like to run the following command?
+
+  Environment: local
+
+  Reason: test escalation
+
+  $ touch /tmp/cx/escalated-ran
+
+› 1. Yes, proceed (y)
+  2. Yes, and don't ask again for commands that start with `touch /tmp/cx/escalated-ran` (p)
+  3. No, and tell Codex what to do differently (esc)
+
+  Press enter to confirm or esc to cancel
+
+""".splitlines()
+CODEX_TRUST_SCREEN = """\
+
+  Folder access
+
+  /tmp/cx/repo
+
+  Trust this folder? Codex can read, edit, and run files here, subject to your permission
+  settings. Folder settings can run code automatically, even without a model request. Continue
+  only if you trust these files. Your trust decision will be saved.
+
+› 1. Trust and continue
+  2. Back to Agent Command Center
+
+  enter continue · esc back
+""".splitlines()
+
+
+def test_codexs_approval_and_folder_trust_are_known_and_never_answered() -> None:
+    """Recorded from codex-cli 0.169.0 in tmux (130 and 100 columns): fleet reports them with what to
+    do and presses nothing (no ``accept``)."""
+    approval = dialogs.find(CODEX_APPROVAL_SCREEN)
+    assert approval is not None and approval.dialog is dialogs.CODEX_APPROVAL and not approval.dialog.accept
+    trust = dialogs.find(CODEX_TRUST_SCREEN)
+    assert trust is not None and trust.dialog is dialogs.CODEX_TRUST and "--trust" in trust.dialog.remedy
+    assert dialogs.find(CODEX_APPROVAL_SCREEN[:-4]) is None  # the question alone, footer not drawn yet
