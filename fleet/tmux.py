@@ -236,6 +236,8 @@ class Tmux:
             msg = " ".join(res.stderr).strip()
             if "no server running" in msg or "error connecting" in msg:
                 return []
+            if "no current target" in msg and "-a" in args:
+                return []  # a listing of all on a server with no session (its last one just killed)
             raise errors.FleetError(f"tmux {args[0]} failed: {msg}")
         return list(res.stdout)
 

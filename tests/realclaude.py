@@ -56,29 +56,41 @@ TURN = 60.0
 machine may be busy)."""
 
 
-def find_claude() -> str | None:
-    candidates = [os.environ.get("FLEET_CLAUDE_BIN", ""), str(REPO / ".ci/node/node_modules/.bin/claude")]
+def find_binary(env_var: str, name: str) -> str | None:
+    """``$env_var`` if executable, then ``.ci/node`` under the repository (``scripts/test.sh``
+    installs there), then ``name`` on PATH."""
+    candidates = [os.environ.get(env_var, ""), str(REPO / f".ci/node/node_modules/.bin/{name}")]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    return shutil.which("claude")
+    return shutil.which(name)
+
+
+def pinned_binary(env_var: str, name: str, want: str, version_of: Callable[[str], str], install: str) -> str:
+    """The binary :func:`find_binary` finds whose ``--version`` output ``version_of`` reads as
+    ``want``, or ``pytest.fail`` saying what to install (never a skip)."""
+    path = find_binary(env_var, name)
+    if path is None:
+        pytest.fail(f"no {name} binary found: {install}", pytrace=False)
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"{path} --version failed ({exc}): {install}", pytrace=False)
+    version = version_of(out)
+    if version != want:
+        pytest.fail(f"{path} is {name} {version or '(unknown)'}, not {want}: {install}", pytrace=False)
+    return path
+
+
+def find_claude() -> str | None:
+    return find_binary("FLEET_CLAUDE_BIN", "claude")
 
 
 def pinned_claude() -> str:
     """The pinned Claude Code binary, or ``pytest.fail`` with what to install."""
-    path = find_claude()
-    if path is None:
-        pytest.fail(f"no claude binary found: {INSTALL}", pytrace=False)
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"{path} --version failed ({exc}): {INSTALL}", pytrace=False)
-    version = out.split(" ", 1)[0].strip()
-    if version != CLAUDE_VERSION:
-        pytest.fail(
-            f"{path} is Claude Code {version or '(unknown)'}, not {CLAUDE_VERSION}: {INSTALL}", pytrace=False
-        )
-    return path
+    return pinned_binary(
+        "FLEET_CLAUDE_BIN", "claude", CLAUDE_VERSION, lambda out: out.split(" ", 1)[0].strip(), INSTALL
+    )
 
 
 def claude_env(model_url: str, home: Path) -> dict[str, str]:

@@ -12,15 +12,11 @@ each against the same :class:`~scripted_model.ScriptedModel` (a :class:`realclau
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-from realclaude import REPO, RealFleet, claude_env, toml_value
+from realclaude import RealFleet, claude_env, find_binary, pinned_binary, toml_value
 
 CODEX_VERSION = "0.169.0"
 INSTALL = (
@@ -31,27 +27,14 @@ MODEL = "scripted-1"
 
 
 def find_codex() -> str | None:
-    candidates = [os.environ.get("FLEET_CODEX_BIN", ""), str(REPO / ".ci/node/node_modules/.bin/codex")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("codex")
+    return find_binary("FLEET_CODEX_BIN", "codex")
 
 
 def pinned_codex() -> str:
     """The pinned Codex binary, or ``pytest.fail`` with what to install."""
-    path = find_codex()
-    if path is None:
-        pytest.fail(f"no codex binary found: {INSTALL}", pytrace=False)
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"{path} --version failed ({exc}): {INSTALL}", pytrace=False)
-    if out.strip() != f"codex-cli {CODEX_VERSION}":
-        pytest.fail(
-            f"{path} is {out.strip() or '(unknown)'}, not codex-cli {CODEX_VERSION}: {INSTALL}", pytrace=False
-        )
-    return path
+    return pinned_binary(
+        "FLEET_CODEX_BIN", "codex", f"codex-cli {CODEX_VERSION}", lambda out: out.strip(), INSTALL
+    )
 
 
 def seed_codex(codex_home: Path, model_url: str) -> None:

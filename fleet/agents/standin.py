@@ -5,17 +5,15 @@ installed but this Python."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from fleet.agents import Command, Health, Receipts, Start
-from fleet.agents.claude import claude_command
-
-if TYPE_CHECKING:
-    from fleet.paths import Paths
+from fleet.agents import Receipts
+from fleet.agents.claude import Generic
 
 
-class Standin:
+class Standin(Generic):
+    """The generic command's launch and reading, matched by its own command line and needing nothing
+    installed."""
+
     name = "standin"
     receipts: Receipts = "none"
     wake = "channel push (the stand-in reads every notification)"
@@ -26,18 +24,6 @@ class Standin:
         return words[:3] == [sys.executable, "-m", "fleet.standin"]
 
     def require(self, words: list[str]) -> None:
-        return None
-
-    def resumable(self, session_id: str, env: Mapping[str, str], paths: Paths) -> bool:
-        return True
-
-    def command(self, start: Start) -> Command:
-        return claude_command(start, claude=False)
-
-    def offers_channel(self, argv: list[str]) -> bool:
-        return False
-
-    def doctor(self) -> Health | None:
         return None
 
 

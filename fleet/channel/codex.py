@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -96,6 +95,8 @@ class CodexWake:
         if not thread:
             self.last_error = "the Codex thread is not known yet (its process holds no thread lock)"
             return False
+        import subprocess  # (here: a Claude Code channel, which imports this module, never runs one)
+
         argv = [self.codex, "queue", "--thread", thread, "--message", self.text(frames)]
         try:
             done = subprocess.run(

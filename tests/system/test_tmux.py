@@ -416,3 +416,16 @@ def test_screens_gives_each_pane_its_own_screen_whatever_its_id(tmux_server: lib
     for pane in ids:  # (a chain keeps a screen's blank lines at the bottom; one capture drops them)
         assert "\n".join(screens[pane]).rstrip("\n") == "\n".join(tmux.capture(pane)).rstrip("\n"), pane
     assert {p.pane_id for p in listed} >= set(ids)
+
+
+def test_a_server_left_with_no_session_lists_no_panes(tmux_server: libtmux.Server) -> None:
+    """A server whose last session was killed, before it exits (exit-empty) or kept (``exit-empty
+    off``), answers ``list-panes -a`` with "no current target": that is no panes, not a failure (a
+    spawn right after `fleet kill` failed on it)."""
+    tmux = Tmux(tmux_server)
+    tmux_server.cmd("new-session", "-d", "-s", "only", "sleep 300")
+    tmux_server.cmd("set-option", "-g", "exit-empty", "off")
+    assert [p for p in tmux.panes() if p.alive]
+    tmux_server.cmd("kill-session", "-t", "only")
+    assert tmux_server.cmd("list-sessions").stderr == []  # the server runs on, with no session
+    assert tmux.panes() == []
