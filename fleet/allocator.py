@@ -2,14 +2,15 @@
 goes back to the system when it ends.
 
 CPython's small-object allocator (pymalloc) takes memory in 1 MiB arenas and gives an arena back
-only once nothing in it is alive; a burst of connections (a thread each, ~12 KiB of objects each
-while parked) spreads over new arenas, and the few objects that outlive it (a cache entry replaced,
-a reader renewed) keep whole arenas: after 1,000 idle connections and 500 long-polls the daemon
-stayed at +14 to +24 % of its start whatever was collected and trimmed. glibc's ``malloc`` keeps
-freed memory in its heap too, but ``malloc_trim`` (run after each burst, :mod:`fleet.httpbase`)
-returns every free page of it, wherever it lies: +2 % after the same burst. The price, measured in
-one run, alternated: 2,597–3,053 posts per daemon CPU-second on pymalloc, 2,500–2,837 on malloc
-(−4 %); the store layer in-process 12,650–13,256 against 11,637–11,980 posts per CPU-second (−8 %).
+only once nothing in it is alive; a burst of connections (each with its parked request's objects:
+the connection, its park, its buffers) spreads over new arenas, and the few objects that outlive it
+(a cache entry replaced, a reader renewed) keep whole arenas: after 1,000 idle connections and 500
+long-polls the daemon stayed at +14 to +24 % of its start whatever was collected and trimmed.
+glibc's ``malloc`` keeps freed memory in its heap too, but ``malloc_trim`` (run after each burst,
+:mod:`fleet.httpbase`) returns every free page of it, wherever it lies: +2 % after the same burst.
+The price, measured in one run, alternated: 2,597–3,053 posts per daemon CPU-second on pymalloc,
+2,500–2,837 on malloc (−4 %); the store layer in-process 12,650–13,256 against 11,637–11,980 posts
+per CPU-second (−8 %).
 
 The allocator is fixed when the interpreter starts (``PYTHONMALLOC``), so a daemon started without
 it is started again in place (``execve``: the same pid) with it set, before anything runs; fleet's
