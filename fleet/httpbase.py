@@ -553,6 +553,8 @@ class _Connection(asyncio.Protocol):
         """A head that has not ended and is already over a limit: 414, or 431 as the parser says."""
         lines = bytes(self.buf).split(b"\n")
         h = self.server.handler(self)
+        if lines[0].startswith(b"HEAD "):
+            h.command = "HEAD"  # (its head never parsed) a HEAD's answer is headers only, this one too
         if len(lines[0]) > MAX_HEADER_LINE:
             h.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
         elif any(len(line) > MAX_HEADER_LINE + 1 for line in lines[1:]):

@@ -43,12 +43,13 @@ BOUND = 3.0
 within milliseconds of a push (bench/receipts.py measures it); a few seconds leave room for a
 loaded machine without delaying the hook's fallback by much (docs/design.md §3)."""
 PINGS = 3
-PING_GAP = 0.1
+PING_GAP = 1.0
 """Before Claude Code took any push, one not taken within the bound is lost only once the session
 answered this many pings (:meth:`fleet.mcpwire.Server.ping`), the first written after the push and
 each at least this many seconds after the answer before it, and the transcript was read after the
-last answer: it has read the push (one pipe, read in order) and turned its loop since — past the
-100 ms timer after which Claude Code 2.1.332 writes a queued line — so a push it took is on disk.
+last answer: it has read the push (one pipe, read in order) and ran on for two seconds since, well
+past the 100 ms timer after which Claude Code 2.1.332 writes a queued line (0.1 s between pings was
+not enough on a loaded machine: the line came later), so a push it took is on disk.
 A session starved of CPU answers late and is waited for; one without channels answers at once."""
 PATIENCE = 30.0
 """Seconds a push may go unaccepted before it is lost without other evidence (an idle session that

@@ -185,10 +185,10 @@ def test_an_untaken_push_is_lost_after_the_bound_and_the_pings_and_turns_the_rou
     assert lg.lost_pushes(12.9) == [] and not lg.ping_due(12.9)
     assert lg.ping_due(13.0) and lg.lost_pushes(13.0) == []  # the bound: now ask the session
     lg.pongs.append((13.0, 13.01))
-    assert not lg.ping_due(13.05) and lg.ping_due(13.11)  # the next one after the gap
-    answered(lg, 13.11, n=PINGS - 1)
-    assert not lg.ping_due(14.0)
-    lost = lg.lost_pushes(14.0)
+    assert not lg.ping_due(13.01 + PING_GAP - 0.01) and lg.ping_due(13.01 + PING_GAP)  # after the gap
+    at = answered(lg, 13.01 + PING_GAP, n=PINGS - 1)
+    assert not lg.ping_due(at)
+    lost = lg.lost_pushes(at)
     assert [p.frame.id for p in lost] == ["a"] and lg.state.route == "hook"
     assert "channels unavailable here" in lg.state.route_why
     lg.owe_hook(lost[0], 13.0)
@@ -211,10 +211,10 @@ def test_before_any_push_was_taken_a_session_that_does_not_answer_is_waited_for(
     lg.pongs.append((9.0, 9.1))  # written before the push: says nothing of it
     assert lg.lost_pushes(25.0) == [] and lg.ping_due(25.0)
     for k in range(PINGS):
-        lg.pongs.append((26.0 + k, 26.0 + k + 0.01))
-    assert lg.lost_pushes(30.0) == []  # answered, but the transcript was not read since
-    lg.apply([], read_at=29.0)
-    assert [p.frame.id for p in lg.lost_pushes(30.0)] == ["a"]
+        lg.pongs.append((26.0 + k * (PING_GAP + 0.02), 26.0 + k * (PING_GAP + 0.02) + 0.01))
+    assert lg.lost_pushes(31.0) == []  # answered, but the transcript was not read since
+    lg.apply([], read_at=30.0)
+    assert [p.frame.id for p in lg.lost_pushes(31.0)] == ["a"]
     frozen = ledger()
     frozen.hand(frame("a"), "channel", 10.0)
     assert frozen.lost_pushes(39.9) == []
