@@ -223,7 +223,10 @@ class Tmux:
     def __init__(self, srv: libtmux.Server) -> None:
         self.srv = srv
 
-    def _cmd(self, *args: str) -> list[str]:
+    def _cmd(self, *args: str, all_of_none: bool = False) -> list[str]:
+        """Run one tmux command (or chain); its output lines. None when no server runs, and with
+        ``all_of_none`` (a listing of everything: ``list-panes -a``) none when the server has no
+        session left ("no current target": its last one was just killed)."""
         try:
             res = self.srv.cmd(*args)
             if res.stderr and "server exited unexpectedly" in " ".join(res.stderr):
@@ -236,8 +239,8 @@ class Tmux:
             msg = " ".join(res.stderr).strip()
             if "no server running" in msg or "error connecting" in msg:
                 return []
-            if "no current target" in msg and "-a" in args:
-                return []  # a listing of all on a server with no session (its last one just killed)
+            if all_of_none and "no current target" in msg:
+                return []
             raise errors.FleetError(f"tmux {args[0]} failed: {msg}")
         return list(res.stdout)
 
@@ -248,7 +251,7 @@ class Tmux:
 
     def panes(self) -> list[PaneInfo]:
         """Every pane on the server (fleet's or not); none when no server runs. One tmux invocation."""
-        return _pane_infos(self._cmd("list-panes", "-a", "-F", PANE_FORMAT))
+        return _pane_infos(self._cmd("list-panes", "-a", "-F", PANE_FORMAT, all_of_none=True))
 
     def fleet_panes(self, wave_id: str) -> list[PaneInfo]:
         return [p for p in self.panes() if p.wave == wave_id and p.participant]
