@@ -105,13 +105,9 @@ class Ledger:
         self.taken = taken
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
-        self.took = False
-        """Claude Code's process of this run took a push (the state's route may say ``channel`` from
-        an earlier run: a new process registers its channel anew, and its first pushes are judged
-        as a session's first are)."""
         self.taken_upto = 0.0
-        """The newest hand-out time of a push of this run that Claude Code took: a push of this run
-        handed before it and not taken was dropped."""
+        """The newest hand-out time of a push of this run that Claude Code took (0: none yet): a push
+        of this run handed before it and not taken was dropped."""
         self.pongs: list[tuple[float, float]] = []
         """(written, answered) of the session's answers to the channel's pings, oldest first."""
         self.read_at = 0.0
@@ -165,7 +161,6 @@ class Ledger:
                         self.dirty = True
                     if p.run == self.run and p.path == "channel":
                         self.taken_upto = max(self.taken_upto, p.handed_at)
-                        self.took = True
                     if self.state.route != "channel":
                         self._route("channel", self.taken)
                 if r.how == "queued":
@@ -205,6 +200,13 @@ class Ledger:
                     "unconfirmed", f"{self.agent} took no push and no hook is installed: nothing wakes it"
                 )
         return sorted(lost, key=lambda p: p.handed_at)
+
+    @property
+    def took(self) -> bool:
+        """This run's process took a push (the state's route may say ``channel`` from an earlier
+        run: a new process registers its channel anew, and its first pushes are judged as a
+        session's first are)."""
+        return self.taken_upto > 0.0
 
     def _push_lost(self, p: Pending, now: float) -> bool:
         if p.run != self.run:
