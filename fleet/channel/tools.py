@@ -243,6 +243,7 @@ class WaveletOut(Record, kw_only=True, forbid_unknown_fields=True):
     members: list[str]
     member: Annotated[bool, Meta(description=_WAVELET_OUT_MEMBER)]
     parent_withheld: Annotated[bool, Meta(description=_WAVELET_OUT_PARENT_WITHHELD)] = False
+    topic: Annotated[str, Meta(description="Its one-line topic: what it is about now ('' for none).")] = ""
 
 
 class PostOut(Record, kw_only=True, forbid_unknown_fields=True):
@@ -389,6 +390,7 @@ def _wavelet_out(w: Wavelet, participant: str) -> WaveletOut:
         members=names,
         member=participant in names,
         parent_withheld=w.parent_withheld,
+        topic=w.topic,
     )
 
 
@@ -412,7 +414,8 @@ def _blip_line(b: BlipOut) -> str:
 def _wavelet_line(w: WaveletOut) -> str:
     flags = " (private)" if w.private else ""
     you = " [you are a member]" if w.member else ""
-    return f"{w.path}{flags} · id {w.id} · roster: {', '.join(w.members) or '(empty)'}{you}"
+    topic = f" · topic: {w.topic}" if w.topic else ""
+    return f"{w.path}{flags} · id {w.id} · roster: {', '.join(w.members) or '(empty)'}{you}{topic}"
 
 
 # ---------------------------------------------------------------- the tools
@@ -523,7 +526,8 @@ class Tools:
             ),
             tool(
                 "wavelet_list",
-                "List the wave's wavelets you can see, with parents, rosters and whether you are a member.",
+                "List the wave's wavelets you can see, with parents, rosters, topics and whether you are a"
+                " member.",
                 NoArgs,
                 ListOut,
                 self._list,

@@ -136,6 +136,13 @@ def test_sdk_client_initialize_tools_ping_and_channel_notifications(world: World
                 assert [b["text"] for b in newer["blips"]] == ["hi from alice"]
                 listed = await call("wavelet_list", {})
                 assert [w["path"] for w in listed["wavelets"]] == ["w/main"]
+                assert listed["wavelets"][0]["topic"] == ""
+                topic = "the parser's failing tests"
+                await anyio.to_thread.run_sync(lambda: world.op.set_topic(world.main, topic))
+                about = (await s.call_tool("wavelet_list", {})).model_dump(by_alias=True, exclude_none=True)
+                assert about["structuredContent"]["wavelets"][0]["topic"] == "the parser's failing tests"
+                assert "w/main · id" in about["content"][0]["text"]
+                assert "topic: the parser's failing tests" in about["content"][0]["text"]
                 forked = await call("wavelet_fork", {"wavelet": "main", "name": "side", "with": ["bob"]})
                 assert forked["wavelet"]["members"] == ["alice", "bob"] and forked["wavelet"]["member"]
                 surfaced = await call("wavelet_surface", {"wavelet": "side", "text": "side: settled"})
