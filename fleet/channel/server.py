@@ -542,7 +542,9 @@ class Channel:
                 self._presence_loop.wake(ping=True)  # a restarted daemon knows no presence
             self._outage = None
             backoff.reset()
-            self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            self._set_delivery(
+                "running", f"{len(engine.labels)} wavelet(s) on your roster{self._on_daemon()}"
+            )
             if step.pushed:
                 self._quick_until = time.monotonic() + PUSH_QUICK
                 self._look_now.set()  # a turn begins: look at the transcript now, then every 0.25 s
@@ -764,6 +766,19 @@ class Channel:
             self._outage.reason = exc.message
         self._set_delivery("reconnecting", exc.message)
         self._stop.wait(backoff.delay(None if exc.transient else BACKOFF_PERMANENT_MAX))
+
+    def _on_daemon(self) -> str:
+        """Which daemon the feed is on, when the channel lists several (one store): and its last
+        failover, when, from which and why. '' with one daemon (nothing to choose between)."""
+        feed = self._feed_client
+        if feed is None or len(feed.daemons) < 2:
+            return ""
+        said = f"; on the daemon at {feed.url}"
+        move = feed.last_failover
+        if move is not None:
+            at = time.strftime("%H:%M:%S", time.localtime(move.at))
+            said += f", failed over from {move.source} at {at} ({move.reason})"
+        return said
 
     def _set_delivery(self, state: DeliveryPhase, detail: str) -> None:
         self._delivery_state, self._delivery_detail = state, detail

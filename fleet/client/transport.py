@@ -384,12 +384,15 @@ class Transport:
             if self._current == index:
                 self._current = (index + 1) % len(self.daemons)
 
-    def _heard(self, index: int, reason: str) -> None:
-        """Daemon ``index`` answered: it is current, and a move from another is recorded."""
+    def _heard(self, index: int, first: int, reason: str) -> None:
+        """Daemon ``index`` answered a call first sent to daemon ``first``: it is current, and a move
+        from the one before (the last to answer; before any answer, ``first``) is recorded."""
         with self._all_lock:
             self._current = index
             before, self._answered = self._answered, index
-            if before is None or before == index:
+            if before is None:
+                before = first
+            if before == index:
                 return
             move = Failover(time.time(), self.daemons[before].url, self.daemons[index].url, reason)
             self.failovers = [*self.failovers[-(KEPT - 1) :], move]
@@ -443,7 +446,7 @@ class Transport:
         patience_until = time.monotonic() + self.patience
         written = False
         """Whether the request ever reached a daemon whole: if not, it certainly was not applied."""
-        index = self._current
+        index = first = self._current
         tried = 0
         """Daemons tried in this round: once all have been, the round ends in a backoff."""
         left = ""
@@ -454,7 +457,7 @@ class Transport:
             the error, once retries and patience are spent) when every daemon has been tried."""
             nonlocal delay, rounds, index, tried, left
             log.debug("daemon %s: %s", self.daemons[index].url, reason)
-            left = f"{self.daemons[index].url}: {reason}"
+            left = reason
             self._leave(index)
             index = self._current
             tried += 1
@@ -528,7 +531,7 @@ class Transport:
                 conn.close()
                 next_daemon(self._error(503, data).message)
                 continue
-            self._heard(index, left or "it stopped answering")
+            self._heard(index, first, left or "it stopped answering")
             return status, data
 
     def _gave_up(self, method: str, reason: str, written: bool) -> errors.DaemonUnreachable:
