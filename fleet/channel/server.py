@@ -47,7 +47,7 @@ from fleet.channel.tools import (
     WaveletDelivery,
     instructions,
 )
-from fleet.client import Client
+from fleet.client import Client, Failover
 from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
@@ -202,6 +202,8 @@ class Channel:
         self._delivery_state: DeliveryPhase = "starting"
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: Outage | None = None
+        self._failover_told: Failover | None = None
+        """The feed's last failover this channel has logged (each is logged once)."""
         self.threads: dict[str, threading.Thread] = {}
         """The channel's threads by role: ``delivery``, ``presence``, ``state`` (the saver),
         ``agent`` (the state fold), and ``early-presence`` while the handshake ping is in flight."""
@@ -775,6 +777,11 @@ class Channel:
             return ""
         said = f"; on the daemon at {feed.url}"
         move = feed.last_failover
+        if move is not None and move is not self._failover_told:
+            self._failover_told = move
+            log.warning(
+                "delivery failed over from the daemon at %s to %s (%s)", move.source, move.to, move.reason
+            )
         if move is not None:
             at = time.strftime("%H:%M:%S", time.localtime(move.at))
             said += f", failed over from {move.source} at {at} ({move.reason})"

@@ -396,7 +396,8 @@ class Transport:
                 return
             move = Failover(time.time(), self.daemons[before].url, self.daemons[index].url, reason)
             self.failovers = [*self.failovers[-(KEPT - 1) :], move]
-        log.warning("failed over from the daemon at %s to %s (%s)", move.source, move.to, reason)
+        # info, not warning: a hook's stderr is its session's input; the channel says it in its log
+        log.info("failed over from the daemon at %s to %s (%s)", move.source, move.to, reason)
 
     def _exchange(
         self,

@@ -306,11 +306,14 @@ def test_a_conversation_through_a_channel_on_two_daemons_completes_when_the_firs
             return c if expected <= set(c) else None
 
         got = retry_until(heard_all, timeout=30, what="carol to hear every blip")
+        assert got is not None
         assert all(got[t] == 1 for t in expected), {t: n for t, n in got.items() if n != 1}
         ping = carol.call("wavelet_ping")["structuredContent"]
         detail = ping["delivery"]["detail"]
         assert ping["delivery"]["state"] == "running", ping
         assert f"on the daemon at {pair.url('b')}" in detail and f"failed over from {pair.url('a')}" in detail
+        told = f"delivery failed over from the daemon at {pair.url('a')} to {pair.url('b')}"
+        assert carol.stderr_text().count(told) == 1, carol.stderr_text()[-2000:]
     finally:
         for proc in (alice, bob):
             if proc.poll() is None:
