@@ -7,6 +7,7 @@ Without PostgreSQL: the clients' side only needs a second daemon that answers fo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,9 +25,14 @@ from pathlib import Path
 
 import pytest
 from conftest import retry_until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mcphelp import RawMcp, channel_argv, minted_token_file
 
+from fleet import errors
 from fleet.client import Client
+from fleet.client.transport import KEPT
+from fleet.daemon import Daemon
 from fleet.paths import Paths
 
 
@@ -342,3 +348,114 @@ def test_the_hook_on_a_list_whose_first_daemon_is_dead_wakes_from_the_second(
     )  # fmt: skip
     assert got.returncode == 2, got.stdout + got.stderr
     assert "alice: wake up" in got.stderr
+
+
+# ---------------------------------------------------------------- which daemon answers (property)
+
+
+class Switch:
+    """A TCP relay to a daemon that can be cut (its port refusing, its connections dropped, as a
+    daemon killed) and restored on the same port; counts the connections it relayed."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = 0
+        self.listener: socket.socket | None = None
+        self.socks: list[socket.socket] = []
+        self.accepted = 0
+        self.lock = threading.Lock()
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        if self.listener is not None:
+            return
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept: the port refuses at once
+            listener.close()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.socks += [conn, upstream]
+                self.accepted += 1
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+def test_the_client_lands_on_the_first_daemon_up_from_its_current_one_and_stays_there(daemon: Daemon) -> None:
+    """Three "daemons" (relays in front of one daemon, cut and restored at will) listed in order:
+    whatever went up and down before, a call lands on the current one if it answers, else on the
+    first that answers after it in the list's order (around the end), and stays there; with none
+    up it fails naming all three, and the next call starts from the same place. Each change of the
+    daemon that answers is one recorded failover, from the one before to the new one."""
+    port = int(daemon.url.rsplit(":", 1)[1])
+    switches = [Switch(port) for _ in range(3)]
+    client = Client(",".join(s.url for s in switches), daemon.operator_token, retries=0, timeout=5)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.frozensets(st.integers(0, 2), max_size=3), min_size=1, max_size=8))
+    def check(steps: list[frozenset[int]]) -> None:
+        for s in switches:
+            s.up()
+        client.health()  # start each example from whichever answers: the model's first state
+        current = [s.url for s in switches].index(client.url)
+        answered, moves = current, len(client.failovers)
+        for up in steps:
+            for i, s in enumerate(switches):
+                (s.up if i in up else s.down)()
+            before = [s.accepted for s in switches]
+            if not up:
+                with pytest.raises(errors.DaemonUnreachable) as got:
+                    client.health()
+                assert all(s.url in got.value.message for s in switches)
+                assert client.url == switches[current].url  # a full round comes back to where it began
+                continue
+            client.health()
+            expected = next(i % 3 for i in range(current, current + 3) if i % 3 in up)
+            assert client.url == switches[expected].url, (steps, up)
+            gained = [i for i, s in enumerate(switches) if s.accepted > before[i]]
+            assert gained in ([], [expected]), gained  # answered there (a kept connection: no new one)
+            if expected != answered:
+                moves += 1
+                move = client.last_failover
+                assert move is not None
+                assert (move.source, move.to) == (switches[answered].url, switches[expected].url)
+            assert len(client.failovers) == min(moves, KEPT)
+            current = answered = expected
+
+    try:
+        check()
+    finally:
+        for s in switches:
+            s.down()
