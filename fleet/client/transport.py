@@ -387,6 +387,8 @@ class Transport:
     def _heard(self, index: int, first: int, reason: str) -> None:
         """Daemon ``index`` answered a call first sent to daemon ``first``: it is current, and a move
         from the one before (the last to answer; before any answer, ``first``) is recorded."""
+        if index == self._answered == self._current:
+            return  # the common case, on every answer: no lock taken
         with self._all_lock:
             self._current = index
             before, self._answered = self._answered, index
