@@ -37,7 +37,6 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
@@ -46,7 +45,7 @@ from fleet import errors
 from fleet.ids import request_key
 from fleet.models import ErrorEnvelope
 from fleet.routes import QueryValue, Route, target
-from fleet.wire import RecordError, dumps, loads
+from fleet.wire import FrozenValue, RecordError, dumps, loads
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +184,7 @@ def parse_pin(fragment: str) -> str | None:
     return parse_fingerprint(fragment)
 
 
-@dataclass(frozen=True)
-class Daemon:
+class Daemon(FrozenValue, frozen=True):
     """One listed daemon: its address without the pin, and the pin (https) or None (plain HTTP)."""
 
     url: str
@@ -253,8 +251,7 @@ def format_daemons(daemons: list[Daemon]) -> str:
     return ",".join(d.pinned for d in daemons)
 
 
-@dataclass(frozen=True)
-class Failover:
+class Failover(FrozenValue, frozen=True):
     """A move from one daemon to another, confirmed by an answer from the new one."""
 
     at: float
