@@ -694,7 +694,8 @@ class JoinTicket(Record, kw_only=True):
     """What ``fleet remote mint`` prints, encoded as one line, for ``fleet remote join`` elsewhere."""
 
     url: str
-    """The daemon, pinned: ``https://HOST:PORT#sha256=<certificate fingerprint>``."""
+    """The daemon, pinned: ``https://HOST:PORT#sha256=<certificate fingerprint>``; or several daemons
+    on one store, comma-separated, each pinned (a client fails over between them in this order)."""
     token: str
     machine: str
     """The machine it was minted for: the default name it is stored under."""
@@ -709,6 +710,8 @@ class Remote(Record, kw_only=True):
 
     name: str
     url: str
+    """The daemon, pinned; or several daemons on one store, comma-separated, each pinned (clients
+    fail over between them in this order: :func:`fleet.client.transport.parse_daemons`)."""
     token: str
     machine: str
     waves: list[str] = field(default_factory=list)
@@ -739,6 +742,9 @@ class Endpoint(Record, kw_only=True):
     fingerprint: str | None = None
     """The SHA-256 fingerprint of its TLS certificate when it serves HTTPS (clients pin it)."""
     store_id: str = ""
+    peers: list[str] = field(default_factory=list)
+    """Other daemons serving the same store (pinned URLs), tried in this order after this one when it
+    stops answering (:func:`fleet.client.endpoint_daemons`). Empty: this daemon alone (SQLite)."""
 
 
 # ---------------------------------------------------------------- the event log (fleet export)

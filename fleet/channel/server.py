@@ -47,7 +47,7 @@ from fleet.channel.tools import (
     WaveletDelivery,
     instructions,
 )
-from fleet.client import Client
+from fleet.client import Client, Failover
 from fleet.delivery.config import TransportConfig, read_token, receipts_on
 from fleet.delivery.engine import Backoff, Engine, Outage
 from fleet.delivery.frames import Frame, error_frame, notification
@@ -202,6 +202,8 @@ class Channel:
         self._delivery_state: DeliveryPhase = "starting"
         self._delivery_detail = "waiting for the client's notifications/initialized"
         self._outage: Outage | None = None
+        self._failover_told: Failover | None = None
+        """The feed's last failover this channel has logged (each is logged once)."""
         self.threads: dict[str, threading.Thread] = {}
         """The channel's threads by role: ``delivery``, ``presence``, ``state`` (the saver),
         ``agent`` (the state fold), and ``early-presence`` while the handshake ping is in flight."""
@@ -542,7 +544,9 @@ class Channel:
                 self._presence_loop.wake(ping=True)  # a restarted daemon knows no presence
             self._outage = None
             backoff.reset()
-            self._set_delivery("running", f"{len(engine.labels)} wavelet(s) on your roster")
+            self._set_delivery(
+                "running", f"{len(engine.labels)} wavelet(s) on your roster{self._on_daemon()}"
+            )
             if step.pushed:
                 self._quick_until = time.monotonic() + PUSH_QUICK
                 self._look_now.set()  # a turn begins: look at the transcript now, then every 0.25 s
@@ -764,6 +768,24 @@ class Channel:
             self._outage.reason = exc.message
         self._set_delivery("reconnecting", exc.message)
         self._stop.wait(backoff.delay(None if exc.transient else BACKOFF_PERMANENT_MAX))
+
+    def _on_daemon(self) -> str:
+        """Which daemon the feed is on, when the channel lists several (one store): and its last
+        failover, when, from which and why. '' with one daemon (nothing to choose between)."""
+        feed = self._feed_client
+        if feed is None or len(feed.daemons) < 2:
+            return ""
+        said = f"; on the daemon at {feed.url}"
+        move = feed.last_failover
+        if move is not None and move is not self._failover_told:
+            self._failover_told = move
+            log.warning(
+                "delivery failed over from the daemon at %s to %s (%s)", move.source, move.to, move.reason
+            )
+        if move is not None:
+            at = time.strftime("%H:%M:%S", time.localtime(move.at))
+            said += f", failed over from {move.source} at {at} ({move.reason})"
+        return said
 
     def _set_delivery(self, state: DeliveryPhase, detail: str) -> None:
         self._delivery_state, self._delivery_detail = state, detail

@@ -152,7 +152,8 @@ def stop(
 def status(as_json: JsonOpt = False) -> None:
     """Show whether the daemon runs; exit 3 if it does not.
 
-    The daemon is the one FLEET_DAEMON names, else the local one.
+    The daemon is the one FLEET_DAEMON names (each, when it lists several: exit 3 if none answers),
+    else the local one.
     """
     remote = os.environ.get("FLEET_DAEMON", "").strip()
     if remote and "://" not in remote:  # a joined daemon's name
@@ -160,6 +161,11 @@ def status(as_json: JsonOpt = False) -> None:
     st = _client().remote_status(remote) if remote else _client().local_status(get_paths())
     if as_json:
         render.dump(st)
+    elif len(st.daemons) > 1:  # FLEET_DAEMON lists several: each one and whether it answers
+        render.out(f"{sum(p.answers for p in st.daemons)} of {len(st.daemons)} listed daemons answer:")
+        for p in st.daemons:
+            said = f"answers, pid {p.pid}, version {p.version}" if p.answers else f"no answer ({p.reason})"
+            render.out(f"  {p.url}\t{said}")
     elif st.running:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.started_at)) if st.started_at else ""
         where = "FLEET_DAEMON" if st.remote else "local"

@@ -1,7 +1,8 @@
 """``fleet remote mint|join|list|forget|tokens|revoke``: another machine joins a daemon in one line.
 
 On the daemon's machine the operator mints a **join string** (``fleet remote mint MACHINE --wave W``):
-the daemon's URL, its certificate fingerprint and a fresh token for that machine, as one line. A
+the daemon's URL, its certificate fingerprint and a fresh token for that machine, as one line (with
+``--also URL``, further daemons on the same store, each pinned, that the machine fails over to). A
 machine token has the operator's powers in the named waves (it spawns panes there: it mints its
 agents' tokens); with ``--participant NAME`` it is a participant token instead (one person, one
 wave). On the other machine ``fleet remote join STRING`` checks the string against the daemon
@@ -115,6 +116,15 @@ def mint(
             metavar="HOST[:PORT]", help="How the other machine reaches this daemon [default: its address]."
         ),
     ] = None,
+    also: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--also",
+            metavar="URL",
+            help="Another daemon on the same store, https://HOST:PORT#sha256=FP, to fail over to"
+            " (repeatable; tried in the order given, after this one).",
+        ),
+    ] = None,
 ) -> None:
     """Print a join string for MACHINE (on the daemon's machine, with the operator token).
 
@@ -122,9 +132,10 @@ def mint(
     spawn agents there, never to create waves or see others. The string is a credential: send it
     the way you would send a password.
     """
+    from fleet.client import format_daemons, parse_daemons
     from fleet.models import JoinTicket
 
-    pinned = _public_url(url)
+    pinned = format_daemons(parse_daemons(",".join([_public_url(url), *(also or [])])))
     c = client()
     if participant is not None:
         if len(wave) != 1:
@@ -170,7 +181,7 @@ def join(
 
     ticket = decode(string)
     paths = get_paths()
-    label = name or _default_name(urlsplit(ticket.url).hostname or "")
+    label = name or _default_name(urlsplit(ticket.url.split(",", 1)[0]).hostname or "")
     path = remote_path(paths, label)
     if path.exists() and not force:
         raise errors.Conflict(f"a joined daemon is already named {label!r} ({path}): pick --name, or --force")
@@ -181,9 +192,8 @@ def join(
         participant=ticket.participant, joined_at=time.time(),
     )  # fmt: skip
     write_private(path, dumps(remote) + "\n")
-    render.out(
-        f"joined {probe.url} as {label!r}: {me.principal} in {', '.join(me.waves or [me.wave or '?'])}"
-    )
+    scope = ", ".join(me.waves or [me.wave or "?"])
+    render.out(f"joined {', '.join(probe.urls)} as {label!r}: {me.principal} in {scope}")
     render.note(
         f"use it with FLEET_DAEMON={label} or `fleet --remote {label} …` (stored in {path}, mode 0600)"
     )
@@ -214,7 +224,8 @@ def list_(as_json: JsonOpt = False) -> None:
         render.out("no joined daemons: join one with `fleet remote join STRING`")
     for r in rows:
         who = f"participant {r.participant}" if r.participant else "machine token"
-        render.out(f"{r.name}\t{Client(r.url, '').url}\t{who} as {r.machine} in {', '.join(r.waves)}")
+        urls = ", ".join(Client(r.url, "").urls)
+        render.out(f"{r.name}\t{urls}\t{who} as {r.machine} in {', '.join(r.waves)}")
 
 
 @app.command()

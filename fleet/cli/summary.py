@@ -57,7 +57,7 @@ def _routing(wave: str) -> RoutingLog:
     from fleet.delivery.state import StateFile
 
     c = client()
-    state = StateFile(get_paths().channels, c.url, wave, SUMMARIZER)
+    state = StateFile(get_paths().channels, c.base_url, wave, SUMMARIZER)
     return RoutingLog(routing_log_path(state), SUMMARIZER, wave)
 
 

@@ -18,15 +18,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fleet.client.api import Client
-from fleet.client.transport import USER_AGENT, Transport, parse_pin
+from fleet.client.transport import (
+    USER_AGENT,
+    Daemon,
+    Failover,
+    Transport,
+    format_daemons,
+    parse_daemon,
+    parse_daemons,
+    parse_pin,
+)
 
 if TYPE_CHECKING:
     from fleet.client.discovery import (
         AUTOSTART_DEADLINE,
         STOP_SLACK,
+        DaemonProbe,
         DaemonStatus,
         connect,
         connected_agents,
+        endpoint_daemons,
         endpoint_url,
         live_endpoint,
         load_remote,
@@ -42,9 +53,11 @@ _DISCOVERY = frozenset(
     {
         "AUTOSTART_DEADLINE",
         "STOP_SLACK",
+        "DaemonProbe",
         "DaemonStatus",
         "connect",
         "connected_agents",
+        "endpoint_daemons",
         "endpoint_url",
         "live_endpoint",
         "load_remote",
@@ -75,14 +88,21 @@ __all__ = [
     "STOP_SLACK",
     "USER_AGENT",
     "Client",
+    "Daemon",
+    "DaemonProbe",
     "DaemonStatus",
+    "Failover",
     "Transport",
     "connect",
     "connected_agents",
+    "endpoint_daemons",
     "endpoint_url",
+    "format_daemons",
     "live_endpoint",
     "load_remote",
     "local_status",
+    "parse_daemon",
+    "parse_daemons",
     "parse_pin",
     "read_endpoint",
     "remote_path",

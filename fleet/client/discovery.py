@@ -24,10 +24,11 @@ import fleet
 from fleet import errors
 from fleet.allocator import daemon_env
 from fleet.client.api import Client
+from fleet.client.transport import parse_daemons
 from fleet.models import Endpoint, Remote, StopProgress
 from fleet.paths import Paths, ensure_private_dir, get_paths
 from fleet.procs import looks_like_fleet, pid_alive
-from fleet.wire import Record, RecordError, loads
+from fleet.wire import Record, RecordError, field, loads
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,17 @@ AUTOSTART_DEADLINE = 10.0
 
 
 # ---------------------------------------------------------------- status
+
+
+class DaemonProbe(Record, kw_only=True):
+    """One listed daemon as ``fleet daemon status`` found it: whether ``/v1/health`` answered."""
+
+    url: str
+    answers: bool
+    pid: int | None = None
+    version: str | None = None
+    reason: str | None = None
+    """Why it did not answer (refused, timed out, …); None when it did."""
 
 
 class DaemonStatus(Record, kw_only=True):
@@ -50,11 +62,19 @@ class DaemonStatus(Record, kw_only=True):
     """True when the daemon is the one ``FLEET_DAEMON`` names rather than the local one."""
     endpoint_file: str | None = None
     log: str | None = None
+    daemons: list[DaemonProbe] = field(default_factory=list)
+    """Each daemon ``FLEET_DAEMON`` lists, probed in order (one entry for a single URL); empty for
+    the local daemon. ``running`` and ``url`` are the first that answers."""
 
 
 def endpoint_url(endpoint: Endpoint) -> str:
-    """The endpoint's URL with its certificate pin when it serves HTTPS."""
+    """The endpoint's URL with its certificate pin when it serves HTTPS (this daemon only)."""
     return endpoint.url + (f"#sha256={endpoint.fingerprint}" if endpoint.fingerprint else "")
+
+
+def endpoint_daemons(endpoint: Endpoint) -> str:
+    """The daemons a client of this endpoint lists: this one, then its ``peers`` (one store)."""
+    return ",".join([endpoint_url(endpoint), *endpoint.peers])
 
 
 # ---------------------------------------------------------------- discovery
@@ -63,9 +83,12 @@ def endpoint_url(endpoint: Endpoint) -> str:
 def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
     """A client for the daemon this environment means (docs/design.md §2).
 
-    1. ``FLEET_DAEMON`` set: that URL, with ``FLEET_TOKEN`` (or the file ``FLEET_TOKEN_FILE`` names).
+    1. ``FLEET_DAEMON`` set: that URL, or those comma-separated URLs (daemons on one store, tried in
+       that order), or a joined daemon's name, with ``FLEET_TOKEN`` (or the file ``FLEET_TOKEN_FILE``
+       names).
     2. Otherwise the local daemon of the endpoint file, if its pid is alive and ``/v1/health`` answers
-       with that pid, with ``FLEET_TOKEN`` if set, else the operator token from the data dir.
+       with that pid (then its ``peers``), with ``FLEET_TOKEN`` if set, else the operator token from
+       the data dir.
     3. Otherwise, with ``autostart``, a daemon started in the background (one line on stderr says
        where it listens and where its log is); without it, :class:`~fleet.errors.DaemonUnreachable`.
     """
@@ -78,7 +101,7 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
     if url:
         if token is None:
             endpoint = read_endpoint(paths)
-            if endpoint is None or endpoint.url.rstrip("/") != Client(url, "").url:
+            if endpoint is None or endpoint.url.rstrip("/") not in Client(url, "").urls:
                 raise errors.UsageError(
                     f"FLEET_DAEMON is set to {url} but FLEET_TOKEN is not: set FLEET_TOKEN to a token "
                     "from `fleet token mint` (or FLEET_TOKEN_FILE to a file holding one)"
@@ -93,7 +116,7 @@ def connect(*, autostart: bool = True, paths: Paths | None = None) -> Client:
                 "start it with `fleet daemon start`, or set FLEET_DAEMON"
             )
         endpoint, _ = start_local_daemon(paths, announce=True)
-    return Client(endpoint_url(endpoint), token if token is not None else _operator_token(paths))
+    return Client(endpoint_daemons(endpoint), token if token is not None else _operator_token(paths))
 
 
 def remote_path(paths: Paths, name: str) -> Path:
@@ -365,10 +388,21 @@ def local_status(paths: Paths) -> DaemonStatus:
 
 
 def remote_status(url: str) -> DaemonStatus:
-    """Whether the daemon at ``url`` (``FLEET_DAEMON``) answers ``/v1/health``."""
-    try:
-        with Client(url, "", timeout=5.0, retries=0) as probe:
-            health = probe.health()
-    except errors.DaemonUnreachable:
-        return DaemonStatus(running=False, url=url, remote=True)
-    return DaemonStatus(running=True, url=url, pid=health.pid, version=health.version, remote=True)
+    """Whether each daemon ``url`` (``FLEET_DAEMON``: one URL or several) lists answers
+    ``/v1/health``, each asked on its own; the status is the first that answers."""
+    probes: list[DaemonProbe] = []
+    for daemon in parse_daemons(url):
+        try:
+            with Client(daemon.pinned, "", timeout=5.0, retries=0) as probe:
+                health = probe.health()
+        except errors.DaemonUnreachable as exc:
+            reason = exc.message.partition("(")[2].partition(")")[0] or exc.message
+            probes.append(DaemonProbe(url=daemon.url, answers=False, reason=reason))
+            continue
+        probes.append(DaemonProbe(url=daemon.url, answers=True, pid=health.pid, version=health.version))
+    first = next((p for p in probes if p.answers), None)
+    if first is None:
+        return DaemonStatus(running=False, url=probes[0].url, remote=True, daemons=probes)
+    return DaemonStatus(
+        running=True, url=first.url, pid=first.pid, version=first.version, remote=True, daemons=probes
+    )

@@ -1,7 +1,16 @@
 """The client's transport: one keep-alive HTTP/1.1 connection per thread to the daemon, resends,
-and the one call every API method makes (:meth:`Transport.call`, through :mod:`fleet.routes`).
+failover between daemons, and the one call every API method makes (:meth:`Transport.call`, through
+:mod:`fleet.routes`).
 
 What callers may rely on:
+
+- **An address may list several daemons** (on one store): ``URL[,URL…]``, each URL with its own pin
+  (:func:`parse_daemons`, :func:`format_daemons`); one URL is the old form, unchanged. Requests go
+  to the *current* daemon, shared by every thread; when it stops answering (refused, reset, no answer
+  within the bound, or a ``503``) a resendable request moves at once to the next in the list, and
+  the one that answers becomes current (:attr:`Transport.url`; each move that an answer confirmed is
+  in :attr:`Transport.failovers`). Once every daemon has been tried, the round starts again after the
+  backoff below: a round counts as one retry.
 
 - **One keep-alive connection per thread**, ``TCP_NODELAY`` on, each request written to the socket
   in a single ``send`` (headers and body together: writing them separately stalls on delayed ACKs).
@@ -14,7 +23,9 @@ What callers may rely on:
   doubling to 1 s, ``retries`` times: about 1.5 s in all by default, or for ``patience`` seconds),
   then :class:`~fleet.errors.DaemonUnreachable` is raised naming the URL and, for a write, whether
   it may have been applied (``maybe_applied``: False when it never reached the daemon whole).
-- **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``.
+- **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``. With
+  one daemon listed, a request unanswered within it is given up at once (it may be slow, not gone);
+  with several, a resendable one is sent to the next daemon instead.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from fleet import errors
 from fleet.ids import request_key
 from fleet.models import ErrorEnvelope
 from fleet.routes import QueryValue, Route, target
-from fleet.wire import RecordError, dumps, loads
+from fleet.wire import FrozenValue, RecordError, dumps, loads
 
 log = logging.getLogger(__name__)
 
@@ -173,19 +184,105 @@ def parse_pin(fragment: str) -> str | None:
     return parse_fingerprint(fragment)
 
 
-def _unreachable(url: str, reason: str) -> errors.DaemonUnreachable:
+class Daemon(FrozenValue, frozen=True):
+    """One listed daemon: its address without the pin, and the pin (https) or None (plain HTTP)."""
+
+    url: str
+    fingerprint: str | None
+    host: str
+    port: int | None
+    prefix: str
+
+    @property
+    def pinned(self) -> str:
+        """The address with its pin: the form :func:`parse_daemons` reads back."""
+        return self.url + (f"#sha256={self.fingerprint}" if self.fingerprint else "")
+
+
+def parse_daemon(text: str, fingerprint: str | None = None) -> Daemon:
+    """One daemon address (``http://HOST:PORT`` or ``https://HOST:PORT#sha256=FP``), or UsageError
+    naming it and the form expected. ``fingerprint`` pins it when its fragment does not."""
+    text = text.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise errors.UsageError(
+            f"daemon URL {text!r} is not an http://HOST:PORT or https://HOST:PORT#sha256=FP"
+            " address (check FLEET_DAEMON; several daemons are separated by commas)"
+        )
+    pin = fingerprint or parse_pin(parts.fragment)
+    if parts.scheme == "https" and pin is None:
+        raise errors.UsageError(
+            f"daemon URL {text!r} is https but names no certificate fingerprint to pin: give"
+            " https://HOST:PORT#sha256=FP (the daemon prints FP at start), or use `fleet remote join`"
+        )
+    if parts.scheme == "http" and pin is not None:
+        raise errors.UsageError(f"daemon URL {text!r} pins a certificate but is not https://")
+    prefix = parts.path.rstrip("/")
+    return Daemon(f"{parts.scheme}://{parts.netloc}{prefix}", pin, parts.hostname, port, prefix)
+
+
+def parse_daemons(text: str, fingerprint: str | None = None) -> list[Daemon]:
+    """The daemons an address lists: ``URL[,URL…]`` (spaces around commas ignored), in order, each
+    once. One URL is the single-daemon form every older string has. ``fingerprint`` (an old caller's
+    separate pin) applies only to a single URL. UsageError names the first bad one, or an empty list."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise errors.UsageError("no daemon URL given (check FLEET_DAEMON): give http://HOST:PORT")
+    if len(items) > 1 and fingerprint is not None:
+        raise errors.UsageError("a separate certificate pin applies to one daemon URL, not a list")
+    daemons: list[Daemon] = []
+    for item in items:
+        if not item:
+            raise errors.UsageError(
+                f"daemon list {text!r} has an empty entry (two commas, or a trailing one)"
+            )
+        d = parse_daemon(item, fingerprint)
+        if all(d.url != seen.url for seen in daemons):
+            daemons.append(d)
+    return daemons
+
+
+def format_daemons(daemons: list[Daemon]) -> str:
+    """The address :func:`parse_daemons` reads back as ``daemons``: pinned URLs joined by commas."""
+    return ",".join(d.pinned for d in daemons)
+
+
+class Failover(FrozenValue, frozen=True):
+    """A move from one daemon to another, confirmed by an answer from the new one."""
+
+    at: float
+    """When the new daemon answered (``time.time()``)."""
+    source: str
+    """The daemon that answered before (its URL, no pin)."""
+    to: str
+    reason: str
+    """Why the one before was left: what the last request to it met."""
+
+
+def _unreachable(urls: list[str], reason: str) -> errors.DaemonUnreachable:
+    where = f"at {urls[0]}" if len(urls) == 1 else f"at any of {', '.join(urls)}"
     return errors.DaemonUnreachable(
-        f"cannot reach the fleet daemon at {url} ({reason}); "
+        f"cannot reach the fleet daemon {where} ({reason}); "
         "start it with `fleet daemon start`, or check FLEET_DAEMON"
     )
 
 
+KEPT = 20
+"""Failovers a transport remembers (:attr:`Transport.failovers`)."""
+
+
 class Transport:
-    """The connection to one daemon. Thread-safe: each thread gets its own keep-alive connection.
+    """The connection to the daemons ``base_url`` lists (one, or several on one store). Thread-safe:
+    each thread gets its own keep-alive connection, to the current daemon.
 
     ``timeout`` bounds connecting and waiting for an answer (long-polls add their ``wait``);
-    ``retries`` bounds reconnection attempts, spaced ``backoff`` seconds apart and doubling (to 1 s at
-    most); ``patience`` keeps them going for at least that many seconds in all (a daemon restarting).
+    ``retries`` bounds reconnection rounds (each tries every listed daemon once), spaced ``backoff``
+    seconds apart and doubling (to 1 s at most); ``patience`` keeps them going for at least that many
+    seconds in all (a daemon restarting).
     """
 
     def __init__(
@@ -200,29 +297,15 @@ class Transport:
         fingerprint: str | None = None,
         patience: float = 0.0,
     ) -> None:
-        parts = urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise errors.UsageError(
-                f"daemon URL {base_url!r} is not an http://HOST:PORT or https://HOST:PORT#sha256=FP"
-                " address (check FLEET_DAEMON)"
-            )
-        pin = fingerprint or parse_pin(parts.fragment)
-        if parts.scheme == "https" and pin is None:
-            raise errors.UsageError(
-                f"daemon URL {base_url!r} is https but names no certificate fingerprint to pin: give"
-                " https://HOST:PORT#sha256=FP (the daemon prints FP at start), or use `fleet remote join`"
-            )
-        if parts.scheme == "http" and pin is not None:
-            raise errors.UsageError(f"daemon URL {base_url!r} pins a certificate but is not https://")
-        self.fingerprint = pin
-        """The pinned certificate fingerprint (https), or None (plain HTTP: loopback)."""
-        self.url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
-        """The daemon's address, without the pin."""
-        self.base_url = self.url + (f"#sha256={pin}" if pin else "")
-        """The address with its pin: what a spawned agent's channel and hook are handed."""
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
+        self.daemons = parse_daemons(base_url, fingerprint)
+        """Every listed daemon, in the order given."""
+        self.base_url = format_daemons(self.daemons)
+        """Every listed daemon with its pin: what a spawned agent's channel and hook are handed."""
+        self._current = 0
+        self._answered: int | None = None
+        """The daemon that answered last (index), None before any answer."""
+        self.failovers: list[Failover] = []
+        """Each move to another daemon an answer confirmed, oldest first (the last :data:`KEPT`)."""
         self._token = token.strip()
         self.timeout = timeout
         self.retries = retries
@@ -233,6 +316,25 @@ class Transport:
         self._local = threading.local()
         self._all: list[_Connection] = []
         self._all_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The current daemon's address, without the pin (the one requests go to now)."""
+        return self.daemons[self._current].url
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The current daemon's pinned certificate fingerprint (https), or None (plain HTTP: loopback)."""
+        return self.daemons[self._current].fingerprint
+
+    @property
+    def urls(self) -> list[str]:
+        """Every listed daemon's address, without pins."""
+        return [d.url for d in self.daemons]
+
+    @property
+    def last_failover(self) -> Failover | None:
+        return self.failovers[-1] if self.failovers else None
 
     @property
     def token(self) -> str:
@@ -258,14 +360,43 @@ class Transport:
 
     # ------------------------------------------------------------ transport
 
-    def _conn(self) -> _Connection:
+    def _conn(self, index: int) -> _Connection:
+        """This thread's connection to daemon ``index`` (its connection to another is closed)."""
         conn: _Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "daemon", None) != index:
+            conn.close()
+            conn = None
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = _Connection(self._host, self._port, self.connect_timeout, self.fingerprint, self.url)
-            self._local.conn, self._local.pid = conn, os.getpid()
+            d = self.daemons[index]
+            conn = _Connection(d.host, d.port, self.connect_timeout, d.fingerprint, d.url)
+            self._local.conn, self._local.pid, self._local.daemon = conn, os.getpid(), index
             with self._all_lock:
                 self._all.append(conn)
         return conn
+
+    def _leave(self, index: int) -> None:
+        """Daemon ``index`` did not answer: make the next one current, unless another thread moved
+        on already (so two threads failing on one daemon do not skip the next)."""
+        with self._all_lock:
+            if self._current == index:
+                self._current = (index + 1) % len(self.daemons)
+
+    def _heard(self, index: int, first: int, reason: str) -> None:
+        """Daemon ``index`` answered a call first sent to daemon ``first``: it is current, and a move
+        from the one before (the last to answer; before any answer, ``first``) is recorded."""
+        if index == self._answered == self._current:
+            return  # the common case, on every answer: no lock taken
+        with self._all_lock:
+            self._current = index
+            before, self._answered = self._answered, index
+            if before is None:
+                before = first
+            if before == index:
+                return
+            move = Failover(time.time(), self.daemons[before].url, self.daemons[index].url, reason)
+            self.failovers = [*self.failovers[-(KEPT - 1) :], move]
+        # info, not warning: a hook's stderr is its session's input; the channel says it in its log
+        log.info("failed over from the daemon at %s to %s (%s)", move.source, move.to, reason)
 
     def _exchange(
         self,
@@ -283,7 +414,9 @@ class Transport:
         except BaseException:
             # Whatever interrupted the exchange (an error, Ctrl-C) left the connection mid-request:
             # drop it so the next call starts clean.
-            self._conn().close()
+            conn: _Connection | None = getattr(self._local, "conn", None)
+            if conn is not None:
+                conn.close()
             raise
 
     def _exchange_retrying(
@@ -308,23 +441,38 @@ class Transport:
             headers["Idempotency-Key"] = key
         # A read, or a write with its request key, is the same sent once or many times.
         resendable = method == "GET" or key is not None
-        target = self._prefix + path
-        delay, attempt, stale_retry_used = self.backoff, 0, False
+        several = len(self.daemons) > 1
+        delay, rounds, stale_retry_used = self.backoff, 0, False
         patience_until = time.monotonic() + self.patience
         written = False
-        """Whether the request ever reached the daemon whole: if not, it certainly was not applied."""
+        """Whether the request ever reached a daemon whole: if not, it certainly was not applied."""
+        index = first = self._current
+        tried = 0
+        """Daemons tried in this round: once all have been, the round ends in a backoff."""
+        left = ""
+        """Why the last daemon left in this call was left (the reason a failover records)."""
 
-        def backoff_or_raise(reason: str) -> None:
-            nonlocal delay, attempt
-            if attempt >= retries and time.monotonic() >= patience_until:
+        def next_daemon(reason: str) -> None:
+            """Leave daemon ``index`` for the next: at once within a round, after the backoff (or
+            the error, once retries and patience are spent) when every daemon has been tried."""
+            nonlocal delay, rounds, index, tried, left
+            log.debug("daemon %s: %s", self.daemons[index].url, reason)
+            left = reason
+            self._leave(index)
+            index = self._current
+            tried += 1
+            if tried < len(self.daemons):
+                return
+            tried = 0
+            if rounds >= retries and time.monotonic() >= patience_until:
                 raise self._gave_up(method, reason, written)
-            attempt += 1
-            log.debug("daemon %s: %s; retry %d in %.2fs", self.base_url, reason, attempt, delay)
+            rounds += 1
+            log.debug("no daemon answered; round %d in %.2fs", rounds, delay)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
         while True:
-            conn = self._conn()
+            conn = self._conn(index)
             if conn.sock is not None and conn.is_stale():
                 conn.close()
             reused = conn.sock is not None and conn.served > 0
@@ -333,10 +481,11 @@ class Transport:
                     conn.connect()
             except OSError as exc:
                 conn.close()
-                backoff_or_raise(_reason(exc))
+                next_daemon(_reason(exc))
                 continue
             assert conn.sock is not None
             conn.sock.settimeout(read_timeout)
+            target = self.daemons[index].prefix + path
             try:
                 conn.send_request(method, target, headers, body)
             except OSError as exc:
@@ -345,7 +494,7 @@ class Transport:
                 if reused and not stale_retry_used:
                     stale_retry_used = True
                     continue
-                backoff_or_raise(_reason(exc))
+                next_daemon(_reason(exc))
                 continue
             written = True
             try:
@@ -355,20 +504,24 @@ class Transport:
                     raise _NoAnswer(_reason(exc)) from exc
             except TimeoutError:
                 conn.close()
-                raise self._gave_up(method, f"no answer within {read_timeout:g}s", written) from None
+                reason = f"no answer within {read_timeout:g}s"
+                if several and resendable:
+                    next_daemon(reason)  # hung, or cut off without a reset: the next may answer
+                    continue
+                raise self._gave_up(method, reason, written) from None
             except _NoAnswer as exc:
                 conn.close()
                 if reused and not stale_retry_used and resendable:
                     stale_retry_used = True  # the server dropped an idle keep-alive socket
                     continue
                 if resendable:
-                    backoff_or_raise(str(exc))
+                    next_daemon(str(exc))
                     continue
                 raise self._gave_up(method, f"{exc} before answering", written) from None
             except (OSError, _BadAnswer) as exc:
                 conn.close()
                 if resendable:
-                    backoff_or_raise(_reason(exc))
+                    next_daemon(_reason(exc))
                     continue
                 raise self._gave_up(method, f"{_reason(exc)} while reading the answer", written) from None
             conn.served += 1
@@ -376,13 +529,14 @@ class Transport:
                 # The daemon refused the request before acting on it (it is shutting down): any
                 # request, even a POST, is safe to send again, to the daemon that replaces it.
                 conn.close()
-                backoff_or_raise(self._error(503, data).message)
+                next_daemon(self._error(503, data).message)
                 continue
+            self._heard(index, first, left or "it stopped answering")
             return status, data
 
     def _gave_up(self, method: str, reason: str, written: bool) -> errors.DaemonUnreachable:
         """The error of a request given up on; for a write, whether it may have been applied."""
-        exc = _unreachable(self.url, reason)
+        exc = _unreachable(self.urls, reason)
         if method == "GET":
             return exc
         said = (

@@ -116,7 +116,7 @@ def resolve(
         raise errors.UsageError("no wave: pass --wave or set FLEET_WAVE")
     daemon = daemon or os.environ.get("FLEET_DAEMON", "")
     if not daemon:
-        from fleet.client import endpoint_url, read_endpoint
+        from fleet.client import endpoint_daemons, read_endpoint
 
         endpoint = read_endpoint(paths)
         if endpoint is None:
@@ -124,7 +124,7 @@ def resolve(
                 "no daemon: pass --daemon URL, set FLEET_DAEMON, "
                 "or start the local one with `fleet daemon start`"
             )
-        daemon = endpoint_url(endpoint)  # pinned when the local daemon serves HTTPS
+        daemon = endpoint_daemons(endpoint)  # pinned when the local daemon serves HTTPS; then its peers
     env_file = os.environ.get("FLEET_TOKEN_FILE", "").strip()
     if token_file is None and env_file:
         token_file = Path(env_file)

@@ -88,8 +88,9 @@ class DeliveryState(Record, kw_only=True, forbid_unknown_fields=True):
 
 
 def daemon_key(url: str) -> str:
-    """A stable, file-name-safe key for a daemon URL (scheme, host and port; path ignored)."""
-    parts = urlsplit(url.strip())
+    """A stable, file-name-safe key for a daemon URL (scheme, host and port; path ignored); of a list
+    of daemons (one store, comma-separated), the first's: the key stays when a client fails over."""
+    parts = urlsplit(url.split(",", 1)[0].strip())
     host = (parts.hostname or "local").lower()
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return f"{host}_{port}"

@@ -196,3 +196,25 @@ def test_the_channel_and_hook_find_a_local_https_daemon_pinned(remote: Daemon) -
     )
     assert config.daemon == f"{remote.url}#sha256={remote.fingerprint}"
     assert Client(config.daemon, remote.operator_token).whoami().principal == "operator"
+
+
+def test_a_list_pins_each_daemon_with_its_own_fingerprint_and_a_wrong_one_is_refused_not_skipped(
+    remote: Daemon, recorder: Relay
+) -> None:
+    host, real = host_port(remote.url)
+    with socket.socket() as s:
+        s.bind((host, 0))
+        dead = s.getsockname()[1]
+    right = f"https://{host}:{recorder.port}#sha256={remote.fingerprint}"
+    # the first listed daemon is gone: the second, pinned to its own certificate, answers over TLS
+    with Client(f"https://{host}:{dead}#sha256={'cd' * 32},{right}", remote.operator_token, retries=0) as c:
+        assert c.whoami().principal == "operator"
+        assert c.url == f"https://{host}:{recorder.port}" and c.fingerprint == remote.fingerprint
+    assert remote.operator_token.encode() not in recorder.wire
+    # the first answers with another certificate than its pin: Untrusted (exit 5), never a failover
+    # to the next (a certificate that changed is not a daemon that stopped answering)
+    wrong = f"https://{host}:{real}#sha256={'ab' * 32},{right}"
+    seen = len(recorder.wire)
+    with pytest.raises(errors.Untrusted, match="nothing was sent"):
+        Client(wrong, remote.operator_token, retries=0).whoami()
+    assert len(recorder.wire) == seen  # the second listed daemon was not tried
