@@ -25,7 +25,7 @@ def test_a_real_claude_session_carries_on_across_a_sigkill_and_an_auto_start_wit
     is killed with SIGKILL mid-conversation and started again by the next command; the sessions'
     own transcripts show every blip of the others entering once, none twice."""
     from realclaude import RealFleet
-    from test_receipts_real import reached
+    from test_receipts_real import wait_each_once
 
     env = dict(os.environ)
     started = fleet(env, "daemon", "start")
@@ -60,14 +60,7 @@ def test_a_real_claude_session_carries_on_across_a_sigkill_and_an_auto_start_wit
         round_trip(2)
         round_trip(3)
         for who in ("alice", "bob"):
-            others = [b.id for b in real.blips("w/main") if b.author != who]
-            t = real.transcript(who)
-            retry_until(
-                lambda t=t, others=others: reached(t) == others,  # type: ignore[misc]
-                120,
-                0.2,
-                f"{who}: every blip once",
-            )
+            wait_each_once(real, who, [b.id for b in real.blips("w/main") if b.author != who], timeout=120)
     finally:
         real.close()
         fleet(env, "daemon", "stop")

@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from realclaude import RealFleet
+from realclaude import TURN, RealFleet
 from scripted_model import Script, Slow, Transcript, on_message, post, rule, say
 from test_delivery_real import (
     ALICE_DONE,
@@ -39,8 +39,33 @@ def state(real: RealFleet, who: str) -> DeliveryState:
 
 
 def reached(t: Transcript) -> list[str]:
-    """Every blip id that entered the context, by the channel or in hook feedback, in order."""
-    return [i for c in [*t.delivered(), *t.hook_blocks()] for i in c.blip_ids]
+    """Every blip id that entered the context, by the channel or in hook feedback, in the order
+    they entered."""
+    return [i for c in t.entered() for i in c.blip_ids]
+
+
+def each_once(t: Transcript, others: list[str]) -> bool:
+    """Every blip of ``others`` entered ``t``'s context exactly once, and those the channel pushed
+    in the order they were posted. A push lost with a killed session comes later by the hook (the
+    new process's pushes may enter first): the guarantee is once, not in order across the paths."""
+    got = reached(t)
+    pushed = [i for c in t.delivered() for i in c.blip_ids]
+    return sorted(got) == sorted(others) and pushed == sorted(pushed)
+
+
+def wait_each_once(real: RealFleet, who: str, others: list[str], timeout: float | None = None) -> None:
+    """Wait for :func:`each_once`; on time-out, say what entered, what is missing and what twice."""
+    t = real.transcript(who)
+    try:
+        real.wait(partial(each_once, t, others), f"{who}: every blip once", timeout=timeout or TURN)
+    except AssertionError as exc:
+        got = reached(t)
+        missing = [i for i in others if i not in got]
+        twice = sorted({i for i in got if got.count(i) > 1})
+        raise AssertionError(
+            f"{exc}\n{who}'s context got {got}\nposted {others}\nmissing {missing}, more than once {twice},"
+            f" by the hook {[i for c in t.hook_blocks() for i in c.blip_ids]}\ntranscript {t.path}"
+        ) from None
 
 
 def confirmed_on_the_channel(real: RealFleet, who: str) -> DeliveryState | None:
@@ -196,12 +221,11 @@ def test_nothing_confirmed_is_replayed_across_a_daemon_restart_and_a_session_res
     again.start()
     try:
         round_trip(2)
-        assert real.fleet("respawn", "w/main", "bob", "--force").returncode == 0
+        respawned = real.fleet("respawn", "w/main", "bob", "--force")
+        assert respawned.returncode == 0, respawned.stdout + respawned.stderr
         round_trip(3)
         for who in ("alice", "bob"):
-            others = [b.id for b in real.blips("w/main") if b.author != who]
-            t = real.transcript(who)
-            real.wait(partial(lambda t, others: reached(t) == others, t, others), f"{who}: every blip once")
+            wait_each_once(real, who, [b.id for b in real.blips("w/main") if b.author != who])
     finally:
         again.stop()
 

@@ -89,22 +89,30 @@ class Transcript:
     def user_lines(self) -> list[dict[str, Any]]:
         return [ln for ln in self.lines() if ln.get("type") == "user" and isinstance(ln.get("message"), dict)]
 
-    def _entered(self, origin: str) -> list[str]:
-        """Texts that entered the conversation with ``origin.kind == origin``: as a user line (a
-        wake), or as a ``queued_command`` attachment (absorbed into a running turn), in order."""
+    def _entered(self, *origins: str) -> list[str]:
+        """Texts that entered the conversation with ``origin.kind`` one of ``origins``: as a user
+        line (a wake), or as a ``queued_command`` attachment (absorbed into a running turn), in the
+        order they entered."""
         out: list[str] = []
         for ln in self.lines():
             message, attachment = ln.get("message"), ln.get("attachment")
             if ln.get("type") == "user" and isinstance(message, dict):
-                if (ln.get("origin") or {}).get("kind") == origin:
+                if (ln.get("origin") or {}).get("kind") in origins:
                     out += _texts(message.get("content"))
             elif (
                 isinstance(attachment, dict)
                 and attachment.get("type") == "queued_command"
-                and (attachment.get("origin") or {}).get("kind") == origin
+                and (attachment.get("origin") or {}).get("kind") in origins
             ):
                 out.append(str(attachment.get("prompt") or ""))
         return out
+
+    def entered(self) -> list[ChannelBlock]:
+        """Channel blocks that entered the conversation by either path, pushed or in hook feedback,
+        in the order they entered (:meth:`delivered` and :meth:`hook_blocks` each keep only their own
+        path's order: put one after the other, a blip the hook brought between two pushes reads as
+        the last)."""
+        return [b for text in self._entered("channel", "task-notification") for b in channel_blocks(text)]
 
     def delivered(self) -> list[ChannelBlock]:
         """Channel blocks pushed by the channel that entered the conversation, in order."""
