@@ -64,8 +64,13 @@ class RawMcp:
         env: dict[str, str] | None = None,
         stderr: Path | None = None,
         who: str = "",
+        pongs: bool = False,
     ) -> None:
         self.who = who
+        self.pongs = pongs
+        """Answer the server's pings, as an MCP client must (Claude Code does): a channel that has
+        pushed before any push was taken asks whether the session is reading its pipe."""
+        self._write = threading.Lock()
         """Whose channel this is (for a test's bookkeeping)."""
         self.stderr_path = stderr
         self._stderr = open(stderr, "wb") if stderr else subprocess.DEVNULL  # noqa: SIM115
@@ -97,6 +102,9 @@ class RawMcp:
                 self.messages.append(msg)
                 self.arrived.append(t)
                 self._cond.notify_all()
+            if self.pongs and msg.get("method") == "ping" and "id" in msg:
+                with contextlib.suppress(OSError):
+                    self.send({"jsonrpc": "2.0", "id": msg["id"], "result": {}})
         with self._cond:
             self._cond.notify_all()
 
@@ -104,8 +112,9 @@ class RawMcp:
 
     def send_raw(self, data: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        with self._write:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
 
     def send(self, message: Any) -> None:
         self.send_raw(json.dumps(message).encode() + b"\n")

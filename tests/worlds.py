@@ -48,10 +48,14 @@ class World:
     def channel_argv(self, who: str, *extra: str) -> list[str]:
         return channel_argv(who, self.wave, self.daemon.url, self.token_file(who), *extra)
 
-    def channel(self, who: str, *extra: str, env: dict[str, str] | None = None, init: bool = True) -> RawMcp:
-        """A real ``fleet channel`` for ``who`` (its stderr in ``tmp``), handshaken unless ``init`` is off."""
+    def channel(
+        self, who: str, *extra: str, env: dict[str, str] | None = None, init: bool = True, pongs: bool = False
+    ) -> RawMcp:
+        """A real ``fleet channel`` for ``who`` (its stderr in ``tmp``), handshaken unless ``init`` is off;
+        ``pongs``: its client answers pings."""
         n = sum(1 for p in self.channels if p.who == who)
-        proc = RawMcp(self.channel_argv(who, *extra), env=env, stderr=self.tmp / f"{who}-{n}.stderr", who=who)
+        stderr = self.tmp / f"{who}-{n}.stderr"
+        proc = RawMcp(self.channel_argv(who, *extra), env=env, stderr=stderr, who=who, pongs=pongs)
         self.channels.append(proc)
         if init:
             proc.handshake()

@@ -730,6 +730,8 @@ class Channel:
             elif self.gate is not None:
                 log.info("push of %s not taken within %.0fs: owed to the hook", p.frame.id, ledger.bound)
                 ledger.owe_hook(p, now)
+        if self.gate is not None:
+            ledger.hooks_running(self.gate.running(), now)
         for p in ledger.lost_hooks(now):
             log.info("hook delivery of %s did not enter the context: owed to the hook again", p.frame.id)
             ledger.owe_hook(p, now)

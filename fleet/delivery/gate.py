@@ -12,6 +12,11 @@ The gate is a Unix socket in Linux's abstract namespace (no file to leave behind
 (``SO_PEERCRED``). Messages are one JSON object a line: the hook sends ``{"arm": {"pid": N}}``; the
 channel answers ``{"frames": [...]}`` once it has some, or ``{"busy": true}`` when another arm is
 already waiting (this one exits 0, as a second arm does).
+
+A hook that took frames keeps its end open until its process exits: its feedback reaches Claude
+Code only then, so the channel's ledger judges a hook delivery from the moment the connection closes,
+not from the hand-out (a hook starved of CPU between the two must not have its frames counted lost,
+and handed a second time, while they are still on their way: :meth:`Gate.running`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 from fleet.delivery.frames import Frame
@@ -30,6 +36,13 @@ from fleet.ids import digest
 from fleet.wire import RecordError, dump, load
 
 log = logging.getLogger(__name__)
+
+
+RUNNING_LONGEST = 30.0
+"""Seconds a hook handed frames is waited for to exit before its hand-out is judged regardless (as
+long as the ledger's patience)."""
+_HELD: list[socket.socket] = []
+"""The hook's end of a gate that handed it frames, open until the process exits (:func:`wait`)."""
 
 
 def address(state_path: Path) -> bytes:
@@ -55,6 +68,8 @@ class Gate:
         self.arm_changed = threading.Condition(self._lock)
         """Notified when a hook arms or its arm ends."""
         self._stop = threading.Event()
+        self._out: list[tuple[float, socket.socket]] = []
+        """Hooks handed frames whose process has not exited yet (hand-out time, connection)."""
 
     def start(self) -> None:
         """Listen (a failure to bind is logged: the hook then delivers on its own)."""
@@ -73,8 +88,9 @@ class Gate:
         self._stop.set()
         with self._lock:
             armed, self._armed = self._armed, None
+            out, self._out = self._out, []
             self.arm_changed.notify_all()
-        for s in (armed, self._sock):
+        for s in (armed, self._sock, *(c for _, c in out)):
             if s is not None:
                 with contextlib.suppress(OSError):
                     s.close()
@@ -99,13 +115,33 @@ class Gate:
             return False
         try:
             conn.sendall(json.dumps({"frames": dump(frames)}).encode() + b"\n")
-            return True
         except OSError as exc:
             log.info("the armed hook went away before its frames: %s", exc)
-            return False
-        finally:
             with contextlib.suppress(OSError):
                 conn.close()
+            return False
+        with self._lock:
+            self._out.append((time.monotonic(), conn))
+        return True
+
+    def running(self, longest: float = RUNNING_LONGEST) -> bool:
+        """Whether a hook handed frames is still running (its connection open: it closes when the
+        process exits, and only then does Claude Code take its feedback). One still running
+        ``longest`` seconds after its hand-out is no longer waited for (a hook that hangs must not
+        hold its frames back for ever: they are then judged as any hand-out is)."""
+        now = time.monotonic()
+        with self._lock:
+            out, self._out = self._out, []
+        keep = []
+        for at, conn in out:
+            if now < at + longest and _alive(conn):
+                keep.append((at, conn))
+            else:
+                with contextlib.suppress(OSError):
+                    conn.close()
+        with self._lock:
+            self._out = keep + self._out
+            return bool(self._out)
 
     def _accept(self) -> None:
         assert self._sock is not None
@@ -172,21 +208,23 @@ def arm(state_path: Path, *, pid: int) -> socket.socket:
 
 def wait(sock: socket.socket) -> list[Frame] | None:
     """Block until the channel answers: the frames to deliver, ``[]`` when another arm is waiting,
-    None when the channel went away (the caller then delivers on its own)."""
+    None when the channel went away (the caller then delivers on its own). Given frames, the
+    connection stays open until this process exits: that is how the channel knows the hook's
+    output is on its way to Claude Code (:meth:`Gate.running`)."""
+    frames: list[Frame] | None = None
     try:
         line = sock.makefile("rb").readline(64 << 20)
+        msg = json.loads(line) if line else None
+        if msg is not None:
+            frames = [] if msg.get("busy") else [load(Frame, f) for f in msg["frames"]]
     except OSError:
         return None
-    finally:
-        with contextlib.suppress(OSError):
-            sock.close()
-    if not line:
-        return None
-    try:
-        msg = json.loads(line)
-        if msg.get("busy"):
-            return []
-        return [load(Frame, f) for f in msg["frames"]]
-    except (ValueError, KeyError, TypeError, RecordError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecordError):
         log.warning("the channel's gate answered something that is not frames: %r", line[:200])
-        return None
+    finally:
+        if frames:
+            _HELD.append(sock)
+        else:
+            with contextlib.suppress(OSError):
+                sock.close()
+    return frames

@@ -22,8 +22,11 @@ it what must be handed out again. The rules (docs/design.md §3):
   the hook on a guess reached the model twice. A lost push goes to the hook.
 * A **hook delivery is lost** when the transcript shows the session carried on (a line dated more
   than ``grace`` seconds after the hand-out) without it entering, and it was not queued by this
-  run. Without that evidence — a transcript missing or unreadable — it is never handed out again:
-  a blip enters a context at most once, and stays counted as unconfirmed.
+  run. The hand-out is complete when the hook's process exits (Claude Code takes its feedback
+  then): while a hook handed frames still runs nothing it carries is judged, and its frames count
+  from when it was seen gone (:meth:`Ledger.hooks_running`). Without that evidence — a
+  transcript missing or unreadable — it is never handed out again: a blip enters a context at
+  most once, and stays counted as unconfirmed.
 * The **route** says what wakes the session: ``channel`` once a push was accepted (also one already
   owed to the hook, which then stays the channel's), ``hook`` once a push was lost before any was
   accepted (channels are not available here; pushing stops), ``unconfirmed`` when a push was lost
@@ -112,6 +115,8 @@ class Ledger:
         """(written, answered) of the session's answers to the channel's pings, oldest first."""
         self.read_at = 0.0
         """When the transcript was last read (no earlier than that: the time taken before the read)."""
+        self.hook_runs = False
+        """A hook this run handed frames was not seen gone since (:meth:`hooks_running`)."""
         self._ran_after: dict[frozenset[str], float] = {}
         """Untaken pushes (by blip ids) -> the newest date of the first read of the transcript that
         showed lines dated after their hand-out (no earlier than the session's first run after it)."""
@@ -132,6 +137,8 @@ class Ledger:
         else:
             self.state.pending.append(Pending(frame=frame, path=path, handed_at=now, run=self.run))
         self._ran_after.pop(ids, None)
+        if path == "hook":
+            self.hook_runs = True  # until seen gone (:meth:`hooks_running`), however soon it exits
         if self.state.route == "unknown" and path == "hook":
             self._route("hook", "woken by the hook")
         self.dirty = True
@@ -248,8 +255,22 @@ class Ledger:
                     return True
         return False
 
+    def hooks_running(self, running: bool, now: float) -> None:
+        """Whether a hook this run handed frames is still running (the gate's connection to it is
+        open). Seen gone, its hand-outs count from ``now``: Claude Code took its feedback when it
+        exited, and a session that ran on between the hand-out and then (a hook starved of CPU for
+        seconds) is no evidence that the feedback was passed over."""
+        if self.hook_runs and not running:
+            for p in self.state.pending:
+                if p.path == "hook" and p.run == self.run and p.handed_at < now:
+                    p.handed_at = now
+                    self.dirty = True
+        self.hook_runs = running
+
     def lost_hooks(self, now: float) -> list[Pending]:
         """Hook hand-outs the transcript passed over (see the module docstring). Oldest first."""
+        if self.hook_runs:
+            return []
         return sorted(
             (
                 p

@@ -10,7 +10,9 @@ What Claude Code would do with the hook's output is what the test then writes in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,16 +20,19 @@ from pathlib import Path
 import libtmux
 import pytest
 from conftest import retry_until
-from test_delivery_receipts import entered
+from test_delivery_receipts import enqueue, entered, ts
 from worlds import World, world
 
 from fleet.client import Client
 from fleet.daemon import Daemon
+from fleet.delivery import gate as gates
 from fleet.delivery.frames import Frame
+from fleet.delivery.ledger import GRACE
 from fleet.delivery.state import DeliveryState
 from fleet.paths import Paths
 from fleet.supervise import status
 from fleet.tmux import Tmux
+from fleet.wire import load
 
 BOUND = "0.5"
 
@@ -102,6 +107,60 @@ def test_a_push_the_transcript_never_shows_reaches_the_hook_once_and_status_says
     assert again.returncode == 2 and second in again.stderr and first not in again.stderr
     stderr = (w.tmp / "alice-0.stderr").read_text()
     assert stderr.count("receipts unavailable") == 1, stderr
+
+
+def test_a_hook_slow_to_exit_is_not_handed_its_blips_again_while_the_session_runs_on(w: World) -> None:
+    """The channel hands an armed hook what is owed; the hook's process is starved and exits seconds
+    later (its end of the gate stays open until then), while the session runs on, woken by something
+    else. Nothing the hook carries is judged lost before it exits: its feedback enters then, once."""
+    s = Session(w.tmp)
+    alice = w.channel(
+        "alice", "--receipts", "transcript", "--hook-fallback", "--bound", BOUND, env=s.env, pongs=True
+    )
+    blip = w.post("hello")
+    alice.wait_notes(lambda n: [x for x in n if x["meta"].get("blip_id") == blip], what="the push")
+    hook = gates.arm(w.state_file("alice").path, pid=os.getpid())  # a hook process, armed at the gate
+    frames = [load(Frame, f) for f in json.loads(hook.makefile("rb").readline())["frames"]]
+    assert blip in [f.id for f in frames]
+    handed = time.time()
+    retry_until(
+        lambda: [p.path for p in state(w).pending] == ["hook"] * len(frames), what="the hand-out saved"
+    )
+    s.write(
+        {"type": "assistant", "timestamp": ts(handed + 10), "message": {"role": "assistant", "content": []}}
+    )
+    deadline = handed + GRACE + 1.5  # the session ran on well past the grace: no evidence while the hook runs
+    while time.time() < deadline:
+        assert all(p.path == "hook" for p in state(w).pending), state(w).pending
+        time.sleep(0.1)
+    hook.close()  # the hook's process exits: Claude Code takes its feedback
+    s.write(
+        *(enqueue(f, time.time()) for f in frames),
+        *(entered(f, time.time(), via="task-notification") for f in frames),
+    )
+    retry_until(lambda: not state(w).pending, what="the hook's delivery confirmed")
+    assert "owed to the hook again" not in (w.tmp / "alice-0.stderr").read_text()
+
+
+def test_a_hook_that_exits_without_its_blips_entering_has_them_handed_again(w: World) -> None:
+    """The converse: once the hook is gone and the session ran on past the grace without its
+    feedback entering, the frames are owed again (a hook delivery can still be lost)."""
+    s = Session(w.tmp)
+    alice = w.channel(
+        "alice", "--receipts", "transcript", "--hook-fallback", "--bound", BOUND, env=s.env, pongs=True
+    )
+    blip = w.post("hello")
+    alice.wait_notes(lambda n: [x for x in n if x["meta"].get("blip_id") == blip], what="the push")
+    hook = gates.arm(w.state_file("alice").path, pid=os.getpid())
+    assert blip in hook.makefile("rb").readline().decode()
+    hook.close()
+    gone = time.time()
+    s.write(
+        {"type": "assistant", "timestamp": ts(gone + 10), "message": {"role": "assistant", "content": []}}
+    )
+    retry_until(lambda: any(p.path == "waiting" for p in state(w).pending), what="owed to the hook again")
+    again = arm(w, s)
+    assert again.returncode == 2 and blip in again.stderr
 
 
 def test_a_transcript_of_another_format_or_cut_mid_line_is_never_a_receipt(w: World) -> None:

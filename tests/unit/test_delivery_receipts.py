@@ -282,6 +282,7 @@ def test_a_restart_makes_untaken_and_unentered_pushes_lost() -> None:
 def test_a_hook_delivery_is_lost_only_with_evidence() -> None:
     lg = ledger()
     lg.hand(frame("h"), "hook", 10.0)
+    lg.hooks_running(False, 10.0)  # the hook exited at once
     assert lg.lost_hooks(100.0) == []  # no transcript news: never delivered twice on a guess
     lg.apply([], last_at=12.0)
     assert lg.lost_hooks(100.0) == []  # within the grace: it may still be entering
@@ -289,6 +290,18 @@ def test_a_hook_delivery_is_lost_only_with_evidence() -> None:
     assert [p.frame.id for p in lg.lost_hooks(100.0)] == ["h"]
     lg.apply([Receipt(blip_ids=["h"], how="entered", via="hook", at=15.0)])
     assert lg.state.pending == [] and lg.lost_hooks(200.0) == []
+
+
+def test_a_hook_still_running_has_nothing_judged_and_counts_from_its_exit() -> None:
+    lg = ledger()
+    lg.hand(frame("h"), "hook", 10.0)
+    lg.hooks_running(True, 10.1)
+    lg.apply([], last_at=20.0)  # the session ran on (woken by a push) while the hook was starved
+    assert lg.lost_hooks(20.0) == []
+    lg.hooks_running(False, 21.0)  # gone at 21: Claude Code takes its feedback now
+    assert lg.lost_hooks(21.5) == []
+    lg.apply([], last_at=24.5)
+    assert [p.frame.id for p in lg.lost_hooks(24.5)] == ["h"]  # the session carried on past it
 
 
 def test_a_digest_is_confirmed_whole() -> None:
@@ -393,6 +406,101 @@ class SlowSession(RuleBasedStateMachine):
 
 TestSlowSession = SlowSession.TestCase
 TestSlowSession.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+
+
+class SlowHooks(RuleBasedStateMachine):
+    """A session whose pushes are taken, some lost and owed to the hook. Each arm is handed what is
+    owed, and its process runs up to :data:`HOOK_RUNS` seconds before it exits (starved by a loaded
+    machine) while the session may run on, woken by other pushes; at its exit Claude Code queues its
+    feedback, which enters later. The transcript is written in order, each line visible within
+    :data:`WRITES_WITHIN` seconds. The channel's ledger looks when it likes, told whether a hook it
+    handed frames still runs (the gate's connection). No frame is handed to the hook twice."""
+
+    HOOK_RUNS = 9.0
+    WRITES_WITHIN = 9.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 100.0
+        self.lg = ledger()
+        self.lg.hand(frame("p0"), "channel", self.now)
+        self.lg.apply([Receipt(blip_ids=["p0"], how="entered", via="channel", at=self.now)], self.now)
+        self.n = 0
+        self.hooks: list[tuple[float, list[str]]] = []
+        """Hook processes running: (when they exit, the frames they carry)."""
+        self.to_enter: list[str] = []
+        self.lines: list[tuple[float, Receipt | None]] = []
+        self.visible = 0
+        self.applied = 0
+        self.hooked: list[str] = []
+
+    @rule(count=st.integers(1, 3))
+    def lose(self, count: int) -> None:
+        """Pushes the session dropped, owed to the hook."""
+        for _ in range(count):
+            self.n += 1
+            self.lg.hand(frame(f"p{self.n}"), "channel", self.now)
+            (p,) = [p for p in self.lg.state.pending if p.frame.id == f"p{self.n}"]
+            self.lg.owe_hook(p, self.now)
+
+    @rule(runs=st.floats(0.0, HOOK_RUNS))
+    def arm(self, runs: float) -> None:
+        """A hook arms (a turn ended) and is handed what is owed."""
+        owed = [p.frame for p in self.lg.waiting()]
+        if owed:
+            for f in owed:
+                self.lg.hand(f, "hook", self.now)
+            self.hooked += [f.id for f in owed]
+            self.hooks.append((self.now + runs, [f.id for f in owed]))
+
+    @rule(dt=st.floats(0.0, 5.0), active=st.booleans())
+    def tick(self, dt: float, active: bool) -> None:
+        """Time passes: hooks due exit (their feedback queued then, entering at the next tick);
+        the session may write a line of its own (it runs on)."""
+        self.now += dt
+        for i in self.to_enter:
+            self.lines.append((self.now, Receipt(blip_ids=[i], how="entered", via="hook", at=self.now)))
+        self.to_enter = []
+        for exits, ids in sorted(h for h in self.hooks if h[0] <= self.now):
+            for i in ids:
+                self.lines.append((exits, Receipt(blip_ids=[i], how="queued", via="hook", at=exits)))
+            self.to_enter += ids
+        self.hooks = [h for h in self.hooks if h[0] > self.now]
+        if active:
+            self.lines.append((self.now, None))
+        while self.visible < len(self.lines) and self.lines[self.visible][0] < self.now - self.WRITES_WITHIN:
+            self.visible += 1
+
+    @rule(k=st.integers(0, 5))
+    def write(self, k: int) -> None:
+        self.visible = min(len(self.lines), self.visible + k)
+
+    @rule()
+    def look(self) -> None:
+        new = self.lines[self.applied : self.visible]
+        self.applied = self.visible
+        self.lg.apply([r for _, r in new if r is not None], max((at for at, _ in new), default=0.0))
+        self.lg.hooks_running(bool(self.hooks), self.now)
+        for p in self.lg.lost_hooks(self.now):
+            self.lg.owe_hook(p, self.now)
+
+    @invariant()
+    def no_frame_is_handed_to_the_hook_twice(self) -> None:
+        assert len(self.hooked) == len(set(self.hooked)), (self.hooked, self.lg.state.pending)
+
+    def teardown(self) -> None:
+        """The session goes idle: what is owed is handed at the next arm, and all of it enters."""
+        self.arm(0.0)
+        self.tick(self.HOOK_RUNS, False)
+        self.tick(self.WRITES_WITHIN + 1, False)
+        self.visible = len(self.lines)
+        self.look()
+        self.no_frame_is_handed_to_the_hook_twice()
+        assert not self.lg.state.pending, self.lg.state.pending
+
+
+TestSlowHooks = SlowHooks.TestCase
+TestSlowHooks.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 
 
 class FirstPushes(RuleBasedStateMachine):
