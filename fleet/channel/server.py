@@ -249,6 +249,10 @@ class Channel:
             )  # fmt: skip
             self._transcript = Rollout(None, find_thread=self.codex.thread, observer=self._observe)
         self._hooks = HookLog(hook_file(config.state_dir, self.session_id)) if self.session_id else None
+        self._has_record = self._transcript is not None or self._hooks is not None
+        """The session keeps a record the state thread reads (a transcript, a rollout, the hook file):
+        a push is worth a look at it at once. Without one (the stand-in, another CLI) a look reads
+        nothing, and a look after every push was a fifth of such a channel's CPU a delivery."""
         self._agent = AgentState(kind="starting", since=self._started)
         # Presence is telemetry, dropped when it fails: the feed's client (no resends), not the tools'
         # (which keeps a call resending through a daemon's restart, for TOOL_PATIENCE seconds).
@@ -547,7 +551,7 @@ class Channel:
             self._set_delivery(
                 "running", f"{len(engine.labels)} wavelet(s) on your roster{self._on_daemon()}"
             )
-            if step.pushed:
+            if step.pushed and self._has_record:
                 self._quick_until = time.monotonic() + PUSH_QUICK
                 self._look_now.set()  # a turn begins: look at the transcript now, then every 0.25 s
             if step.pushed and self.ledger is not None:
