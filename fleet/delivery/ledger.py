@@ -14,10 +14,12 @@ it what must be handed out again. The rules (docs/design.md §3):
   (channels are unavailable here) and the session has since answered the channel's pings
   (:data:`PINGS`: it read the push and ran on, so a push it took would be on disk); once it took
   one, only on evidence that it dropped this one — a push
-  handed after it was taken (Claude Code reads its pushes in order), or the transcript shows the
-  session carried on without taking it (lines dated after the hand-out, then one dated more than
-  ``bound`` seconds after those: it ran after the push reached its pipe, and went on running) — or
-  after ``patience`` seconds with neither. Silence alone is no evidence then: Claude Code
+  handed after it *entered* the conversation (Claude Code takes its pushes in order, and writes
+  the lines of its conversation in order; not its queue lines, which at a session's first turn
+  reached the disk after later ones), or the transcript shows the session carried on without
+  taking it (conversation lines dated after the hand-out, then one dated more than ``bound``
+  seconds after those: it ran after the push reached its pipe, and went on running) — or after
+  ``patience`` seconds with neither. Silence alone is no evidence then: Claude Code
   writes its queue line behind the session, seconds late on a loaded machine, and a push handed to
   the hook on a guess reached the model twice. A lost push goes to the hook.
 * A **hook delivery is lost** when the transcript shows the session carried on (a line dated more
@@ -109,8 +111,12 @@ class Ledger:
         self.last_at = 0.0
         """The newest time the transcript showed (any dated line)."""
         self.taken_upto = 0.0
-        """The newest hand-out time of a push of this run that Claude Code took (0: none yet): a push
-        of this run handed before it and not taken was dropped."""
+        """The newest hand-out time of a push of this run that Claude Code took (0: none yet)."""
+        self.entered_upto = 0.0
+        """The newest hand-out time of a push of this run that entered the conversation: a push of
+        this run handed before it and not taken was dropped. (Entered, not queued: the conversation's
+        lines reach the transcript in order, its queue lines not always — at a session's first turn
+        Claude Code 2.1.332 wrote the first pushes' queue lines after a later push's.)"""
         self.pongs: list[tuple[float, float]] = []
         """(written, answered) of the session's answers to the channel's pings, oldest first."""
         self.read_at = 0.0
@@ -152,7 +158,9 @@ class Ledger:
         if read_at is not None:
             self.read_at = max(self.read_at, read_at)
         receipts = list(receipts)
-        dated = max([last_at, *(r.at for r in receipts)])
+        # the session ran until then: the conversation's dates (``last_at`` is the newest of its
+        # lines), never a queue line's, which may reach the disk ahead of earlier conversation
+        dated = max([last_at, *(r.at for r in receipts if r.how == "entered")])
         self.last_at = max(self.last_at, dated)
         confirmed: list[Pending] = []
         for r in receipts:
@@ -168,6 +176,8 @@ class Ledger:
                         self.dirty = True
                     if p.run == self.run and p.path == "channel":
                         self.taken_upto = max(self.taken_upto, p.handed_at)
+                        if r.how == "entered":
+                            self.entered_upto = max(self.entered_upto, p.handed_at)
                     if self.state.route != "channel":
                         self._route("channel", self.taken)
                 if r.how == "queued":
@@ -229,7 +239,7 @@ class Ledger:
             return now >= p.handed_at + self.bound and count >= PINGS and self.read_at >= last
         ran_after = self._ran_after.get(frame_ids(p.frame))
         return (
-            self.taken_upto > p.handed_at
+            self.entered_upto > p.handed_at
             or (ran_after is not None and self.last_at > ran_after + self.bound)
             or now >= p.handed_at + self.patience
         )

@@ -159,7 +159,10 @@ class Transcript:
         self._complete = 0
         """Complete lines seen (to tell "not Claude Code's format" from "nothing written yet")."""
         self.last_at = 0.0
-        """The newest timestamp of any line read (evidence that the session carried on)."""
+        """The newest timestamp of a conversation line read (evidence that the session carried on).
+        Queue lines do not count: Claude Code writes them apart from the conversation, and at a
+        session's first turn a later push's queue line reached the disk before the turn's own lines
+        (the first pushes' queue lines among them), so its date said nothing of what came before."""
 
     def _locate(self) -> Path | None:
         if self.path is None:
@@ -213,7 +216,8 @@ class Transcript:
             if not isinstance(line, dict) or "type" not in line:
                 continue
             self._known_format = True
-            self.last_at = max(self.last_at, stamp(line))
+            if line.get("type") != "queue-operation":  # see last_at
+                self.last_at = max(self.last_at, stamp(line))
             for item in self.lines_of(line):
                 if self.observer is not None:
                     self.observer(item)

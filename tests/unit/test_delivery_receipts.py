@@ -246,10 +246,12 @@ def test_once_a_push_was_taken_a_dropped_one_is_lost_on_evidence() -> None:
     assert carried_on.lost_pushes(14.5) == []
     carried_on.apply([], last_at=14.6)
     assert [p.frame.id for p in carried_on.lost_pushes(14.6)] == ["b"]
-    overtaken = taken_then()  # a push handed after b was taken: Claude Code reads pushes in order
+    overtaken = taken_then()  # a push handed after b entered: Claude Code takes pushes in order
     overtaken.hand(frame("c"), "channel", 12.0)
     overtaken.apply([Receipt(blip_ids=["c"], how="queued", via="channel", at=12.0)])
-    assert [p.frame.id for p in overtaken.lost_pushes(12.0)] == ["b"]
+    assert overtaken.lost_pushes(12.0) == []  # queued is no evidence: b's queue line may be behind
+    overtaken.apply([Receipt(blip_ids=["c"], how="entered", via="channel", at=12.1)])
+    assert [p.frame.id for p in overtaken.lost_pushes(12.1)] == ["b"]
     together = taken_then()  # pushed in one write with b (same hand-out time): no evidence about b
     together.hand(frame("c"), "channel", 11.0)
     together.apply([Receipt(blip_ids=["c"], how="queued", via="channel", at=11.5)])
@@ -319,9 +321,15 @@ def test_a_digest_is_confirmed_whole() -> None:
 class SlowSession(RuleBasedStateMachine):
     """A Claude Code session that took a push, then is handed more, over and over: it reads its
     pushes in order whenever it runs (at least every :data:`RUNS_EVERY` seconds: starved by a loaded
-    machine in between), takes or drops each, and writes its transcript in order, each line visible
-    within :data:`WRITES_WITHIN` seconds. The channel's ledger looks at what is visible whenever it
-    likes. A push the session took is never handed to the hook; every one it dropped is, in the end."""
+    machine in between), takes or drops each, and enters the ones it took in order. It writes two
+    streams, as Claude Code 2.1.332 does: its conversation (entered pushes, its own lines) in order,
+    and its queue lines apart, which may reach the disk ahead of conversation written before them and
+    in any order among themselves (at a session's first turn a later push's queue line was on disk
+    before the first pushes', held with the turn's conversation), but never behind conversation
+    written after them; each line visible within :data:`WRITES_WITHIN` seconds.
+    The channel's ledger looks at what is visible whenever it likes (the conversation's dates are
+    its ``last_at``). A push the session took is never handed to the hook; every one it dropped is,
+    in the end."""
 
     RUNS_EVERY = 9.0
     WRITES_WITHIN = 9.0
@@ -335,10 +343,15 @@ class SlowSession(RuleBasedStateMachine):
         self.taken: set[str] = set()
         self.dropped: set[str] = set()
         self.queued: list[str] = []
-        self.lines: list[tuple[float, Receipt | None]] = []
-        """The transcript as written (date, receipt or a line that is none), in order."""
-        self.visible = 0
-        self.applied = 0
+        self.talk: list[tuple[float, Receipt | None]] = []
+        """The conversation as written (date, an entered receipt or a line that is none), in order."""
+        self.talk_visible = 0
+        self.talk_read = 0
+        self.queue: list[tuple[float, Receipt, int]] = []
+        """The queue lines as written (date, receipt, how many conversation lines were written
+        before it): each becomes visible on its own, at the latest with the conversation after it."""
+        self.queue_visible: set[int] = set()
+        self.queue_read: set[int] = set()
         self.hooked: list[str] = []
         first = frame("p0")
         self.lg.hand(first, "channel", self.now)
@@ -359,7 +372,7 @@ class SlowSession(RuleBasedStateMachine):
         """Time passes, then the session runs: earlier queued pushes enter, unread ones are read."""
         self.now += dt
         for i in self.queued:
-            self.lines.append((self.now, Receipt(blip_ids=[i], how="entered", via="channel", at=self.now)))
+            self.talk.append((self.now, Receipt(blip_ids=[i], how="entered", via="channel", at=self.now)))
         self.queued = []
         for k, i in enumerate(self.unread):
             if k < len(drops) and drops[k]:
@@ -367,23 +380,43 @@ class SlowSession(RuleBasedStateMachine):
             else:
                 self.taken.add(i)
                 self.queued.append(i)
-                self.lines.append((self.now, Receipt(blip_ids=[i], how="queued", via="channel", at=self.now)))
+                queued = Receipt(blip_ids=[i], how="queued", via="channel", at=self.now)
+                self.queue.append((self.now, queued, len(self.talk)))
         self.unread = []
         if active:
-            self.lines.append((self.now, None))
-        while self.visible < len(self.lines) and self.lines[self.visible][0] < self.now - self.WRITES_WITHIN:
-            self.visible += 1  # nothing stays unwritten longer than that
+            self.talk.append((self.now, None))
+        due = self.now - self.WRITES_WITHIN  # nothing stays unwritten longer than that
+        while self.talk_visible < len(self.talk) and self.talk[self.talk_visible][0] < due:
+            self.talk_visible += 1
+        self.queue_visible |= {k for k, (at, _, _) in enumerate(self.queue) if at < due}
+        self._queue_lines_before_the_talk()
+
+    def _queue_lines_before_the_talk(self) -> None:
+        """A queue line is on disk once conversation written after it is."""
+        self.queue_visible |= {k for k, (_, _, n) in enumerate(self.queue) if n < self.talk_visible}
 
     @rule(k=st.integers(0, 5))
     def write(self, k: int) -> None:
-        self.visible = min(len(self.lines), self.visible + k)
+        """The conversation's writer catches up by ``k`` lines."""
+        self.talk_visible = min(len(self.talk), self.talk_visible + k)
+        self._queue_lines_before_the_talk()
+
+    @rule(pick=st.integers(0, 1 << 16))
+    def write_queue_line(self, pick: int) -> None:
+        """One queue line reaches the disk, whichever (not necessarily the oldest)."""
+        waiting = [k for k in range(len(self.queue)) if k not in self.queue_visible]
+        if waiting:
+            self.queue_visible.add(waiting[pick % len(waiting)])
 
     @rule()
     def look(self) -> None:
         """The ledger reads what is visible and hands the hook what it lost."""
-        new = self.lines[self.applied : self.visible]
-        self.applied = self.visible
-        self.lg.apply([r for _, r in new if r is not None], max((at for at, _ in new), default=0.0))
+        talk = self.talk[self.talk_read : self.talk_visible]
+        self.talk_read = self.talk_visible
+        queue = [self.queue[k][1] for k in sorted(self.queue_visible - self.queue_read, reverse=True)]
+        self.queue_read |= self.queue_visible
+        got = [*queue, *(r for _, r in talk if r is not None)]
+        self.lg.apply(got, max((at for at, _ in talk), default=0.0))
         for p in self.lg.lost_pushes(self.now):
             self.lg.owe_hook(p, self.now)
         for p in self.lg.waiting():
@@ -398,7 +431,8 @@ class SlowSession(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.run(self.RUNS_EVERY, [], False)  # the session reads what is left, takes all of it
         self.now += self.lg.patience + self.WRITES_WITHIN
-        self.visible = len(self.lines)
+        self.talk_visible = len(self.talk)
+        self.queue_visible = set(range(len(self.queue)))
         self.look()
         self.nothing_taken_goes_to_the_hook()
         assert self.dropped <= set(self.hooked), self.dropped - set(self.hooked)
