@@ -50,7 +50,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -120,10 +119,13 @@ from fleet.store.permissions import Permissions
 from fleet.store.schema import (
     MATERIALISED,
     MIGRATIONS,
+    Conn,
     Connections,
     GenerationMemo,
+    Row,
     connect,
     dump_tables,
+    is_postgres,
     migrate,
     now,
 )
@@ -149,7 +151,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Row = sqlite3.Row
 MAX_PAGE = 5000
 """The most blips any one read returns, whatever limit is asked for."""
 AUTH_CACHE_MAX = 4096
@@ -185,13 +186,16 @@ class Store:
     """
 
     def __init__(self, path: Path | str, *, max_blip_bytes: int = DEFAULT_MAX_BLIP_BYTES) -> None:
-        self.path = Path(path)
+        self.path: Path | str = path if is_postgres(path) else Path(path)
+        """The SQLite file, or the ``postgresql://`` URL of the store (:mod:`fleet.store.postgres`)."""
         self.max_blip_bytes = max_blip_bytes
         self._db = Connections(self.path)
         self._r = self._db.reader
         self.access = Access(self._db.reader)
         self.ids = IdMinter()
         self.ids.observe(self._largest_id())
+        if self._db.postgres:  # other daemons mint on this database too: the newest id, under the lock
+            self._db.on_begin = lambda conn: self.ids.observe(self._largest_id(conn))
         self.store_id = read_store_id(self._db.writer)
         """Minted once per database (migration 0005): the store's identity across restarts and moves."""
         self.summaries = Summaries(self._db, self.access, self.ids, self._text)
@@ -224,12 +228,16 @@ class Store:
 
     # ---------------------------------------------------------------- internals
 
-    def _largest_id(self) -> str | None:
-        row = self._db.writer.execute(
-            "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
-            " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
-            " UNION ALL SELECT max(id) FROM summaries UNION ALL SELECT max(id) FROM permissions)"
-        ).fetchone()
+    def _largest_id(self, conn: Conn | None = None) -> str | None:
+        row = (
+            (conn or self._db.writer)
+            .execute(
+                "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
+                " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
+                " UNION ALL SELECT max(id) FROM summaries UNION ALL SELECT max(id) FROM permissions) AS ids"
+            )
+            .fetchone()
+        )
         return row[0] if row else None
 
     def _commit(self, event: Event) -> None:
@@ -243,7 +251,11 @@ class Store:
 
         Call inside the write lock: ids are minted in commit order.
         """
-        wavelet_id, wave_id = (wl["id"], wl["wave_id"]) if isinstance(wl, Row) else wl
+        if type(wl) is tuple:  # (a PostgreSQL row is a tuple too, of a subclass)
+            wavelet_id, wave_id = wl
+        else:
+            row: Any = wl
+            wavelet_id, wave_id = row["id"], row["wave_id"]
         return Blip(
             id=self.ids.mint(),
             wavelet_id=wavelet_id,
@@ -255,7 +267,7 @@ class Store:
             **extra,
         )
 
-    def _last_blip_id(self, conn: sqlite3.Connection, wavelet_id: str) -> str:
+    def _last_blip_id(self, conn: Conn, wavelet_id: str) -> str:
         row = conn.execute("SELECT max(id) FROM blips WHERE wavelet_id = ?", (wavelet_id,)).fetchone()
         return row[0] or ""
 
@@ -620,8 +632,8 @@ class Store:
 
     def _act(
         self,
-        conn: sqlite3.Connection,
-        wl: sqlite3.Row,
+        conn: Conn,
+        wl: Row,
         actor: str,
         text: str,
         event: Callable[..., Event],
@@ -979,7 +991,7 @@ class Store:
         """Every token (of ``wave``, of ``machine``, if given), revoked ones included, by id: the
         operator (a machine token: the participant tokens of its waves)."""
         self.access.require_operator(who, "lists tokens")
-        sql, args = self._TOKENS + " WHERE 1", []
+        sql, args = self._TOKENS + " WHERE 1 = 1", []
         if wave:
             sql += " AND t.wave_id = ?"
             args.append(self.access.wave(who, wave)["id"])

@@ -68,7 +68,7 @@ from fleet.store.events import (
 )
 from fleet.store.faults import check_database, corrupt, storage_faults
 from fleet.store.lock import StoreLock
-from fleet.store.schema import MATERIALISED, connect, migrate
+from fleet.store.schema import MATERIALISED, Conn, Row, connect, migrate
 
 if TYPE_CHECKING:
     from fleet.store import Principal, Store
@@ -134,7 +134,7 @@ def backup(db: Path, dest: Path, *, force: bool = False) -> BackupReport:
 # ---------------------------------------------------------------- export
 
 
-def _wave_of_token(conn: sqlite3.Connection, token_id: str) -> str | None:
+def _wave_of_token(conn: Conn, token_id: str) -> str | None:
     """The wave of a participant token (None for a machine token or an unknown one)."""
     row = conn.execute(
         "SELECT t.wave_id, g.scope FROM tokens t LEFT JOIN token_grants g ON g.token_id = t.id"
@@ -144,7 +144,7 @@ def _wave_of_token(conn: sqlite3.Connection, token_id: str) -> str | None:
     return None if row is None or row[1] is not None else str(row[0])
 
 
-def in_wave(conn: sqlite3.Connection, event: Event, wave_id: str) -> bool:
+def in_wave(conn: Conn, event: Event, wave_id: str) -> bool:
     """Whether ``event`` belongs to a one-wave export of ``wave_id``. Machine tokens (the operator's
     powers over a set of waves) belong to no one wave, and are left out with their revocations."""
     if isinstance(event, BlipPosted | BlipSurfaced | BlipReplaced):
@@ -475,13 +475,13 @@ class _Adder:
     waves and wavelets created so far (a structure count, not a blip count).
     """
 
-    def __init__(self, conn: sqlite3.Connection, *, with_tokens: bool, max_blip_bytes: int) -> None:
+    def __init__(self, conn: Conn, *, with_tokens: bool, max_blip_bytes: int) -> None:
         self.conn = conn
         self.with_tokens = with_tokens
         self.max_blip_bytes = max_blip_bytes
         self.waves: dict[str, str] = {}
         """Waves created by this file: id -> name."""
-        self.wavelets: dict[str, sqlite3.Row] = {}
+        self.wavelets: dict[str, Row] = {}
         """Wavelets of those waves, as created (a wavelet row never changes)."""
         self.last: dict[str, str] = {}
         """Per wave created by this file, the last id it minted so far."""
@@ -498,8 +498,8 @@ class _Adder:
 
     # ------------------------------------------------------------ lookups
 
-    def _one(self, sql: str, *args: object) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
+    def _one(self, sql: str, *args: object) -> Row | None:
+        row: Row | None = self.conn.execute(sql, args).fetchone()
         return row
 
     def _new_id(self, value: str, what: str, wave_id: str) -> None:
@@ -535,7 +535,7 @@ class _Adder:
             " this one)"
         )
 
-    def _wavelet(self, wavelet_id: str, wave_id: str, what: str = "wavelet") -> sqlite3.Row:
+    def _wavelet(self, wavelet_id: str, wave_id: str, what: str = "wavelet") -> Row:
         row = self.wavelets.get(wavelet_id)
         if row is None or row["wave_id"] != wave_id:
             raise _Refused(
@@ -543,7 +543,7 @@ class _Adder:
             )
         return row
 
-    def _blip_row(self, blip_id: str, wave_id: str, what: str) -> sqlite3.Row:
+    def _blip_row(self, blip_id: str, wave_id: str, what: str) -> Row:
         row = self._one("SELECT * FROM blips WHERE id = ?", blip_id)
         if row is None or row["wave_id"] != wave_id:
             raise _Refused(f"its {what} {blip_id} is not a blip created earlier in this file in its wave")
@@ -558,7 +558,7 @@ class _Adder:
             self._one("SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", wavelet_id, name) is not None
         )
 
-    def _by_member(self, wl: sqlite3.Row, name: str, doing: str) -> None:
+    def _by_member(self, wl: Row, name: str, doing: str) -> None:
         _participant(name, doing)
         if name != OPERATOR and not self._member(wl["id"], name):
             raise _Refused(
@@ -1046,7 +1046,7 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _keyed(conn: sqlite3.Connection, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _keyed(conn: Conn, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     info = conn.execute(f"PRAGMA table_info({table})").fetchall()
     pk = [r["name"] for r in sorted((r for r in info if r["pk"]), key=lambda r: r["pk"])]
     out = {}
