@@ -34,6 +34,7 @@ load_features()  # what the CLI loads: tests driving the core in-process (a Spaw
 
 if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daemon loads none
     import libtmux
+    import pg
     from realclaude import RealFleet
     from scripted_model import Script
 
@@ -93,6 +94,31 @@ def operator(daemon: Daemon) -> Client:
     from fleet.client import Client
 
     return Client(daemon.url, daemon.operator_token)
+
+
+@pytest.fixture
+def store_at(tmp_path: Path) -> pg.StoreAt:
+    """Where a test's store named ``name`` lives: an SQLite file in ``tmp_path`` here; a database of
+    the session's PostgreSQL where a module overrides it (tests/component/test_store_pg.py)."""
+    return lambda name: tmp_path / name
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pg.Server]:
+    """A real PostgreSQL (tests/pg.py) for the session (per xdist worker), stopped afterwards."""
+    import pg
+
+    server = pg.Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: pg.Server) -> str:
+    """A fresh, empty database of the session's PostgreSQL: its ``postgresql://`` URL."""
+    return pg_server.database()
 
 
 TMUX_CONF = """\
