@@ -1343,8 +1343,9 @@ class Store:
         return dump_tables(self._r())
 
 
-def open_store(path: Path, **options: Any) -> Store:
-    """The store at ``path`` after :func:`check_database`, storage faults named."""
-    check_database(path)
+def open_store(path: Path | str, **options: Any) -> Store:
+    """The store at ``path`` (after :func:`check_database` for an SQLite file), storage faults named."""
+    if not is_postgres(path):
+        check_database(Path(path))
     with storage_faults(path):
         return Store(path, **options)

@@ -4,13 +4,15 @@ What a caller may rely on:
 
 - A store location is a path (SQLite, the default) or a ``postgresql://`` URL
   (:func:`fleet.store.schema.is_postgres`).
-  :func:`shown` is the URL with its password replaced by ``***``: the only form that is logged,
-  printed or put in an error.
+  :func:`shown` (``fleet.paths.hide_password``) is the URL with its password replaced by ``***``:
+  the only form that is logged, printed or put in an error.
 - :func:`connect` opens a :class:`PgConnection` (psycopg 3, imported here only: SQLite users never
   load it), which answers the few calls the store makes of a ``sqlite3.Connection``: ``execute``
   (returning a cursor with ``fetchone``, ``fetchall``, iteration), ``in_transaction``, ``close``.
   Rows index by position and by column name, as ``sqlite3.Row`` does; a ``numeric`` (PostgreSQL's
   ``sum`` of integers) reads as an int, as SQLite's does.
+- A constraint's refusal is :class:`IntegrityError`, a ``sqlite3.IntegrityError``; the server
+  unreachable is a StorageFault naming it (password hidden), and the next statement reconnects.
 - The store writes one SQL text, SQLite's. :func:`translate` is where the two dialects differ,
   declared once (:data:`DDL`, :data:`REWRITES`, :data:`UPSERT_KEYS`), each statement translated once
   per connection and cached. What is kept identical: text compares byte by byte (every ``TEXT``
@@ -27,11 +29,12 @@ What a caller may rely on:
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
 
 from fleet import errors
+from fleet.paths import hide_password as shown
 
 if TYPE_CHECKING:
     import psycopg
@@ -64,16 +67,6 @@ UPSERT_KEYS: dict[str, tuple[str, ...]] = {
 """The primary key of each table written with ``INSERT OR REPLACE`` (PostgreSQL's upsert names it)."""
 
 _INSERT_OR = re.compile(r"^\s*INSERT OR (IGNORE|REPLACE) INTO (\w+)\s*\(([^)]*)\)", re.S)
-
-
-def shown(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: what may be logged or printed."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
 
 
 def translate(sql: str) -> str:
@@ -123,6 +116,11 @@ def _missing_driver() -> errors.ToolMissing:
         "a postgresql:// store needs the psycopg driver, which is not installed: install fleet[postgresql]"
         " (`pip install 'fleet[postgresql]'`, or `pip install 'psycopg[binary]'` beside fleet)"
     )
+
+
+class IntegrityError(sqlite3.IntegrityError):
+    """A constraint of the PostgreSQL store refused a statement (a unique key, a foreign key): a
+    subclass of SQLite's, so the store catches one class on either engine."""
 
 
 class _Row(tuple[Any, ...]):
@@ -189,21 +187,41 @@ class PgConnection:
     mode with transactions begun and ended explicitly, as the store's SQLite connections are."""
 
     def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
+        import psycopg
+
         self._conn = conn
         self.url = url
         self._sql: dict[str, str] = {}
+        self._lost = psycopg.OperationalError
+        self._refused = psycopg.IntegrityError
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
-        if sql == "BEGIN IMMEDIATE":  # the store's write lock: one writer at a time on the database
-            self._conn.execute("BEGIN")
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-            return PgCursor(self._conn.cursor())
-        if sql == "BEGIN":  # a read snapshot
-            sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-        pg = self._sql.get(sql)
-        if pg is None:
-            pg = self._sql[sql] = translate(sql)
-        return PgCursor(self._conn.execute(pg, tuple(parameters)))
+        """Run SQLite's statement ``sql`` translated. The server gone (a restart, a network cut) is a
+        StorageFault naming it; the statement after such a fault opens a new connection (outside a
+        transaction: one cut short by the loss was rolled back by the server)."""
+        if self._conn.closed:
+            self._conn = connect(self.url)._conn
+        try:
+            if sql == "BEGIN IMMEDIATE":  # the store's write lock: one writer at a time on the database
+                self._conn.execute("BEGIN")
+                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                return PgCursor(self._conn.cursor())
+            if sql == "BEGIN":  # a read snapshot
+                sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+            pg = self._sql.get(sql)
+            if pg is None:
+                pg = self._sql[sql] = translate(sql)
+            return PgCursor(self._conn.execute(pg, tuple(parameters)))
+        except self._refused as exc:
+            raise IntegrityError(str(exc).strip()) from exc
+        except self._lost as exc:
+            if not self._conn.closed and not self._conn.broken:
+                raise  # a statement's own failure (a lock timeout, a cancel), not the server gone
+            self._conn.close()
+            raise errors.StorageFault(
+                f"the PostgreSQL store {shown(self.url)} cannot be reached ({str(exc).strip()}):"
+                " nothing was written by this request; check that the server runs, then try again"
+            ) from None
 
     @property
     def in_transaction(self) -> bool:
