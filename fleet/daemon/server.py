@@ -227,6 +227,9 @@ class Daemon(Dispatcher):
         try:
             self.operator_token = ensure_operator_token(self.paths)
             self.store = open_store(self.paths.store, max_blip_bytes=self.max_blip_bytes)
+            if self.store.shared:  # other daemons on the store: their commits wake ours, ours theirs
+                self.store.listen(self.notifier.woken)
+                self.notifier.publish = self.store.announce
             httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd

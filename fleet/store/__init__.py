@@ -53,7 +53,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet import errors
 from fleet.ids import IdMinter
@@ -132,6 +132,9 @@ from fleet.store.schema import (
 from fleet.store.schema import store_id as read_store_id
 from fleet.store.summaries import CONTEXT_PAGE, Summaries
 
+if TYPE_CHECKING:
+    from fleet.store.postgres import Listener
+
 __all__ = [
     "EVENT_TYPES",
     "MATERIALISED",
@@ -205,16 +208,61 @@ class Store:
         commits (a revocation takes effect at the next request); known tokens only."""
         self._live: dict[str, int] = {}
         """Token id -> the token epoch at which it was last found unrevoked."""
-        self._memo = GenerationMemo()
+        self._memo = GenerationMemo(shared=not self._db.postgres)
         """What the feeds one commit wakes read alike, per generation (:meth:`feed`, :meth:`budgets`)."""
         self.permissions = Permissions(self._db, self.access, self.ids)
         """Permission prompts and their answers (:mod:`fleet.store.permissions`)."""
         self.keys = Keys(self._db)
+        self._listener: Listener | None = None
         """Request keys (:mod:`fleet.store.keys`): what makes a resent write answer as the first did."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
         self._db.close()
+
+    # ---------------------------------------------------------------- several daemons (PostgreSQL)
+
+    @property
+    def shared(self) -> bool:
+        """True on a PostgreSQL store: other daemons may write it too (:meth:`announce`, :meth:`listen`)."""
+        return self._db.postgres
+
+    def announce(self, keys: Sequence[str]) -> None:
+        """Tell the other daemons on this PostgreSQL store that a commit touched ``keys`` (none: wake
+        everything), after it committed. A no-op on SQLite (one daemon per store)."""
+        if self._db.postgres:
+            self._db.notify(" ".join(("wake", self._db.origin, *keys)))
+
+    def listen(self, woken: Callable[[Sequence[str] | None], None]) -> None:
+        """Hear what the other daemons on this PostgreSQL store commit: ``woken(keys)`` for each of
+        their :meth:`announce` (``None``: everything, as after the connection was lost and every
+        notification meanwhile with it), and forget what is remembered of tokens when they changed
+        some. Returns once listening. A no-op on SQLite."""
+        if not self._db.postgres or self._listener is not None:
+            return
+        from fleet.store.postgres import Listener
+
+        origin = self._db.origin
+
+        def heard(payload: str | None) -> None:
+            if payload is None:
+                self._db.heard_tokens()
+                woken(None)
+                return
+            kind, sender, *keys = payload.split(" ")
+            if sender == origin:
+                return
+            if kind == "tokens":
+                self._db.heard_tokens()
+            elif kind == "wake":
+                woken(keys or None)
+
+        self._listener = Listener(str(self.path), heard)
+        if not self._listener.ready.wait(10):
+            log.warning("not yet listening to the store's notifications (retrying in the background)")
 
     def release_reader(self) -> None:
         """Give the calling thread's read connection back to the pool (at the end of each request, and

@@ -24,17 +24,23 @@ What a caller may rely on:
   under it after reading the newest one are strictly increasing in commit order, and the event
   log's ``seq`` too. ``BEGIN`` (a read snapshot) is ``REPEATABLE READ``: one committed state for
   every query in it, as a WAL read transaction is.
+- Several daemons on one database tell each other what they committed with NOTIFY on
+  :data:`CHANNEL` (:class:`Listener` hears it): the keys a commit woke, and that tokens changed.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fleet import errors
 from fleet.paths import hide_password as shown
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import psycopg
@@ -270,3 +276,60 @@ def connect(url: str) -> PgConnection:
     conn.adapters.register_loader("numeric", _Numeric)
     conn.adapters.register_dumper(bool, _Bool)
     return PgConnection(conn, url)
+
+
+CHANNEL = "fleet"
+"""The LISTEN/NOTIFY channel the daemons on one database tell each other what committed on."""
+
+
+class Listener:
+    """A thread LISTENing on :data:`CHANNEL` on a connection of its own, handing each notification's
+    payload to ``heard`` (from the thread), and ``None`` after a reconnect (notifications sent while
+    it was away are lost: ``heard`` then assumes everything changed). Stopped by :meth:`stop`."""
+
+    RETRY = 0.5
+    """Seconds between two attempts to reconnect after the connection was lost."""
+
+    def __init__(self, url: str, heard: Callable[[str | None], None]) -> None:
+        self.url = url
+        self._heard = heard
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self.ready = threading.Event()
+        """Set once it listens (each time it connects)."""
+        self._thread = threading.Thread(target=self._run, name="fleet-store-listen", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psycopg
+
+        first = True
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                    self._conn = conn
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    if not first:
+                        log.warning(
+                            "listening to %s again: what other daemons did meanwhile is re-read",
+                            shown(self.url),
+                        )
+                        self._heard(None)
+                    first = False
+                    self.ready.set()
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            self._heard(note.payload)
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    return
+                self.ready.clear()
+                log.warning("lost the notifications of %s (%s): reconnecting", shown(self.url), exc)
+                self._stop.wait(self.RETRY)
+            except Exception:  # the listener must not die silently: wake everyone and go on
+                log.exception("handling a notification of %s", shown(self.url))
+                self._stop.wait(self.RETRY)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -500,12 +500,18 @@ class GenerationMemo:
     itself; at worst older, by commits whose wake-ups have not gone out yet. A newer generation
     drops the lot."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, shared: bool = True) -> None:
         self._current: tuple[int, dict[object, object]] = (-1, {})
+        self.shared = shared
+        """False on a PostgreSQL store: other daemons commit too, and a generation counted here cannot
+        tell whether one of their commits landed inside a read, so nothing is shared (:meth:`at` is
+        None) and each feed reads for itself."""
 
     def at(self, generation: int) -> dict[object, object] | None:
         """The entries of ``generation`` (a fresh table when it is newer than the last seen), or
-        None for an older one."""
+        None for an older one (always None when not :attr:`shared`)."""
+        if not self.shared:
+            return None
         current = self._current  # one read: the pair is replaced whole, never torn
         if generation > current[0]:
             current = self._current = (generation, {})
@@ -586,6 +592,8 @@ class Connections:
     def __init__(self, path: Path | str, *, idle_readers: int = IDLE_READERS) -> None:
         self.path = path
         self.postgres = is_postgres(path)
+        self.origin = str(uuid6.uuid7())
+        """This process's name in the notifications it sends other daemons on a PostgreSQL store."""
         """On PostgreSQL (a ``postgresql://`` URL): no files to watch, and other daemons may write
         the same database (each write holds its advisory lock: :mod:`fleet.store.postgres`)."""
         self._wlock = threading.Lock()
@@ -779,6 +787,8 @@ class Connections:
                 tokens_before = _token_writes
                 try:
                     yield self._w
+                    if self.postgres and _token_writes != tokens_before:  # told at the commit, not before
+                        self._w.execute("SELECT pg_notify('fleet', ?)", (f"tokens {self.origin}",))
                     self._w.execute("COMMIT")
                     if _token_writes != tokens_before:
                         self.token_epoch += 1
@@ -821,6 +831,16 @@ class Connections:
         if not self._files_fault.kept:
             self._files_fault = rescue(self._w, self._files, self._files_change)
         raise self._files_fault.fault
+
+    def notify(self, payload: str) -> None:
+        """Send ``payload`` to every daemon listening on this PostgreSQL store (this one included)."""
+        with self._wlock:
+            self._w.execute("SELECT pg_notify('fleet', ?)", (payload,))
+
+    def heard_tokens(self) -> None:
+        """Another daemon committed a change to the tokens: what this one remembers of them goes."""
+        with self._wlock:
+            self.token_epoch += 1
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
