@@ -5,19 +5,31 @@ daemon processes with stand-ins conversing through both, one SIGKILLed mid-conve
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import retry_until
+from mcphelp import RawMcp, channel_argv, minted_token_file
 
 from fleet import errors
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
+from fleet.store import connect
 
 
 def home(root: Path, store: str) -> Paths:
@@ -86,3 +98,151 @@ def test_a_token_revoked_through_a_is_refused_by_b(two: Two) -> None:
         return False
 
     retry_until(refused, timeout=5, what="B to refuse the token revoked through A")
+
+
+# ---------------------------------------------------------------- two daemon processes, one killed
+
+
+TURNS = 12
+
+
+class Procs:
+    """Daemons A and B as processes (``fleet daemon run --store URL``), each its own FLEET_HOME, on
+    one database; each on a fixed port so a client can list both before either starts."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root, self.url_of_store = root, url
+        root.mkdir(parents=True, exist_ok=True)
+        self.ports = {"a": free_port(), "b": free_port()}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.tokens: dict[str, str] = {}
+
+    def url(self, which: str) -> str:
+        return f"http://127.0.0.1:{self.ports[which]}"
+
+    def start(self, which: str) -> None:
+        env = {**os.environ, "FLEET_HOME": str(self.root / which)}
+        with (self.root / f"daemon-{which}.log").open("wb") as out:
+            self.procs[which] = subprocess.Popen(
+                [sys.executable, "-m", "fleet", "daemon", "run", "--listen",
+                 f"127.0.0.1:{self.ports[which]}", "--store", self.url_of_store],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        probe = Client(self.url(which), "", retries=0, timeout=2)
+
+        def answers() -> bool:
+            assert self.procs[which].poll() is None, (self.root / f"daemon-{which}.log").read_text()
+            try:
+                return probe.health().pid == self.procs[which].pid
+            except Exception:
+                return False
+
+        retry_until(answers, timeout=30, what=f"daemon {which} to answer")
+        self.tokens[which] = (self.root / which / "data" / "operator.token").read_text().strip()
+
+    def kill(self, which: str) -> None:
+        self.procs[which].send_signal(signal.SIGKILL)
+        self.procs[which].wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stored(url: str) -> Counter[str]:
+    conn = connect(url)
+    try:
+        return Counter(r[0] for r in conn.execute("SELECT text FROM blips WHERE kind = 'message'"))
+    finally:
+        conn.close()
+
+
+def reply_gaps(url: str) -> list[float]:
+    """Seconds between each message blip and the one before it, in commit order."""
+    conn = connect(url)
+    try:
+        at = [r[0] for r in conn.execute("SELECT created_at FROM blips WHERE kind = 'message' ORDER BY id")]
+    finally:
+        conn.close()
+    t = [datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp() for x in at]
+    return [round(b - a, 3) for a, b in itertools.pairwise(t)]
+
+
+def standin(name: str, daemons: str, token_file: Path, tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """A real ``fleet-standin`` whose fleet MCP server is a channel on the daemons listed."""
+    server = channel_argv(name, "w", daemons, token_file)
+    config = json.dumps({"mcpServers": {"fleet": {"command": server[0], "args": server[1:]}}})
+    argv = [sys.executable, "-m", "fleet.standin", f"--mcp-config={config}", "--name", name,
+            "--session-id", str(uuid.uuid4()), "--reply", "{author}: reply {n} from {name}",
+            "--turns", str(TURNS), "--exit-after-done", *extra]  # fmt: skip
+    env = {**os.environ, "FLEET_WAVELET": "w/main"}
+    with (tmp / f"{name}.out").open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def test_stand_ins_conversing_through_two_daemons_complete_through_one_when_the_other_is_killed(
+    pg_url: str, tmp_path: Path, fleet_env: Paths
+) -> None:
+    """alice's channel lists [A, B], bob's [B, A]: alice posts on A and bob on B, each woken by the
+    other's posts across daemons. A is SIGKILLed a few replies in; alice's channel fails over to B
+    (already serving), and the conversation completes: every reply stored once, none handed twice,
+    carol (listening on [A, B]) hears every blip once, and ``fleet replay --check`` is clean."""
+    d = Procs(tmp_path / "homes", pg_url)
+    d.start("a")
+    d.start("b")
+    a_then_b, b_then_a = f"{d.url('a')},{d.url('b')}", f"{d.url('b')},{d.url('a')}"
+    try:
+        op = Client(d.url("a"), d.tokens["a"])
+        op.create_wave("w", ["alice", "bob", "carol"])
+        files = {who: minted_token_file(op, "w", who, tmp_path) for who in ("alice", "bob", "carol")}
+        carol = RawMcp(channel_argv("carol", "w", a_then_b, files["carol"]), stderr=tmp_path / "carol.stderr")
+        carol.handshake()
+        bob = standin("bob", b_then_a, files["bob"], tmp_path)
+        alice = standin(
+            "alice", a_then_b, files["alice"], tmp_path, "--opening", "bob: let us talk, from {name}"
+        )
+        try:
+            retry_until(lambda: stored(pg_url).total() >= 6, timeout=60, what="the conversation to get going")
+            # each reply crossed daemons (alice's on A woke bob on B, and back): at once, never at the
+            # 20 s end of a feed's long-poll (ms here; 10 s leaves room for a loaded machine)
+            gaps = reply_gaps(pg_url)
+            assert max(gaps) < 10.0, f"replies {gaps} s apart across the daemons"
+            d.kill("a")
+            killed_at = stored(pg_url).total()
+            assert alice.wait(90) == 0 and bob.wait(90) == 0
+            texts = stored(pg_url)
+            assert killed_at < texts.total(), "the conversation was over before A died"
+            assert not [t for t, n in texts.items() if n > 1], "stored twice"
+            for me, other in (("alice", "bob"), ("bob", "alice")):
+                mine = [f"{other}: reply {n} from {me}" for n in range(1, TURNS + 1)]
+                assert all(texts[t] == 1 for t in mine), (me, sorted(texts))
+            expected = set(texts)
+
+            def heard_all() -> Counter[str] | None:
+                c = Counter(carol.contents())
+                return c if expected <= set(c) else None
+
+            got = retry_until(heard_all, timeout=30, what="carol to hear every blip")
+            assert got is not None
+            assert all(got[t] == 1 for t in expected), {t: n for t, n in got.items() if n != 1}
+        finally:
+            for proc in (alice, bob):
+                if proc.poll() is None:
+                    proc.kill()
+            carol.kill()
+        check = subprocess.run(
+            [sys.executable, "-m", "fleet", "replay", "--check"],
+            env={**os.environ, "FLEET_STORE": pg_url}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert check.returncode == 0 and "matches" in check.stdout, check.stdout + check.stderr
+    finally:
+        d.stop()
+    print(f"{texts.total()} blips, A killed after {killed_at}; replies before: {gaps} s apart")
