@@ -209,8 +209,8 @@ class PgConnection:
             self._conn = connect(self.url)._conn
         try:
             if sql == "BEGIN IMMEDIATE":  # the store's write lock: one writer at a time on the database
-                self._conn.execute("BEGIN")
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                # one round trip (two statements, no parameters: the simple query protocol)
+                self._conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
                 return PgCursor(self._conn.cursor())
             if sql == "BEGIN":  # a read snapshot
                 sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"
