@@ -238,6 +238,14 @@ def test_stand_ins_conversing_through_two_daemons_complete_through_one_when_the_
                 if proc.poll() is None:
                     proc.kill()
             carol.kill()
+        # both daemons minted: in commit order (the log's seq) every blip id is above the one before
+        conn = connect(pg_url)
+        posted = [
+            json.loads(r[0])["blip"]["id"]
+            for r in conn.execute("SELECT payload FROM events WHERE type = 'blip.posted' ORDER BY seq")
+        ]
+        conn.close()
+        assert all(x < y for x, y in itertools.pairwise(posted)), posted
         check = subprocess.run(
             [sys.executable, "-m", "fleet", "replay", "--check"],
             env={**os.environ, "FLEET_STORE": pg_url}, capture_output=True, text=True, timeout=60,
