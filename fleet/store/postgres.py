@@ -62,6 +62,7 @@ REWRITES: list[tuple[str, str]] = [
     (r"\blength\(CAST\(([\w.]+) AS BLOB\)\)", r"octet_length(\1)"),  # UTF-8 bytes of a text
     (r"\bGROUP_CONCAT\(([^()]*(?:\([^()]*\))?[^()]*)\)", r"string_agg(\1, ',')"),
     (r"\bMAX\(([\w.]+), ([\w.]+)\)", r"GREATEST(\1, \2)"),  # the two-argument (scalar) max
+    (r"\bLIKE\b", "ILIKE"),  # SQLite's LIKE folds ASCII case (an id prefix typed in capitals)
 ]
 """Functions in any statement: SQLite's spelling → PostgreSQL's."""
 

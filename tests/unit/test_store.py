@@ -657,3 +657,12 @@ def test_the_log_carries_the_replacer_and_leaves_it_out_of_other_blips(store_at:
     ).fetchone()[0]
     assert "replaced_by" not in posted  # an unset optional key stays out of the log, as before
     s.close()
+
+
+def test_an_id_prefix_resolves_whatever_its_case(store: Store) -> None:
+    """Ids are lowercase hex; a prefix typed in capitals names the same wavelet and blip (SQLite's
+    LIKE folds ASCII case, and so must every engine's)."""
+    w = store.create_wave(OP, "w", ["alice"])
+    b = store.post(OP, w.root_id, "hi")
+    assert store.resolve(OP, w.root_id[:8].upper()).id == w.root_id
+    assert [x.id for x in store.history(OP, b.id[:13].upper())] == [b.id]
