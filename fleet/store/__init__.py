@@ -470,14 +470,17 @@ class Store:
         """Per (wavelet, author): blips written (system blips aside) and the latest; plus the head.
 
         Operator only (it spans private wavelets). Reads through the wavelet index, one group per
-        wavelet and author; the bare ``created_at`` comes from the row holding ``max(id)`` (SQLite).
+        wavelet and author; the latest's ``created_at`` by its id (one text for both engines: a
+        bare column beside ``max(id)`` is SQLite's alone).
         """
         self.access.require_operator(who, "reads a wave's activity")
         w = self.access.wave(who, wave)
         got = self._r().execute(
-            "SELECT wavelet_id, author, count(*) AS n, max(id) AS last_id, created_at FROM blips"
+            "SELECT g.wavelet_id, g.author, g.n, g.last_id, b.created_at FROM (SELECT wavelet_id,"
+            " author, count(*) AS n, max(id) AS last_id FROM blips"
             " WHERE wavelet_id IN (SELECT id FROM wavelets WHERE wave_id = ?) AND kind != 'system'"
-            " GROUP BY wavelet_id, author ORDER BY wavelet_id, author",
+            " GROUP BY wavelet_id, author) AS g JOIN blips b ON b.id = g.last_id"
+            " ORDER BY g.wavelet_id, g.author",
             (w["id"],),
         )
         return WaveActivity(

@@ -666,3 +666,14 @@ def test_an_id_prefix_resolves_whatever_its_case(store: Store) -> None:
     b = store.post(OP, w.root_id, "hi")
     assert store.resolve(OP, w.root_id[:8].upper()).id == w.root_id
     assert [x.id for x in store.history(OP, b.id[:13].upper())] == [b.id]
+
+
+def test_activity_counts_each_authors_blips_and_names_the_latest(store: Store) -> None:
+    w = store.create_wave(OP, "w", ["alice", "bob"])
+    posts = [store.post(OP, w.root_id, f"m{i}", as_="alice" if i % 3 else "bob") for i in range(7)]
+    got = {(a.participant, a.blips, a.last_blip_id, a.last_blip_at) for a in store.activity(OP, "w").activity}
+    last = {who: [b for b in posts if b.author == who][-1] for who in ("alice", "bob")}
+    assert got == {
+        ("alice", 4, last["alice"].id, last["alice"].created_at),
+        ("bob", 3, last["bob"].id, last["bob"].created_at),
+    }
