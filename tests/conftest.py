@@ -63,15 +63,25 @@ def retry_until(fn: Callable[[], T], timeout: float = 10.0, interval: float = 0.
 
 
 @pytest.fixture(autouse=True)
-def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
-    """Point FLEET_HOME, HOME and SHELL at temp places; clear variables that would reach a real fleet."""
+def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Paths:
+    """Point FLEET_HOME, HOME and SHELL at temp places; clear variables that would reach a real fleet.
+
+    ``FLEET_TEST_ENGINE=postgresql`` (outside the unit tier) puts each test's store on a fresh
+    database of the session's PostgreSQL instead (FLEET_STORE): the daemons, CLIs and channels a test
+    starts then run on that engine, a way to sweep the tiers over it."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("FLEET_HOME", str(tmp_path / "fleet"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SHELL", "/bin/sh")
-    for var in ("FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "FLEET_TMUX_SOCKET", "TMUX", "TMUX_PANE"):
+    for var in (
+        "FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "FLEET_TMUX_SOCKET", "TMUX", "TMUX_PANE", "FLEET_STORE"
+    ):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
+    on_postgresql = os.environ.get("FLEET_TEST_ENGINE") == "postgresql"
+    if on_postgresql and request.node.get_closest_marker("unit") is None:
+        server: pg.Server = request.getfixturevalue("pg_server")
+        monkeypatch.setenv("FLEET_STORE", server.database())
     return get_paths()
 
 

@@ -1279,8 +1279,9 @@ class Store:
                 conn.execute(
                     "INSERT INTO budget_spend(wave_id, wavelet_id, participant, session_id, tokens, cost,"
                     " reported_at, unpriced) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(wave_id, wavelet_id,"
-                    " participant, session_id) DO UPDATE SET tokens = MAX(tokens, excluded.tokens),"
-                    " cost = MAX(cost, excluded.cost), reported_at = excluded.reported_at,"
+                    " participant, session_id) DO UPDATE SET"
+                    " tokens = MAX(budget_spend.tokens, excluded.tokens),"
+                    " cost = MAX(budget_spend.cost, excluded.cost), reported_at = excluded.reported_at,"
                     " unpriced = excluded.unpriced",
                     (
                         w["id"], sp.wavelet_id, rep.participant, rep.session_id[:200], sp.tokens, sp.cost, at,

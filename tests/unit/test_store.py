@@ -677,3 +677,20 @@ def test_activity_counts_each_authors_blips_and_names_the_latest(store: Store) -
         ("alice", 4, last["alice"].id, last["alice"].created_at),
         ("bob", 3, last["bob"].id, last["bob"].created_at),
     }
+
+
+def test_a_sessions_spend_is_never_lowered_by_a_later_report(store: Store) -> None:
+    from fleet.records.budgets import Spend, SpendReport
+
+    w = store.create_wave(OP, "w", ["alice"])
+    for tokens, cost in ((100, 0.5), (40, 0.1), (150, 0.25)):  # a late, smaller report changes nothing
+        rep = SpendReport(
+            participant="alice",
+            session_id="s1",
+            spend=[Spend(wavelet_id=w.root_id, tokens=tokens, cost=cost)],
+        )
+        store.report_spend(OP, "w", rep)
+    conn = connect(store.path)
+    row = conn.execute("SELECT tokens, cost FROM budget_spend WHERE session_id = 's1'").fetchone()
+    conn.close()
+    assert (row[0], row[1]) == (150, 0.5)
