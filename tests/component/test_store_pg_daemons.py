@@ -254,3 +254,45 @@ def test_stand_ins_conversing_through_two_daemons_complete_through_one_when_the_
     finally:
         d.stop()
     print(f"{texts.total()} blips, A killed after {killed_at}; replies before: {gaps} s apart")
+
+
+def test_posts_through_two_daemon_processes_at_once_get_ids_in_commit_order(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Eight clients, four on each daemon, posting at once into one wavelet: every post stored once,
+    and in commit order (the log's seq) every blip id above the one before."""
+    d = Procs(tmp_path / "homes", pg_url)
+    d.start("a")
+    d.start("b")
+    try:
+        ops = {w: Client(d.url(w), d.tokens[w]) for w in ("a", "b")}
+        ops["a"].create_wave("w", ["alice"])
+        main = ops["b"].resolve("w/main").id
+        failures: list[BaseException] = []
+
+        def post(k: int) -> None:
+            c = Client(d.url("ab"[k % 2]), d.tokens["ab"[k % 2]])
+            try:
+                for n in range(40):
+                    c.post(main, f"{k}-{n}", as_="alice")
+            except BaseException as exc:  # asserted below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=post, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not failures, failures[:3]
+    finally:
+        d.stop()
+    texts = stored(pg_url)
+    assert texts.total() == 320 and set(texts.values()) == {1}
+    conn = connect(pg_url)
+    posted = [
+        json.loads(r[0])["blip"]["id"]
+        for r in conn.execute("SELECT payload FROM events WHERE type = 'blip.posted' ORDER BY seq")
+    ]
+    conn.close()
+    out_of_order = [(x, y) for x, y in itertools.pairwise(posted) if not x < y]
+    assert not out_of_order, out_of_order[:3]
