@@ -8,7 +8,7 @@ afterwards. PostgreSQL missing is a failure, never a skip: ``scripts/test.sh`` i
 
 initdb and postgres refuse to run as root, and the tests run as root on CI: then both run as
 ``nobody`` (every Debian system has it; its home need not exist), over a folder made for it under
-the system's temporary directory (pytest's own are 0700 root's: not reachable by ``nobody``).
+/tmp (pytest's own temp dirs are 0700 root's: not reachable by ``nobody``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class Server:
         if os.geteuid() == 0:
             nobody = pwd.getpwnam("nobody")
             self.as_user = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
-        self.root = Path(tempfile.mkdtemp(prefix="fleet-pg-"))
+        # as nobody, under /tmp (1777 on every Debian): a TMPDIR of root's own may not be traversable
+        self.root = Path(tempfile.mkdtemp(prefix="fleet-pg-", dir="/tmp" if self.as_user else None))
         os.chmod(self.root, 0o700)
         if self.as_user:
             os.chown(self.root, self.as_user["user"], self.as_user["group"])
