@@ -213,8 +213,9 @@ class Store:
         self.permissions = Permissions(self._db, self.access, self.ids)
         """Permission prompts and their answers (:mod:`fleet.store.permissions`)."""
         self.keys = Keys(self._db)
-        self._listener: Listener | None = None
         """Request keys (:mod:`fleet.store.keys`): what makes a resent write answer as the first did."""
+        self._listener: Listener | None = None
+        """On PostgreSQL, once :meth:`listen` was called: what hears the other daemons."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""

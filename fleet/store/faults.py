@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import StorageFault
+from fleet.paths import hide_password
 
 SQLITE_READONLY = 8
 SQLITE_IOERR = 10
@@ -94,6 +95,8 @@ def storage_faults(path: Path | str, what: str = "the store") -> Iterator[None]:
     """Raise the SQLite and OS errors of a full disk, a read-only file system or a corrupt database
     as :class:`~fleet.errors.StorageFault` (naming ``what`` at ``path``: the store, a backup);
     let every other exception through unchanged."""
+    if isinstance(path, str):  # a postgresql:// URL: named without its password
+        path = hide_password(path)
     try:
         yield
     except sqlite3.Error as exc:

@@ -53,7 +53,7 @@ class Cursor(Protocol):
 
 
 class Conn(Protocol):
-    """What the store asks of a connection, on either engine (``Conn``, or a
+    """What the store asks of a connection, on either engine (``sqlite3.Connection``, or a
     :class:`fleet.store.postgres.PgConnection`): one SQL text, SQLite's."""
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
@@ -592,10 +592,10 @@ class Connections:
     def __init__(self, path: Path | str, *, idle_readers: int = IDLE_READERS) -> None:
         self.path = path
         self.postgres = is_postgres(path)
-        self.origin = str(uuid6.uuid7())
-        """This process's name in the notifications it sends other daemons on a PostgreSQL store."""
         """On PostgreSQL (a ``postgresql://`` URL): no files to watch, and other daemons may write
         the same database (each write holds its advisory lock: :mod:`fleet.store.postgres`)."""
+        self.origin = str(uuid6.uuid7())
+        """This process's name in the notifications it sends other daemons on a PostgreSQL store."""
         self._wlock = threading.Lock()
         self.token_epoch = 0
         """Bumped after each commit that changed the tokens (what a cache of token look-ups compares)."""
