@@ -25,8 +25,14 @@ from fleet.paths import Paths, get_paths, hide_password
 
 
 def _local(what: str) -> Paths:
-    """This machine's paths, refusing when FLEET_DAEMON names another daemon than the local one."""
+    """This machine's paths, refusing when FLEET_DAEMON names another daemon than the local one (or
+    FLEET_STORE is not a postgresql:// URL, as the daemon does)."""
     paths = get_paths()
+    if paths.store_url and not paths.store_url.startswith(("postgresql://", "postgres://")):
+        raise errors.UsageError(
+            f"FLEET_STORE={hide_password(paths.store_url)!r} is not a postgresql:// URL: give one"
+            " (postgresql://USER@HOST[:PORT]/DATABASE), or unset it for the SQLite file in the data dir"
+        )
     remote = os.environ.get("FLEET_DAEMON", "").strip()
     if remote:
         from fleet.client import read_endpoint

@@ -143,3 +143,12 @@ def test_a_postgresql_store_without_psycopg_says_to_install_fleet_postgresql(fle
     )  # fmt: skip
     assert got.returncode == 6, got.stderr
     assert "install fleet[postgresql]" in got.stderr and "Traceback" not in got.stderr
+
+
+def test_the_store_commands_refuse_a_fleet_store_that_is_not_a_postgresql_url(
+    fleet_env: Paths, tmp_path: Path
+) -> None:
+    env = {**os.environ, "FLEET_HOME": str(fleet_env.data.parent), "FLEET_STORE": str(tmp_path / "x.sqlite3")}
+    for args in (["replay", "--check"], ["import", "-"], ["backup", str(tmp_path / "b")]):
+        got = fleet(*args, env=env, stdin=b"")
+        assert got.returncode == 2 and "is not a postgresql:// URL" in got.stderr, (args, got.stderr)
