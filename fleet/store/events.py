@@ -382,12 +382,13 @@ def apply(conn: Conn, event: Event) -> None:
 def record(conn: Conn, event: Event) -> None:
     """Append ``event`` to the log and apply it, inside the caller's write transaction (with the
     request key of the request that wrote it, if it is that request's first event: :mod:`keys`)."""
-    seq = conn.execute(
-        "INSERT INTO events(type, payload, created_at) VALUES (?,?,?) RETURNING seq",
+    cur = conn.execute(
+        "INSERT INTO events(type, payload, created_at) VALUES (?,?,?)",
         (event.type, payload_of(event), now()),
-    ).fetchone()[0]
+    )
     apply(conn, event)
-    keys.on_record(conn, seq)
+    assert cur.lastrowid is not None
+    keys.on_record(conn, cur.lastrowid)
 
 
 def _insert_blip(conn: Conn, b: Blip) -> None:

@@ -73,6 +73,11 @@ UPSERT_KEYS: dict[str, tuple[str, ...]] = {
 }
 """The primary key of each table written with ``INSERT OR REPLACE`` (PostgreSQL's upsert names it)."""
 
+RETURNING: dict[str, str] = {"events": "seq"}
+"""Tables whose generated key an INSERT reports (SQLite's ``cursor.lastrowid``): the INSERT returns it
+here, and :attr:`PgCursor.lastrowid` reads it."""
+
+_INSERT_INTO = re.compile(r"^\s*INSERT INTO (\w+)\s*\(")
 _INSERT_OR = re.compile(r"^\s*INSERT OR (IGNORE|REPLACE) INTO (\w+)\s*\(([^)]*)\)", re.S)
 
 
@@ -94,6 +99,9 @@ def translate(sql: str) -> str:
             key = UPSERT_KEYS[table]
             sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in key)
             sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}"
+    m = _INSERT_INTO.match(sql)
+    if m and m.group(1) in RETURNING and " RETURNING " not in sql:
+        sql += f" RETURNING {RETURNING[m.group(1)]}"
     return _placeholders(sql)
 
 
@@ -167,13 +175,17 @@ def _row_factory(cursor: Any) -> Any:
     return lambda values: cls(values)
 
 
+_UNREAD = object()
+
+
 class PgCursor:
     """What a statement returned: ``fetchone``, ``fetchall``, iteration, ``rowcount``."""
 
-    __slots__ = ("_cur",)
+    __slots__ = ("_cur", "_lastrowid")
 
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self._cur = cur
+        self._lastrowid: int | object | None = _UNREAD
 
     def fetchone(self) -> Any:
         return self._cur.fetchone() if self._cur.description is not None else None
@@ -187,6 +199,15 @@ class PgCursor:
     @property
     def rowcount(self) -> int:
         return self._cur.rowcount
+
+    @property
+    def lastrowid(self) -> int | None:
+        """The key an INSERT into a :data:`RETURNING` table generated (None for any other statement);
+        the same at every read, as SQLite's."""
+        if self._lastrowid is _UNREAD:
+            row = self.fetchone()
+            self._lastrowid = int(row[0]) if row else None
+        return self._lastrowid  # type: ignore[return-value]
 
 
 class PgConnection:
