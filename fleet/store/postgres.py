@@ -319,6 +319,8 @@ class Listener:
         self._conn: psycopg.Connection[Any] | None = None
         self.ready = threading.Event()
         """Set once it listens (each time it connects)."""
+        self.connects = 0
+        """How many times it has connected and listened (more than once: it lost the connection)."""
         self._thread = threading.Thread(target=self._run, name="fleet-store-listen", daemon=True)
         self._thread.start()
 
@@ -338,6 +340,7 @@ class Listener:
                         )
                         self._heard(None)
                     first = False
+                    self.connects += 1
                     self.ready.set()
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):

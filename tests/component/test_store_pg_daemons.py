@@ -296,3 +296,34 @@ def test_posts_through_two_daemon_processes_at_once_get_ids_in_commit_order(
     conn.close()
     out_of_order = [(x, y) for x, y in itertools.pairwise(posted) if not x < y]
     assert not out_of_order, out_of_order[:3]
+
+
+def test_a_daemon_whose_listening_connection_is_cut_listens_again_and_still_wakes(
+    two: Two, pg_url: str
+) -> None:
+    """The server ends B's LISTEN connection (an admin, a failover of the server): B connects and
+    listens again, and a post on A wakes a long-poll parked on B as before."""
+    on_a, on_b = two.operator(two.a), two.operator(two.b)
+    on_a.create_wave("w", ["alice"])
+    main = on_b.resolve("w/main").id
+    assert two.b.store is not None and two.b.store._listener is not None
+    listener = two.b.store._listener
+    conn = connect(pg_url)
+    cut = conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+    ).fetchone()[0]
+    conn.close()
+    assert cut == 2  # A's and B's
+    retry_until(lambda: listener.connects >= 2, timeout=10, what="B to listen again")
+    cursor = on_b.read(main).blips[-1].id
+    got: list[list[str]] = []
+    t = threading.Thread(
+        target=lambda: got.append([x.text for x in on_b.read(main, after=cursor, wait=20).blips])
+    )
+    t.start()
+    retry_until(lambda: two.b.notifier.parked > 0, what="the read to park on B")
+    sent = time.monotonic()
+    on_a.post(main, "after the cut", as_="alice")
+    t.join(25)
+    assert got == [["after the cut"]] and time.monotonic() - sent < 5.0
