@@ -11,8 +11,9 @@ What a caller may rely on:
   (returning a cursor with ``fetchone``, ``fetchall``, iteration), ``in_transaction``, ``close``.
   Rows index by position and by column name, as ``sqlite3.Row`` does; a ``numeric`` (PostgreSQL's
   ``sum`` of integers) reads as an int, as SQLite's does.
-- A constraint's refusal is :class:`IntegrityError`, a ``sqlite3.IntegrityError``; the server
-  unreachable is a StorageFault naming it (password hidden), and the next statement reconnects.
+- A constraint's refusal is :class:`IntegrityError`, a ``sqlite3.IntegrityError``. A connection
+  the server ended is opened again: a statement outside a transaction runs again at once, one
+  inside is a StorageFault naming the server (password hidden).
 - The store writes one SQL text, SQLite's. :func:`translate` is where the two dialects differ,
   declared once (:data:`DDL`, :data:`REWRITES`, :data:`UPSERT_KEYS`), each statement translated once
   per connection and cached. What is kept identical: text compares byte by byte (every ``TEXT``
@@ -224,32 +225,52 @@ class PgConnection:
         self._refused = psycopg.IntegrityError
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
-        """Run SQLite's statement ``sql`` translated. The server gone (a restart, a network cut) is a
-        StorageFault naming it; the statement after such a fault opens a new connection (outside a
-        transaction: one cut short by the loss was rolled back by the server)."""
-        if self._conn.closed:
-            self._conn = connect(self.url)._conn
+        """Run SQLite's statement ``sql`` translated.
+
+        The server gone (a restart, a network cut, the backend ended) is met by a new connection:
+        a statement that began no transaction's work yet (a read on its own, a ``BEGIN``) is run
+        again on it at once; one inside a transaction raises a StorageFault naming the server (the
+        server rolled the transaction back; lost at ``COMMIT``, whether it landed is unknown, and a
+        resend with the write's request key is applied at most once)."""
+        idle = not self._conn.closed and not self.in_transaction
         try:
-            if sql == "BEGIN IMMEDIATE":  # the store's write lock: one writer at a time on the database
-                # one round trip (two statements, no parameters: the simple query protocol)
-                self._conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
-                return PgCursor(self._conn.cursor())
-            if sql == "BEGIN":  # a read snapshot
-                sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-            pg = self._sql.get(sql)
-            if pg is None:
-                pg = self._sql[sql] = translate(sql)
-            return PgCursor(self._conn.execute(pg, tuple(parameters)))
+            return self._run(sql, parameters)
         except self._refused as exc:
             raise IntegrityError(str(exc).strip()) from exc
         except self._lost as exc:
             if not self._conn.closed and not self._conn.broken:
                 raise  # a statement's own failure (a lock timeout, a cancel), not the server gone
             self._conn.close()
+            if idle:
+                try:
+                    self._conn = connect(self.url)._conn
+                    return self._run(sql, parameters)
+                except (errors.StorageFault, self._lost):
+                    pass
+            what = (
+                "it was lost at this write's commit: whether the write landed is unknown (a resend"
+                " with its request key is applied at most once)"
+                if sql == "COMMIT"
+                else "this request's write, if any, was rolled back"
+            )
             raise errors.StorageFault(
-                f"the PostgreSQL store {shown(self.url)} cannot be reached ({str(exc).strip()}):"
-                " nothing was written by this request; check that the server runs, then try again"
+                f"the PostgreSQL store {shown(self.url)} cannot be reached ({str(exc).strip()}): {what};"
+                " check that the server runs, then try again"
             ) from None
+
+    def _run(self, sql: str, parameters: Sequence[Any]) -> PgCursor:
+        if self._conn.closed:
+            self._conn = connect(self.url)._conn
+        if sql == "BEGIN IMMEDIATE":  # the store's write lock: one writer at a time on the database
+            # one round trip (two statements, no parameters: the simple query protocol)
+            self._conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})".encode())
+            return PgCursor(self._conn.cursor())
+        if sql == "BEGIN":  # a read snapshot
+            sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+        pg = self._sql.get(sql)
+        if pg is None:
+            pg = self._sql[sql] = translate(sql)
+        return PgCursor(self._conn.execute(pg, tuple(parameters)))
 
     @property
     def in_transaction(self) -> bool:

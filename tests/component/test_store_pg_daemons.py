@@ -327,3 +327,24 @@ def test_a_daemon_whose_listening_connection_is_cut_listens_again_and_still_wake
     on_a.post(main, "after the cut", as_="alice")
     t.join(25)
     assert got == [["after the cut"]] and time.monotonic() - sent < 5.0
+
+
+def test_a_daemon_whose_connections_the_server_ended_answers_the_next_requests(two: Two, pg_url: str) -> None:
+    """Every connection of both daemons ended by the server (as a restart of it does): the next read
+    and the next post are answered at once, on connections opened again, and nothing is lost."""
+    on_a = two.operator(two.a)
+    on_a.create_wave("w", ["alice"])
+    main = on_a.resolve("w/main").id
+    on_a.post(main, "before", as_="alice")
+    conn = connect(pg_url)
+    cut = conn.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid != pg_backend_pid()"
+    ).fetchone()[0]
+    conn.close()
+    assert cut >= 18  # a writer and 8 readers a daemon, and their listeners
+    once = Client(two.a.url, two.a.operator_token, retries=0)  # no resend: the first answer counts
+    assert [b.text for b in once.read(main).blips][-1] == "before"
+    once.post(main, "after", as_="alice")
+    on_b = Client(two.b.url, two.b.operator_token, retries=0)
+    assert [b.text for b in on_b.read(main).blips][-2:] == ["before", "after"]
