@@ -31,6 +31,9 @@
 8. ``--long-polls`` (1,000) long-polls parked on a daemon of its own: its threads, fds and RSS idle,
    parked and after they are released (targets: threads <= 16, fds <= 100 beyond one a connection,
    RSS <= 80 MiB, all back within 10 %).
+9. ``--store postgresql://…`` (alone): Store.post in-process, posts/s through one daemon and the
+   long-poll wake p50/p99 on SQLite and on that PostgreSQL database in the same run, and posts/s
+   through two daemons on it (the clients split) and a post on A waking a long-poll parked on B.
 """
 
 from __future__ import annotations
@@ -135,11 +138,14 @@ def _raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def subprocess_daemon(home: Path) -> Running:
+def subprocess_daemon(home: Path, store: str = "") -> Running:
+    """A ``fleet daemon run`` process with FLEET_HOME ``home``, on ``store`` (a postgresql:// URL)
+    when given, else the SQLite file in ``home``."""
     env = {**os.environ, "FLEET_HOME": str(home)}
     log = open(home.parent / f"{home.name}.log", "wb")  # noqa: SIM115 - closed in stop()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "daemon", "run", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "fleet", "daemon", "run", "--listen", "127.0.0.1:0"]
+        + (["--store", store] if store else []),
         env=env,
         preexec_fn=_raise_fd_limit,
         stdout=log,
@@ -501,9 +507,11 @@ def compare_posts(tmp: Path, clients: int, per_client: int, raw: float, rounds: 
             f"n={len(lag)}: how long a request waits behind the load")  # fmt: skip
 
 
-def wake_latencies(r: Running, wavelet: str, samples: int) -> list[float]:
-    """Seconds from sending a post to the parked reader holding its answer."""
-    reader, poster = Conn(r.url, r.token), Conn(r.url, r.token)
+def wake_latencies(r: Running, wavelet: str, samples: int, poster_on: Running | None = None) -> list[float]:
+    """Seconds from sending a post to the parked reader holding its answer; the post sent to
+    ``poster_on`` (another daemon on the same store) when given, else to the reader's daemon."""
+    p = poster_on or r
+    reader, poster = Conn(r.url, r.token), Conn(p.url, p.token)
     status, body = poster.call("POST", f"/v1/wavelets/{wavelet}/blips", b'{"text": "start"}')
     cursor = json.loads(body)["id"]
     out = []
@@ -522,6 +530,106 @@ def wake_latencies(r: Running, wavelet: str, samples: int) -> list[float]:
     reader.close()
     poster.close()
     return out
+
+
+def posts_through(daemons: list[Running], wavelet: str, clients: int, per_client: int) -> float:
+    """Posts/s (keyed) into one wavelet with ``clients`` keep-alive clients spread over ``daemons``
+    (on one store), all at once."""
+    conns = [Conn(daemons[k % len(daemons)].url, daemons[k % len(daemons)].token) for k in range(clients)]
+    path = f"/v1/wavelets/{wavelet}/blips"
+    for c in conns:
+        assert c.call("POST", path, b'{"text": "warm-up"}')[0] == 201
+    barrier = threading.Barrier(clients + 1)
+    failures: list[str] = []
+
+    def run(c: Conn, k: int) -> None:
+        barrier.wait()
+        for i in range(per_client):
+            status, body = c.call("POST", path, b'{"text": "client %d post %d"}' % (k, i), request_key())
+            if status != 201:
+                failures.append(f"{status} {body[:200]!r}")
+                return
+
+    threads = [threading.Thread(target=run, args=(c, k)) for k, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for c in conns:
+        c.close()
+    if failures:
+        raise SystemExit(f"posts failed: {failures[:3]}")
+    return clients * per_client / elapsed
+
+
+def store_posts_at(n: int, location: Path | str) -> float:
+    """Posts/s through ``Store.post`` in-process, one thread, on either engine."""
+    from fleet.store import OPERATOR_PRINCIPAL, Store
+
+    s = Store(location)
+    root = s.create_wave(OPERATOR_PRINCIPAL, f"bench-{request_key()[:13]}", ["alice"]).root_id
+    t0 = time.perf_counter()
+    for i in range(n):
+        s.post(OPERATOR_PRINCIPAL, root, f"post {i}")
+    elapsed = time.perf_counter() - t0
+    s.close()
+    return n / elapsed
+
+
+def report_postgresql(tmp: Path, url: str, clients: int, per_client: int, wakes: int, runs: int) -> None:
+    """Section 9 (``--store URL``): the same measures on SQLite and on the PostgreSQL store at ``url``
+    in one run, and what only several daemons on PostgreSQL have (posts through two, a post on A
+    waking a long-poll parked on B). Best of ``runs`` for rates, every sample for latencies."""
+    from fleet.paths import hide_password
+
+    tag = request_key()[:8]  # wave names are unique per store: a rerun on the same database needs others
+    print(
+        f"\n9. SQLite beside PostgreSQL ({hide_password(url)}), {clients} keep-alive clients, best of {runs}"
+    )
+    row(
+        "Store.post in-process, SQLite",
+        f"{max(store_posts_at(2000, tmp / 'pg-side.sqlite3') for _ in range(runs)):,.0f} posts/s",
+    )
+    row(
+        "Store.post in-process, PostgreSQL",
+        f"{max(store_posts_at(2000, url) for _ in range(runs)):,.0f} posts/s",
+    )
+    lite = subprocess_daemon(tmp / "lite")
+    try:
+        lite_rate = max(
+            posts_through([lite], new_wavelet(lite, f"{tag}-p{n}"), clients, per_client) for n in range(runs)
+        )
+        lite_lat = wake_latencies(lite, new_wavelet(lite, f"{tag}-w"), wakes)
+    finally:
+        lite.stop()
+    a = subprocess_daemon(tmp / "pg-a", url)
+    b = subprocess_daemon(tmp / "pg-b", url)
+    try:
+        one = max(posts_through([a], new_wavelet(a, f"{tag}-a{n}"), clients, per_client) for n in range(runs))
+        two = max(
+            posts_through([a, b], new_wavelet(a, f"{tag}-ab{n}"), clients, per_client) for n in range(runs)
+        )
+        same = wake_latencies(a, new_wavelet(a, f"{tag}-wa"), wakes)
+        across = wake_latencies(b, new_wavelet(a, f"{tag}-wab"), wakes, poster_on=a)
+    finally:
+        a.stop()
+        b.stop()
+    row("posts/s, one daemon on SQLite", f"{lite_rate:,.0f} posts/s")
+    row("posts/s, one daemon on PostgreSQL", f"{one:,.0f} posts/s", f"{one / lite_rate:.2f} x SQLite")
+    row("posts/s, two daemons on PostgreSQL (clients split)", f"{two:,.0f} posts/s", f"{two / one:.2f} x one")
+    for label, lat in (
+        ("SQLite, post and reader on one daemon", lite_lat),
+        ("PostgreSQL, post and reader on one daemon", same),
+        ("PostgreSQL, post on A -> reader parked on B", across),
+    ):
+        row(
+            f"long-poll wake p50 / p99, {label}",
+            f"{pct(lat, 50) * 1000:.2f} / {pct(lat, 99) * 1000:.2f} ms",
+            f"n={len(lat)}",
+        )
 
 
 def with_parked(r: Running, k: int, clients: int, per_client: int) -> float:
@@ -889,6 +997,12 @@ def main() -> None:
         "--compare-only", action="store_true", help="run raw SQLite / minimal server / fleet (1b.) alone"
     )
     ap.add_argument("--parked-only", action="store_true", help="run the parked long-polls (8.) alone")
+    ap.add_argument(
+        "--store",
+        metavar="URL",
+        help="a postgresql:// database (its waves are added, never removed): run 9., SQLite beside it, alone",
+    )
+    ap.add_argument("--runs", type=int, default=3, help="runs of each rate in 9. (the best is shown)")
     args = ap.parse_args()
     per_client = max(1, args.posts // args.clients)
 
@@ -904,6 +1018,9 @@ def main() -> None:
             return
         if args.parked_only:
             report_parked(parked_of(tmp / "parked", args.long_polls))
+            return
+        if args.store:
+            report_postgresql(tmp, args.store, args.clients, per_client, args.wakes, args.runs)
             return
         raw = raw_sqlite(args.raw, tmp)
         row("raw SQLite INSERT+COMMIT per row (WAL, synchronous=NORMAL)", f"{raw:,.0f} commits/s")

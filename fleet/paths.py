@@ -3,6 +3,8 @@
 ``FLEET_HOME`` (if set) holds everything: ``data/`` (the SQLite store, its lock and the operator token),
 ``state/`` (the daemon endpoint file, channel cursors, routing logs), ``config/`` (user layouts) and
 ``logs/``. Without it the platform's user directories are used. ``fleet paths`` prints them.
+``FLEET_STORE`` (or ``fleet daemon run --store``) puts the store on PostgreSQL instead of the SQLite
+file: a ``postgresql://`` URL, printed with its password hidden (:func:`hide_password`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ class Paths(NamedTuple):
     state: Path
     config: Path
     logs: Path
+    store_url: str = ""
+    """``FLEET_STORE``: the ``postgresql://`` URL of a store on PostgreSQL ("" for the SQLite file)."""
+
+    @property
+    def store(self) -> Path | str:
+        """Where the store is: :attr:`store_url` when set, else the SQLite file :attr:`db`."""
+        return self.store_url or self.db
 
     @property
     def db(self) -> Path:
@@ -97,6 +106,7 @@ class Paths(NamedTuple):
             "config": str(self.config),
             "logs": str(self.logs),
             "db": str(self.db),
+            "store": hide_password(str(self.store)),
             "store_lock": str(self.store_lock),
             "operator_token": str(self.operator_token),
             "tls_cert": str(self.tls_cert),
@@ -115,7 +125,7 @@ def get_paths() -> Paths:
     home = os.environ.get("FLEET_HOME")
     if home:
         root = Path(home).expanduser().resolve()
-        return Paths(root / "data", root / "state", root / "config", root / "logs")
+        return Paths(root / "data", root / "state", root / "config", root / "logs", _store_url())
     import platformdirs  # only without FLEET_HOME: it costs every command a few milliseconds
 
     return Paths(
@@ -123,7 +133,27 @@ def get_paths() -> Paths:
         Path(platformdirs.user_state_dir(APP)),
         Path(platformdirs.user_config_dir(APP)),
         Path(platformdirs.user_log_dir(APP)),
+        _store_url(),
     )
+
+
+def _store_url() -> str:
+    return os.environ.get("FLEET_STORE", "").strip()
+
+
+def hide_password(url: str) -> str:
+    """``url`` with the password in it (``scheme://user:PASSWORD@host``) replaced by ``***``: the form
+    of a store URL that is printed or logged (anything else is returned as it is)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, q, query = rest.partition("?")
+    if q:  # libpq takes it as a parameter too
+        query = "&".join("password=***" if p.startswith("password=") else p for p in query.split("&"))
+    auth, at, host = rest.rpartition("@")
+    if at and ":" in auth:
+        rest = f"{auth.split(':', 1)[0]}:***@{host}"
+    return f"{scheme}://{rest}{q}{query}"
 
 
 def ensure_private_dir(path: Path) -> Path:

@@ -15,6 +15,9 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the console's browser tests (tests/cdp.py)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# the PostgreSQL store's tests (tests/pg.py runs initdb and postgres itself, as nobody under root):
+# Debian puts them under /usr/lib/postgresql/<version>/bin, off PATH
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing from Debian: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

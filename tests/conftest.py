@@ -34,6 +34,7 @@ load_features()  # what the CLI loads: tests driving the core in-process (a Spaw
 
 if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daemon loads none
     import libtmux
+    import pg
     from realclaude import RealFleet
     from scripted_model import Script
 
@@ -62,15 +63,25 @@ def retry_until(fn: Callable[[], T], timeout: float = 10.0, interval: float = 0.
 
 
 @pytest.fixture(autouse=True)
-def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
-    """Point FLEET_HOME, HOME and SHELL at temp places; clear variables that would reach a real fleet."""
+def fleet_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Paths:
+    """Point FLEET_HOME, HOME and SHELL at temp places; clear variables that would reach a real fleet.
+
+    ``FLEET_TEST_ENGINE=postgresql`` (outside the unit tier) puts each test's store on a fresh
+    database of the session's PostgreSQL instead (FLEET_STORE): the daemons, CLIs and channels a test
+    starts then run on that engine, a way to sweep the tiers over it."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("FLEET_HOME", str(tmp_path / "fleet"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SHELL", "/bin/sh")
-    for var in ("FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "FLEET_TMUX_SOCKET", "TMUX", "TMUX_PANE"):
+    for var in (
+        "FLEET_DAEMON", "FLEET_TOKEN", "FLEET_WAVE", "FLEET_TMUX_SOCKET", "TMUX", "TMUX_PANE", "FLEET_STORE"
+    ):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
+    on_postgresql = os.environ.get("FLEET_TEST_ENGINE") == "postgresql"
+    if on_postgresql and request.node.get_closest_marker("unit") is None:
+        server: pg.Server = request.getfixturevalue("pg_server")
+        monkeypatch.setenv("FLEET_STORE", server.database())
     return get_paths()
 
 
@@ -93,6 +104,31 @@ def operator(daemon: Daemon) -> Client:
     from fleet.client import Client
 
     return Client(daemon.url, daemon.operator_token)
+
+
+@pytest.fixture
+def store_at(tmp_path: Path) -> pg.StoreAt:
+    """Where a test's store named ``name`` lives: an SQLite file in ``tmp_path`` here; a database of
+    the session's PostgreSQL where a module overrides it (tests/component/test_store_pg.py)."""
+    return lambda name: tmp_path / name
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[pg.Server]:
+    """A real PostgreSQL (tests/pg.py) for the session (per xdist worker), stopped afterwards."""
+    import pg
+
+    server = pg.Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: pg.Server) -> str:
+    """A fresh, empty database of the session's PostgreSQL: its ``postgresql://`` URL."""
+    return pg_server.database()
 
 
 TMUX_CONF = """\

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from fleet.store import dump_tables
+from fleet.store import connect, dump_tables
+from fleet.store.schema import Conn
 
 JSON = Any
 
@@ -222,10 +224,13 @@ def _headers(head: bytes) -> dict[str, str]:
 
 
 def snapshot(db: Path) -> tuple[dict[str, list[tuple[Any, ...]]], int]:
-    """Every materialised row plus the number of events: equal snapshots mean an unchanged store."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    """Every materialised row plus the number of events: equal snapshots mean an unchanged store.
+    (Under ``FLEET_TEST_ENGINE=postgresql`` the test's store is the database FLEET_STORE names.)"""
+    url = os.environ.get("FLEET_STORE")
+    conn: Conn = connect(url) if url else sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        conn.row_factory = sqlite3.Row
+        if not url:
+            conn.row_factory = sqlite3.Row  # type: ignore[attr-defined]
         count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
         return dump_tables(conn), int(count)
     finally:

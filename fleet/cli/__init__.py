@@ -317,7 +317,10 @@ def _command_in(args: list[str]) -> str | None:
 
 
 def paths_(as_json: JsonOpt = False) -> None:
-    """Show where fleet keeps its files (FLEET_HOME moves them all)."""
+    """Show where fleet keeps its files (FLEET_HOME moves them all).
+
+    FLEET_STORE puts the store on PostgreSQL: `store` shows its URL with the password hidden.
+    """
     paths = get_paths().as_dict()
     if as_json:
         render.dump(paths)

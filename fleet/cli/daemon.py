@@ -64,6 +64,15 @@ def run(
             "Only for a network you trust entirely.",
         ),
     ] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Keep the store on PostgreSQL at this postgresql:// URL (needs fleet[postgresql]) instead "
+            "of the SQLite file in the data dir; several daemons may serve one such store. "
+            "[default: FLEET_STORE, else the SQLite file]",
+        ),
+    ] = None,
     host_name: Annotated[
         list[str] | None,
         typer.Option(
@@ -81,8 +90,9 @@ def run(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
     # An address typed on this command line is the explicit ask docs/design.md §2 requires for remote use.
+    paths = get_paths()
     daemon = Daemon(
-        get_paths(),
+        paths._replace(store_url=store.strip()) if store is not None else paths,
         listen or "127.0.0.1:0",
         max_blip_bytes=max_blip_bytes,
         allow_remote=listen is not None,

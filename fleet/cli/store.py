@@ -21,12 +21,18 @@ import typer
 from fleet import errors
 from fleet.cli import render
 from fleet.cli.common import MAX_BLIP_BYTES, JsonOpt, client
-from fleet.paths import Paths, get_paths
+from fleet.paths import Paths, get_paths, hide_password
 
 
 def _local(what: str) -> Paths:
-    """This machine's paths, refusing when FLEET_DAEMON names another daemon than the local one."""
+    """This machine's paths, refusing when FLEET_DAEMON names another daemon than the local one (or
+    FLEET_STORE is not a postgresql:// URL, as the daemon does)."""
     paths = get_paths()
+    if paths.store_url and not paths.store_url.startswith(("postgresql://", "postgres://")):
+        raise errors.UsageError(
+            f"FLEET_STORE={hide_password(paths.store_url)!r} is not a postgresql:// URL: give one"
+            " (postgresql://USER@HOST[:PORT]/DATABASE), or unset it for the SQLite file in the data dir"
+        )
     remote = os.environ.get("FLEET_DAEMON", "").strip()
     if remote:
         from fleet.client import read_endpoint
@@ -34,7 +40,8 @@ def _local(what: str) -> Paths:
         ep = read_endpoint(paths)
         if ep is None or remote.split("#")[0].rstrip("/") != ep.url.rstrip("/"):
             raise errors.UsageError(
-                f"`fleet {what}` works on this machine's store ({paths.db}), but FLEET_DAEMON names"
+                f"`fleet {what}` works on this machine's store ({hide_password(str(paths.store))}), but"
+                " FLEET_DAEMON names"
                 f" another daemon ({remote}): run it on that daemon's machine, or unset FLEET_DAEMON"
             )
     return paths
@@ -52,7 +59,16 @@ def backup(
     """
     from fleet.store.artifact import backup as run
 
-    report = run(_local("backup").db, file, force=force)
+    paths = _local("backup")
+    if paths.store_url:
+        raise errors.UsageError(
+            "`fleet backup` copies an SQLite store; this one is on PostgreSQL"
+            f" ({hide_password(paths.store_url)}): back it up with PostgreSQL's own tools, `pg_dump -Fc`"
+            " (one consistent snapshot while daemons write; restore with pg_restore into an empty"
+            " database) or `pg_basebackup` (the whole server, for point-in-time recovery); or"
+            " `fleet export` through a daemon"
+        )
+    report = run(paths.db, file, force=force)
     if as_json:
         render.dump(report.__dict__)
     else:
@@ -153,7 +169,7 @@ def import_(
     paths = _local("import")
     if file == "-":
         report = import_log(
-            paths.db, paths.daemon_lock, sys.stdin.buffer, "stdin",
+            paths.store, paths.daemon_lock, sys.stdin.buffer, "stdin",
             with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
         )  # fmt: skip
     else:
@@ -163,7 +179,7 @@ def import_(
             raise errors.UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
         with f:
             report = import_log(
-                paths.db, paths.store_lock, f, file,
+                paths.store, paths.store_lock, f, file,
                 with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
             )  # fmt: skip
     if as_json:
@@ -171,7 +187,7 @@ def import_(
         return
     waves = f" (waves: {', '.join(report.waves)})" if report.waves else ""
     tokens = f" with {report.tokens} tokens" if report.tokens else ""
-    render.out(f"imported {report.events} events{waves}{tokens} into {paths.db}")
+    render.out(f"imported {report.events} events{waves}{tokens} into {hide_password(str(paths.store))}")
     if report.skipped:
         render.out(f"skipped (--allow-partial) {report.skipped}")
 
@@ -191,7 +207,7 @@ def replay(
             "give --check: `fleet replay --check` compares the store with its log (nothing is rebuilt in"
             " place; to rebuild, import an export into a fresh store)"
         )
-    report = replay_check(_local("replay").db)
+    report = replay_check(_local("replay").store)
     if as_json:
         render.dump(report.__dict__)
     else:

@@ -44,10 +44,11 @@ from fleet.daemon.supervisor import SupervisorBook
 from fleet.daemon.wakes import Notifier
 from fleet.httpbase import IDLE_TIMEOUT, Answering, Handler, Server, is_loopback, is_wildcard, parse_listen
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, Endpoint, StopProgress
-from fleet.paths import Paths, ensure_private_dir, write_private
+from fleet.paths import Paths, ensure_private_dir, hide_password, write_private
 from fleet.store import Store, open_store
 from fleet.store.faults import storage_faults
 from fleet.store.lock import StoreLock
+from fleet.store.schema import is_postgres
 from fleet.tls import shown
 from fleet.wire import RecordError, dumps, loads
 
@@ -113,6 +114,12 @@ class Daemon(Dispatcher):
             raise errors.UsageError("--max-blip-bytes must be at least 1")
         if not idle_timeout > 0:
             raise errors.UsageError("the idle timeout must be a positive number of seconds")
+        if paths.store_url and not is_postgres(paths.store_url):
+            raise errors.UsageError(
+                f"the store {hide_password(paths.store_url)!r} (FLEET_STORE or --store) is not a"
+                " postgresql:// URL: give one (postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE),"
+                " or unset FLEET_STORE for the SQLite file in the data dir"
+            )
         self.paths = paths
         self.host, self.port = host, port
         self.max_blip_bytes = max_blip_bytes
@@ -185,9 +192,10 @@ class Daemon(Dispatcher):
         """The store's lock (one daemon per database, whatever its state dir: :mod:`fleet.store.lock`),
         then the state dir's (one daemon per endpoint file, whatever its store)."""
         ensure_private_dir(self.paths.data)
-        self._store_lock = StoreLock.acquire(
-            self.paths.store_lock, self.paths.db, what="the daemon", state=self.paths.state
-        )
+        if not self.paths.store_url:  # several daemons may share a PostgreSQL store (docs/design.md §2)
+            self._store_lock = StoreLock.acquire(
+                self.paths.store_lock, self.paths.db, what="the daemon", state=self.paths.state
+            )
         try:
             ensure_private_dir(self.paths.state)
             fd = os.open(self.paths.daemon_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -206,8 +214,9 @@ class Daemon(Dispatcher):
                     " store: use it, or stop it with `fleet daemon stop`"
                 ) from None
         except BaseException:
-            self._store_lock.release()
-            self._store_lock = None
+            if self._store_lock is not None:
+                self._store_lock.release()
+                self._store_lock = None
             raise
         self._lock_fd = fd
 
@@ -217,7 +226,10 @@ class Daemon(Dispatcher):
             self.paths.daemon_stopping.unlink()
         try:
             self.operator_token = ensure_operator_token(self.paths)
-            self.store = open_store(self.paths.db, max_blip_bytes=self.max_blip_bytes)
+            self.store = open_store(self.paths.store, max_blip_bytes=self.max_blip_bytes)
+            if self.store.shared:  # other daemons on the store: their commits wake ours, ours theirs
+                self.store.listen(self.notifier.woken)
+                self.notifier.publish = self.store.announce
             httpd = self._listen()
             httpd.daemon = self
             self._httpd = httpd
@@ -233,8 +245,8 @@ class Daemon(Dispatcher):
                 store_id=self.store.store_id,
             )
             write_private(self.paths.endpoint, dumps(endpoint) + "\n")
-            assert self._store_lock is not None
-            self._store_lock.announce(self.url)
+            if self._store_lock is not None:
+                self._store_lock.announce(self.url)
             if self.console is not None:
                 try:
                     self.console_link = self.console.start()
@@ -247,7 +259,13 @@ class Daemon(Dispatcher):
                 self.store = None
             self._release()
             raise
-        log.info("fleet daemon %s listening on %s (data %s)", __version__, self.url, self.paths.data)
+        log.info(
+            "fleet daemon %s listening on %s (data %s, store %s)",
+            __version__,
+            self.url,
+            self.paths.data,
+            hide_password(str(self.paths.store)),
+        )
         if self.certificate is not None:
             log.info(
                 "TLS certificate fingerprint %s (%s)",
@@ -301,14 +319,14 @@ class Daemon(Dispatcher):
 
     def start(self) -> None:
         """Serve in a background thread; returns once the socket is listening."""
-        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+        with storage_faults(self.paths.store):  # a full or read-only disk at start, named
             self._open()
         assert self._httpd is not None
         self._thread = self._httpd.start()
 
     def serve_forever(self) -> None:
         """Serve in the foreground until SIGTERM or SIGINT, then shut down gracefully."""
-        with storage_faults(self.paths.db):  # a full or read-only disk at start, named
+        with storage_faults(self.paths.store):  # a full or read-only disk at start, named
             self._open()
         assert self._httpd is not None
         if self.certificate is not None:

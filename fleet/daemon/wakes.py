@@ -7,8 +7,11 @@ a wave's id is its own key), or in :mod:`fleet.console` for the console's stream
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
+
+log = logging.getLogger(__name__)
 
 
 class Notifier:
@@ -30,6 +33,10 @@ class Notifier:
         self._everything: set[Parked] = set()
         """Waiters without keys: any commit wakes them."""
         self.closing = False
+        self.publish: Callable[[Sequence[str]], None] | None = None
+        """Told the keys of every :meth:`bump` (after the local waiters are woken): on a PostgreSQL
+        store, the other daemons on it (:meth:`fleet.store.Store.announce`), whose listeners call
+        :meth:`woken` with them."""
 
     @property
     def seq(self) -> int:
@@ -58,6 +65,19 @@ class Notifier:
             return len(self._everything) + len({e for s in self._waiters.values() for e in s})
 
     def bump(self, *keys: str) -> None:
+        """A commit here touched ``keys`` (none: anything): wake who waits on them, here and, through
+        :attr:`publish`, on the other daemons of the store."""
+        self.woken(keys or None)
+        if self.publish is not None:
+            try:
+                self.publish(keys)
+            except Exception:  # the commit stands; the other daemons' parks wake at their timeout
+                log.exception("telling the other daemons on the store what committed")
+
+    def woken(self, keys: Sequence[str] | None) -> None:
+        """Wake who waits on ``keys`` (None: everyone): a commit here, or one another daemon on the
+        store announced."""
+        keys = keys or ()
         with self._lock:
             self._seq += 1
             woken = set(self._everything)

@@ -50,11 +50,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet import errors
 from fleet.ids import IdMinter
@@ -120,15 +119,21 @@ from fleet.store.permissions import Permissions
 from fleet.store.schema import (
     MATERIALISED,
     MIGRATIONS,
+    Conn,
     Connections,
     GenerationMemo,
+    Row,
     connect,
     dump_tables,
+    is_postgres,
     migrate,
     now,
 )
 from fleet.store.schema import store_id as read_store_id
 from fleet.store.summaries import CONTEXT_PAGE, Summaries
+
+if TYPE_CHECKING:
+    from fleet.store.postgres import Listener
 
 __all__ = [
     "EVENT_TYPES",
@@ -149,7 +154,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Row = sqlite3.Row
 MAX_PAGE = 5000
 """The most blips any one read returns, whatever limit is asked for."""
 AUTH_CACHE_MAX = 4096
@@ -185,13 +189,16 @@ class Store:
     """
 
     def __init__(self, path: Path | str, *, max_blip_bytes: int = DEFAULT_MAX_BLIP_BYTES) -> None:
-        self.path = Path(path)
+        self.path: Path | str = path if is_postgres(path) else Path(path)
+        """The SQLite file, or the ``postgresql://`` URL of the store (:mod:`fleet.store.postgres`)."""
         self.max_blip_bytes = max_blip_bytes
         self._db = Connections(self.path)
         self._r = self._db.reader
         self.access = Access(self._db.reader)
         self.ids = IdMinter()
         self.ids.observe(self._largest_id())
+        if self._db.postgres:  # other daemons mint on this database too: the newest id, under the lock
+            self._db.on_begin = lambda conn: self.ids.observe(self._largest_id(conn))
         self.store_id = read_store_id(self._db.writer)
         """Minted once per database (migration 0005): the store's identity across restarts and moves."""
         self.summaries = Summaries(self._db, self.access, self.ids, self._text)
@@ -201,16 +208,62 @@ class Store:
         commits (a revocation takes effect at the next request); known tokens only."""
         self._live: dict[str, int] = {}
         """Token id -> the token epoch at which it was last found unrevoked."""
-        self._memo = GenerationMemo()
+        self._memo = GenerationMemo(shared=not self._db.postgres)
         """What the feeds one commit wakes read alike, per generation (:meth:`feed`, :meth:`budgets`)."""
         self.permissions = Permissions(self._db, self.access, self.ids)
         """Permission prompts and their answers (:mod:`fleet.store.permissions`)."""
         self.keys = Keys(self._db)
         """Request keys (:mod:`fleet.store.keys`): what makes a resent write answer as the first did."""
+        self._listener: Listener | None = None
+        """On PostgreSQL, once :meth:`listen` was called: what hears the other daemons."""
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
         self._db.close()
+
+    # ---------------------------------------------------------------- several daemons (PostgreSQL)
+
+    @property
+    def shared(self) -> bool:
+        """True on a PostgreSQL store: other daemons may write it too (:meth:`announce`, :meth:`listen`)."""
+        return self._db.postgres
+
+    def announce(self, keys: Sequence[str]) -> None:
+        """Tell the other daemons on this PostgreSQL store that a commit touched ``keys`` (none: wake
+        everything), after it committed. A no-op on SQLite (one daemon per store)."""
+        if self._db.postgres:
+            self._db.notify(" ".join(("wake", self._db.origin, *keys)))
+
+    def listen(self, woken: Callable[[Sequence[str] | None], None]) -> None:
+        """Hear what the other daemons on this PostgreSQL store commit: ``woken(keys)`` for each of
+        their :meth:`announce` (``None``: everything, as after the connection was lost and every
+        notification meanwhile with it), and forget what is remembered of tokens when they changed
+        some. Returns once listening. A no-op on SQLite."""
+        if not self._db.postgres or self._listener is not None:
+            return
+        from fleet.store.postgres import Listener
+
+        origin = self._db.origin
+
+        def heard(payload: str | None) -> None:
+            if payload is None:
+                self._db.heard_tokens()
+                woken(None)
+                return
+            kind, sender, *keys = payload.split(" ")
+            if sender == origin:
+                return
+            if kind == "tokens":
+                self._db.heard_tokens()
+            elif kind == "wake":
+                woken(keys or None)
+
+        self._listener = Listener(str(self.path), heard)
+        if not self._listener.ready.wait(10):
+            log.warning("not yet listening to the store's notifications (retrying in the background)")
 
     def release_reader(self) -> None:
         """Give the calling thread's read connection back to the pool (at the end of each request, and
@@ -224,12 +277,16 @@ class Store:
 
     # ---------------------------------------------------------------- internals
 
-    def _largest_id(self) -> str | None:
-        row = self._db.writer.execute(
-            "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
-            " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
-            " UNION ALL SELECT max(id) FROM summaries UNION ALL SELECT max(id) FROM permissions)"
-        ).fetchone()
+    def _largest_id(self, conn: Conn | None = None) -> str | None:
+        row = (
+            (conn or self._db.writer)
+            .execute(
+                "SELECT max(m) FROM (SELECT max(id) AS m FROM blips UNION ALL SELECT max(id) FROM wavelets"
+                " UNION ALL SELECT max(id) FROM waves UNION ALL SELECT max(id) FROM tokens"
+                " UNION ALL SELECT max(id) FROM summaries UNION ALL SELECT max(id) FROM permissions) AS ids"
+            )
+            .fetchone()
+        )
         return row[0] if row else None
 
     def _commit(self, event: Event) -> None:
@@ -243,7 +300,11 @@ class Store:
 
         Call inside the write lock: ids are minted in commit order.
         """
-        wavelet_id, wave_id = (wl["id"], wl["wave_id"]) if isinstance(wl, Row) else wl
+        if type(wl) is tuple:  # (a PostgreSQL row is a tuple too, of a subclass)
+            wavelet_id, wave_id = wl
+        else:
+            row: Any = wl
+            wavelet_id, wave_id = row["id"], row["wave_id"]
         return Blip(
             id=self.ids.mint(),
             wavelet_id=wavelet_id,
@@ -255,7 +316,7 @@ class Store:
             **extra,
         )
 
-    def _last_blip_id(self, conn: sqlite3.Connection, wavelet_id: str) -> str:
+    def _last_blip_id(self, conn: Conn, wavelet_id: str) -> str:
         row = conn.execute("SELECT max(id) FROM blips WHERE wavelet_id = ?", (wavelet_id,)).fetchone()
         return row[0] or ""
 
@@ -410,14 +471,17 @@ class Store:
         """Per (wavelet, author): blips written (system blips aside) and the latest; plus the head.
 
         Operator only (it spans private wavelets). Reads through the wavelet index, one group per
-        wavelet and author; the bare ``created_at`` comes from the row holding ``max(id)`` (SQLite).
+        wavelet and author; the latest's ``created_at`` by its id (one text for both engines: a
+        bare column beside ``max(id)`` is SQLite's alone).
         """
         self.access.require_operator(who, "reads a wave's activity")
         w = self.access.wave(who, wave)
         got = self._r().execute(
-            "SELECT wavelet_id, author, count(*) AS n, max(id) AS last_id, created_at FROM blips"
+            "SELECT g.wavelet_id, g.author, g.n, g.last_id, b.created_at FROM (SELECT wavelet_id,"
+            " author, count(*) AS n, max(id) AS last_id FROM blips"
             " WHERE wavelet_id IN (SELECT id FROM wavelets WHERE wave_id = ?) AND kind != 'system'"
-            " GROUP BY wavelet_id, author ORDER BY wavelet_id, author",
+            " GROUP BY wavelet_id, author) AS g JOIN blips b ON b.id = g.last_id"
+            " ORDER BY g.wavelet_id, g.author",
             (w["id"],),
         )
         return WaveActivity(
@@ -620,8 +684,8 @@ class Store:
 
     def _act(
         self,
-        conn: sqlite3.Connection,
-        wl: sqlite3.Row,
+        conn: Conn,
+        wl: Row,
         actor: str,
         text: str,
         event: Callable[..., Event],
@@ -979,7 +1043,7 @@ class Store:
         """Every token (of ``wave``, of ``machine``, if given), revoked ones included, by id: the
         operator (a machine token: the participant tokens of its waves)."""
         self.access.require_operator(who, "lists tokens")
-        sql, args = self._TOKENS + " WHERE 1", []
+        sql, args = self._TOKENS + " WHERE 1 = 1", []
         if wave:
             sql += " AND t.wave_id = ?"
             args.append(self.access.wave(who, wave)["id"])
@@ -1216,8 +1280,9 @@ class Store:
                 conn.execute(
                     "INSERT INTO budget_spend(wave_id, wavelet_id, participant, session_id, tokens, cost,"
                     " reported_at, unpriced) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(wave_id, wavelet_id,"
-                    " participant, session_id) DO UPDATE SET tokens = MAX(tokens, excluded.tokens),"
-                    " cost = MAX(cost, excluded.cost), reported_at = excluded.reported_at,"
+                    " participant, session_id) DO UPDATE SET"
+                    " tokens = MAX(budget_spend.tokens, excluded.tokens),"
+                    " cost = MAX(budget_spend.cost, excluded.cost), reported_at = excluded.reported_at,"
                     " unpriced = excluded.unpriced",
                     (
                         w["id"], sp.wavelet_id, rep.participant, rep.session_id[:200], sp.tokens, sp.cost, at,
@@ -1331,8 +1396,9 @@ class Store:
         return dump_tables(self._r())
 
 
-def open_store(path: Path, **options: Any) -> Store:
-    """The store at ``path`` after :func:`check_database`, storage faults named."""
-    check_database(path)
+def open_store(path: Path | str, **options: Any) -> Store:
+    """The store at ``path`` (after :func:`check_database` for an SQLite file), storage faults named."""
+    if not is_postgres(path):
+        check_database(Path(path))
     with storage_faults(path):
         return Store(path, **options)

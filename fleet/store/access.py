@@ -35,7 +35,6 @@ matched only among wavelets the principal can see); a blip by id or unique id pr
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,8 +42,7 @@ from fleet import errors
 from fleet.ids import is_id_like
 from fleet.models import OPERATOR, Seat
 from fleet.store import checks
-
-Row = sqlite3.Row
+from fleet.store.schema import Conn, Row
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ class Access:
     principal may see, or raise NotFound; permission checks raise Forbidden.
     """
 
-    def __init__(self, read: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(self, read: Callable[[], Conn]) -> None:
         self._r = read
 
     # ---------------------------------------------------------------- permissions

@@ -25,6 +25,7 @@ What a caller may rely on:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fleet import errors
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, Blip, EventPage, LogRow
-from fleet.paths import ensure_private_dir
+from fleet.paths import ensure_private_dir, hide_password
 from fleet.records.permissions import PREVIEW_MAX, TOOL_MAX
 from fleet.store import checks
 from fleet.store.events import (
@@ -68,7 +69,7 @@ from fleet.store.events import (
 )
 from fleet.store.faults import check_database, corrupt, storage_faults
 from fleet.store.lock import StoreLock
-from fleet.store.schema import MATERIALISED, connect, migrate
+from fleet.store.schema import MATERIALISED, Conn, Row, connect, is_postgres, migrate
 
 if TYPE_CHECKING:
     from fleet.store import Principal, Store
@@ -134,7 +135,7 @@ def backup(db: Path, dest: Path, *, force: bool = False) -> BackupReport:
 # ---------------------------------------------------------------- export
 
 
-def _wave_of_token(conn: sqlite3.Connection, token_id: str) -> str | None:
+def _wave_of_token(conn: Conn, token_id: str) -> str | None:
     """The wave of a participant token (None for a machine token or an unknown one)."""
     row = conn.execute(
         "SELECT t.wave_id, g.scope FROM tokens t LEFT JOIN token_grants g ON g.token_id = t.id"
@@ -144,7 +145,7 @@ def _wave_of_token(conn: sqlite3.Connection, token_id: str) -> str | None:
     return None if row is None or row[1] is not None else str(row[0])
 
 
-def in_wave(conn: sqlite3.Connection, event: Event, wave_id: str) -> bool:
+def in_wave(conn: Conn, event: Event, wave_id: str) -> bool:
     """Whether ``event`` belongs to a one-wave export of ``wave_id``. Machine tokens (the operator's
     powers over a set of waves) belong to no one wave, and are left out with their revocations."""
     if isinstance(event, BlipPosted | BlipSurfaced | BlipReplaced):
@@ -475,13 +476,13 @@ class _Adder:
     waves and wavelets created so far (a structure count, not a blip count).
     """
 
-    def __init__(self, conn: sqlite3.Connection, *, with_tokens: bool, max_blip_bytes: int) -> None:
+    def __init__(self, conn: Conn, *, with_tokens: bool, max_blip_bytes: int) -> None:
         self.conn = conn
         self.with_tokens = with_tokens
         self.max_blip_bytes = max_blip_bytes
         self.waves: dict[str, str] = {}
         """Waves created by this file: id -> name."""
-        self.wavelets: dict[str, sqlite3.Row] = {}
+        self.wavelets: dict[str, Row] = {}
         """Wavelets of those waves, as created (a wavelet row never changes)."""
         self.last: dict[str, str] = {}
         """Per wave created by this file, the last id it minted so far."""
@@ -490,7 +491,7 @@ class _Adder:
         row = conn.execute(
             "SELECT max(m) FROM ("
             + " UNION ALL ".join(f"SELECT max(id) AS m FROM {t}" for t in _ID_TABLES)
-            + ")"
+            + ") AS ids"
         ).fetchone()
         self.top = str(row[0] or "")
         """The greatest id the store holds (this import's included): a greater one cannot be held, so
@@ -498,8 +499,8 @@ class _Adder:
 
     # ------------------------------------------------------------ lookups
 
-    def _one(self, sql: str, *args: object) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self.conn.execute(sql, args).fetchone()
+    def _one(self, sql: str, *args: object) -> Row | None:
+        row: Row | None = self.conn.execute(sql, args).fetchone()
         return row
 
     def _new_id(self, value: str, what: str, wave_id: str) -> None:
@@ -535,7 +536,7 @@ class _Adder:
             " this one)"
         )
 
-    def _wavelet(self, wavelet_id: str, wave_id: str, what: str = "wavelet") -> sqlite3.Row:
+    def _wavelet(self, wavelet_id: str, wave_id: str, what: str = "wavelet") -> Row:
         row = self.wavelets.get(wavelet_id)
         if row is None or row["wave_id"] != wave_id:
             raise _Refused(
@@ -543,7 +544,7 @@ class _Adder:
             )
         return row
 
-    def _blip_row(self, blip_id: str, wave_id: str, what: str) -> sqlite3.Row:
+    def _blip_row(self, blip_id: str, wave_id: str, what: str) -> Row:
         row = self._one("SELECT * FROM blips WHERE id = ?", blip_id)
         if row is None or row["wave_id"] != wave_id:
             raise _Refused(f"its {what} {blip_id} is not a blip created earlier in this file in its wave")
@@ -558,7 +559,7 @@ class _Adder:
             self._one("SELECT 1 FROM members WHERE wavelet_id = ? AND name = ?", wavelet_id, name) is not None
         )
 
-    def _by_member(self, wl: sqlite3.Row, name: str, doing: str) -> None:
+    def _by_member(self, wl: Row, name: str, doing: str) -> None:
         _participant(name, doing)
         if name != OPERATOR and not self._member(wl["id"], name):
             raise _Refused(
@@ -957,7 +958,7 @@ def _removed_on_failure(db: Path | None) -> Iterator[None]:
 
 
 def import_log(
-    db: Path,
+    db: Path | str,
     lock: Path,
     stream: BinaryIO,
     name: str,
@@ -979,11 +980,16 @@ def import_log(
     """
     lines = _Reader(stream, name, line_limit(max_blip_bytes))
     head = lines.header()
-    with instance_lock(lock, db):
-        check_database(db)
-        ensure_private_dir(db.parent)
-        created = not db.exists()
-        with storage_faults(db), _removed_on_failure(db if created else None):
+    # On PostgreSQL no lock file: the import's one transaction holds the write lock every daemon's
+    # writes take, and each of them reads the newest id under it (fleet/store/postgres.py)
+    with contextlib.nullcontext() if is_postgres(db) else instance_lock(lock, Path(db)):
+        created = False
+        if not is_postgres(db):
+            db = Path(db)
+            check_database(db)
+            ensure_private_dir(db.parent)
+            created = not db.exists()
+        with storage_faults(db), _removed_on_failure(Path(db) if created else None):
             conn = connect(db)
             try:
                 migrate(conn)
@@ -1046,9 +1052,13 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _keyed(conn: sqlite3.Connection, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _primary_key(conn: Conn, table: str) -> list[str]:
+    """``table``'s primary key columns, read from an SQLite connection."""
     info = conn.execute(f"PRAGMA table_info({table})").fetchall()
-    pk = [r["name"] for r in sorted((r for r in info if r["pk"]), key=lambda r: r["pk"])]
+    return [r["name"] for r in sorted((r for r in info if r["pk"]), key=lambda r: r["pk"])]
+
+
+def _keyed(conn: Conn, table: str, pk: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
     out = {}
     for row in conn.execute(f"SELECT * FROM {table}"):
         d = dict(row)
@@ -1056,23 +1066,29 @@ def _keyed(conn: sqlite3.Connection, table: str) -> dict[tuple[Any, ...], dict[s
     return out
 
 
-def replay_check(db: Path, *, shown: int = 50) -> ReplayReport:
-    """Rebuild the materialised tables from ``db``'s log in a scratch database and compare (at most
-    ``shown`` differences are listed; the count in the message is of all)."""
-    if not db.exists():
-        raise errors.NotFound(f"there is no store at {db}: nothing to check (is FLEET_HOME right?)")
-    if db.stat().st_size == 0:
-        raise errors.StorageFault(f"the store {db} is an empty (0-byte) file: there is no log to replay")
+def replay_check(db: Path | str, *, shown: int = 50) -> ReplayReport:
+    """Rebuild the materialised tables from ``db``'s log (an SQLite file or a ``postgresql://`` URL)
+    in a scratch SQLite database and compare (at most ``shown`` differences are listed; the count in
+    the message is of all)."""
+    if not is_postgres(db):
+        db = Path(db)
+        if not db.exists():
+            raise errors.NotFound(f"there is no store at {db}: nothing to check (is FLEET_HOME right?)")
+        if db.stat().st_size == 0:
+            raise errors.StorageFault(f"the store {db} is an empty (0-byte) file: there is no log to replay")
     with storage_faults(db):
         src = connect(db, readonly=True)
         scratch = connect(":memory:")
         try:
+            migrate(scratch)
+            keys = {t: _primary_key(scratch, t) for t in MATERIALISED}  # (the same on either engine)
             src.execute("BEGIN")  # the log and the tables from one committed state
             log = src.execute("SELECT seq, type, payload FROM events ORDER BY seq").fetchall()
-            live = {t: _keyed(src, t) for t in MATERIALISED}
+            live = {t: _keyed(src, t, keys[t]) for t in MATERIALISED}
             src.execute("COMMIT")
-            migrate(scratch)
-            report = ReplayReport(store=str(db), events=len(log), rows=sum(len(t) for t in live.values()))
+            report = ReplayReport(
+                store=hide_password(str(db)), events=len(log), rows=sum(len(t) for t in live.values())
+            )
             scratch.execute("BEGIN")
             for row in log:
                 try:
@@ -1083,7 +1099,7 @@ def replay_check(db: Path, *, shown: int = 50) -> ReplayReport:
                     )
                     report.total = 1
                     return report
-            rebuilt = {t: _keyed(scratch, t) for t in MATERIALISED}
+            rebuilt = {t: _keyed(scratch, t, keys[t]) for t in MATERIALISED}
             scratch.execute("COMMIT")
         finally:
             src.close()

@@ -24,7 +24,6 @@ What a caller may rely on:
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -43,7 +42,7 @@ from fleet.models import (
 )
 from fleet.records.budgets import BudgetRule
 from fleet.store import keys
-from fleet.store.schema import connect, migrate, note_token_write, now
+from fleet.store.schema import Conn, connect, migrate, note_token_write, now
 from fleet.wire import Record, RecordError, load
 
 
@@ -359,14 +358,14 @@ def parse(etype: str, payload: str) -> Event:
 # ---------------------------------------------------------------- events -> tables
 
 E = TypeVar("E", bound=_Event)
-_Handler = Callable[[sqlite3.Connection, Any], None]
+_Handler = Callable[[Conn, Any], None]
 _HANDLERS: dict[type[_Event], _Handler] = {}
 
 
-def _on(model: type[E]) -> Callable[[Callable[[sqlite3.Connection, E], None]], Callable[..., None]]:
+def _on(model: type[E]) -> Callable[[Callable[[Conn, E], None]], Callable[..., None]]:
     """Register the handler of one event model (each model has exactly one)."""
 
-    def register(fn: Callable[[sqlite3.Connection, E], None]) -> Callable[..., None]:
+    def register(fn: Callable[[Conn, E], None]) -> Callable[..., None]:
         assert model not in _HANDLERS, model
         _HANDLERS[model] = fn
         return fn
@@ -374,13 +373,13 @@ def _on(model: type[E]) -> Callable[[Callable[[sqlite3.Connection, E], None]], C
     return register
 
 
-def apply(conn: sqlite3.Connection, event: Event) -> None:
+def apply(conn: Conn, event: Event) -> None:
     """Apply one event to the materialised tables, dispatching on its model: the only code that
     changes them."""
     _HANDLERS[type(event)](conn, event)
 
 
-def record(conn: sqlite3.Connection, event: Event) -> None:
+def record(conn: Conn, event: Event) -> None:
     """Append ``event`` to the log and apply it, inside the caller's write transaction (with the
     request key of the request that wrote it, if it is that request's first event: :mod:`keys`)."""
     cur = conn.execute(
@@ -392,7 +391,7 @@ def record(conn: sqlite3.Connection, event: Event) -> None:
     keys.on_record(conn, cur.lastrowid)
 
 
-def _insert_blip(conn: sqlite3.Connection, b: Blip) -> None:
+def _insert_blip(conn: Conn, b: Blip) -> None:
     conn.execute(
         "INSERT INTO blips(id, wavelet_id, wave_id, author, kind, text, replaces, source_wavelet_id,"
         " source_blip_id, created_at, actor, replaced_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -413,13 +412,13 @@ def _insert_blip(conn: sqlite3.Connection, b: Blip) -> None:
     )
 
 
-def _ensure_participant(conn: sqlite3.Connection, wave_id: str, name: str, kind: str) -> None:
+def _ensure_participant(conn: Conn, wave_id: str, name: str, kind: str) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO participants(wave_id, name, kind) VALUES (?,?,?)", (wave_id, name, kind)
     )
 
 
-def _add_member(conn: sqlite3.Connection, wave_id: str, wavelet_id: str, m: NewMember, at: str) -> None:
+def _add_member(conn: Conn, wave_id: str, wavelet_id: str, m: NewMember, at: str) -> None:
     _ensure_participant(conn, wave_id, m.name, m.kind)
     conn.execute(
         "INSERT INTO members(wavelet_id, name, kind, joined_at, since) VALUES (?,?,?,?,?)",
@@ -428,7 +427,7 @@ def _add_member(conn: sqlite3.Connection, wave_id: str, wavelet_id: str, m: NewM
 
 
 @_on(WaveCreated)
-def _wave_created(conn: sqlite3.Connection, e: WaveCreated) -> None:
+def _wave_created(conn: Conn, e: WaveCreated) -> None:
     conn.execute(
         "INSERT INTO waves(id, name, root_id, created_at) VALUES (?,?,?,?)",
         (e.wave_id, e.name, e.root_id, e.created_at),
@@ -446,7 +445,7 @@ def _wave_created(conn: sqlite3.Connection, e: WaveCreated) -> None:
 
 
 @_on(WaveletForked)
-def _wavelet_forked(conn: sqlite3.Connection, e: WaveletForked) -> None:
+def _wavelet_forked(conn: Conn, e: WaveletForked) -> None:
     conn.execute(
         "INSERT INTO wavelets(id, wave_id, parent_id, fork_blip_id, name, private, created_by,"
         " created_at) VALUES (?,?,?,?,?,?,?,?)",
@@ -468,41 +467,41 @@ def _wavelet_forked(conn: sqlite3.Connection, e: WaveletForked) -> None:
 
 
 @_on(RosterInvited)
-def _roster_invited(conn: sqlite3.Connection, e: RosterInvited) -> None:
+def _roster_invited(conn: Conn, e: RosterInvited) -> None:
     _add_member(conn, e.wave_id, e.wavelet_id, e.member, e.at)
     _insert_blip(conn, e.blip)
 
 
 @_on(RosterLeft)
-def _roster_left(conn: sqlite3.Connection, e: RosterLeft) -> None:
+def _roster_left(conn: Conn, e: RosterLeft) -> None:
     conn.execute("DELETE FROM members WHERE wavelet_id = ? AND name = ?", (e.wavelet_id, e.name))
     _insert_blip(conn, e.blip)
 
 
 @_on(WaveletTopicSet)
-def _wavelet_topic(conn: sqlite3.Connection, e: WaveletTopicSet) -> None:
+def _wavelet_topic(conn: Conn, e: WaveletTopicSet) -> None:
     conn.execute("UPDATE wavelets SET topic = ? WHERE id = ?", (e.topic, e.wavelet_id))
     _insert_blip(conn, e.blip)
 
 
 @_on(BlipPosted)
-def _blip_posted(conn: sqlite3.Connection, e: BlipPosted) -> None:
+def _blip_posted(conn: Conn, e: BlipPosted) -> None:
     _insert_blip(conn, e.blip)
 
 
 @_on(BlipSurfaced)
-def _blip_surfaced(conn: sqlite3.Connection, e: BlipSurfaced) -> None:
+def _blip_surfaced(conn: Conn, e: BlipSurfaced) -> None:
     _insert_blip(conn, e.blip)
 
 
 @_on(BlipReplaced)
-def _blip_replaced(conn: sqlite3.Connection, e: BlipReplaced) -> None:
+def _blip_replaced(conn: Conn, e: BlipReplaced) -> None:
     _insert_blip(conn, e.blip)
     conn.execute("UPDATE blips SET superseded_by = ? WHERE id = ?", (e.blip.id, e.blip.replaces))
 
 
 @_on(TokenMinted)
-def _token_minted(conn: sqlite3.Connection, e: TokenMinted) -> None:
+def _token_minted(conn: Conn, e: TokenMinted) -> None:
     note_token_write()
     conn.execute(
         "INSERT INTO tokens(id, wave_id, participant, hash, created_at) VALUES (?,?,?,?,?)",
@@ -516,7 +515,7 @@ def _token_minted(conn: sqlite3.Connection, e: TokenMinted) -> None:
 
 
 @_on(TokenRevoked)
-def _token_revoked(conn: sqlite3.Connection, e: TokenRevoked) -> None:
+def _token_revoked(conn: Conn, e: TokenRevoked) -> None:
     note_token_write()
     conn.execute(
         "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (e.revoked_at, e.token_id)
@@ -524,7 +523,7 @@ def _token_revoked(conn: sqlite3.Connection, e: TokenRevoked) -> None:
 
 
 @_on(SessionRecorded)
-def _session_recorded(conn: sqlite3.Connection, e: SessionRecorded) -> None:
+def _session_recorded(conn: Conn, e: SessionRecorded) -> None:
     conn.execute(
         "INSERT OR REPLACE INTO sessions(wave_id, participant, session_id, wavelet_id, layout, agent,"
         " transport, cwd, host, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -544,7 +543,7 @@ def _session_recorded(conn: sqlite3.Connection, e: SessionRecorded) -> None:
 
 
 @_on(SeatClaimed)
-def _seat_claimed(conn: sqlite3.Connection, e: SeatClaimed) -> None:
+def _seat_claimed(conn: Conn, e: SeatClaimed) -> None:
     conn.execute(
         "INSERT OR REPLACE INTO seats(wave_id, participant, session_id, host, pid, pane_id, cwd,"
         " claimed_at, closed_at, closed_why) VALUES (?,?,?,?,?,?,?,?,NULL,'')",
@@ -553,7 +552,7 @@ def _seat_claimed(conn: sqlite3.Connection, e: SeatClaimed) -> None:
 
 
 @_on(SeatClosed)
-def _seat_closed(conn: sqlite3.Connection, e: SeatClosed) -> None:
+def _seat_closed(conn: Conn, e: SeatClosed) -> None:
     conn.execute(
         "UPDATE seats SET closed_at = ?, closed_why = ? WHERE wave_id = ? AND closed_at IS NULL",
         (e.closed_at, e.why, e.wave_id),
@@ -561,7 +560,7 @@ def _seat_closed(conn: sqlite3.Connection, e: SeatClosed) -> None:
 
 
 @_on(SummaryRecorded)
-def _summary_recorded(conn: sqlite3.Connection, e: SummaryRecorded) -> None:
+def _summary_recorded(conn: Conn, e: SummaryRecorded) -> None:
     conn.execute(
         "INSERT INTO summaries(id, wavelet_id, wave_id, after, upto, text, author, author_kind, cites,"
         " load_bearing, covered_blips, covered_bytes, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -584,7 +583,7 @@ def _summary_recorded(conn: sqlite3.Connection, e: SummaryRecorded) -> None:
 
 
 @_on(BlipPinned)
-def _blip_pinned(conn: sqlite3.Connection, e: BlipPinned) -> None:
+def _blip_pinned(conn: Conn, e: BlipPinned) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO pins(wavelet_id, blip_id, pinned_by, pinned_at) VALUES (?,?,?,?)",
         (e.wavelet_id, e.blip_id, e.by, e.at),
@@ -592,7 +591,7 @@ def _blip_pinned(conn: sqlite3.Connection, e: BlipPinned) -> None:
 
 
 @_on(BudgetSet)
-def _budget_set(conn: sqlite3.Connection, e: BudgetSet) -> None:
+def _budget_set(conn: Conn, e: BudgetSet) -> None:
     key = (e.wave_id, e.wavelet_id, e.participant)
     if e.tokens is None and e.cost is None:
         conn.execute("DELETE FROM budgets WHERE wave_id = ? AND wavelet_id = ? AND participant = ?", key)
@@ -606,7 +605,7 @@ def _budget_set(conn: sqlite3.Connection, e: BudgetSet) -> None:
 
 
 @_on(BudgetReached)
-def _budget_reached(conn: sqlite3.Connection, e: BudgetReached) -> None:
+def _budget_reached(conn: Conn, e: BudgetReached) -> None:
     blip_id = e.blip.id if e.blip is not None else ""
     conn.execute(
         "INSERT INTO budget_marks(wave_id, wavelet_id, scope, participant, set_at, reached_at, blip_id)"
@@ -618,7 +617,7 @@ def _budget_reached(conn: sqlite3.Connection, e: BudgetReached) -> None:
 
 
 @_on(PermissionAsked)
-def _permission_asked(conn: sqlite3.Connection, e: PermissionAsked) -> None:
+def _permission_asked(conn: Conn, e: PermissionAsked) -> None:
     conn.execute(
         "INSERT INTO permissions(id, wave_id, participant, session_id, prompt_id, tool, preview, asked_at,"
         " expires_at) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -628,7 +627,7 @@ def _permission_asked(conn: sqlite3.Connection, e: PermissionAsked) -> None:
 
 
 @_on(PermissionAnswered)
-def _permission_answered(conn: sqlite3.Connection, e: PermissionAnswered) -> None:
+def _permission_answered(conn: Conn, e: PermissionAnswered) -> None:
     conn.execute(
         "UPDATE permissions SET outcome = ?, answered_by = ?, via = ?, answered_at = ?, message = ?"
         " WHERE id = ? AND outcome = 'pending'",

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import StorageFault
+from fleet.paths import hide_password
 
 SQLITE_READONLY = 8
 SQLITE_IOERR = 10
@@ -40,7 +41,7 @@ QUICK_CHECK_SHOWN = 5
 """How many of ``quick_check``'s problems a corrupt-store message quotes."""
 
 
-def _restore(path: Path) -> str:
+def _restore(path: Path | str) -> str:
     return (
         f"stop the daemon, move the file away (`mv {path} {path}.bad`) and restore a backup made by"
         f" `fleet backup` (`cp BACKUP {path}`)"
@@ -61,11 +62,11 @@ def read_only(path: Path | str, detail: str, what: str = "the store") -> Storage
     )
 
 
-def corrupt(path: Path, detail: str) -> StorageFault:
+def corrupt(path: Path | str, detail: str) -> StorageFault:
     return StorageFault(f"the store {path} is corrupt ({detail}): {_restore(path)}")
 
 
-def classify(exc: sqlite3.Error, path: Path, what: str = "the store") -> StorageFault | None:
+def classify(exc: sqlite3.Error, path: Path | str, what: str = "the store") -> StorageFault | None:
     """The storage fault an SQLite error names, or None when it is not one."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
@@ -90,10 +91,12 @@ def classify(exc: sqlite3.Error, path: Path, what: str = "the store") -> Storage
 
 
 @contextmanager
-def storage_faults(path: Path, what: str = "the store") -> Iterator[None]:
+def storage_faults(path: Path | str, what: str = "the store") -> Iterator[None]:
     """Raise the SQLite and OS errors of a full disk, a read-only file system or a corrupt database
     as :class:`~fleet.errors.StorageFault` (naming ``what`` at ``path``: the store, a backup);
     let every other exception through unchanged."""
+    if isinstance(path, str):  # a postgresql:// URL: named without its password
+        path = hide_password(path)
     try:
         yield
     except sqlite3.Error as exc:

@@ -32,8 +32,12 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleet.errors import StorageFault
+
+if TYPE_CHECKING:
+    from fleet.store.schema import Conn
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +98,7 @@ def _name(change: Change) -> str:
     return f"the store's {'file' if change.what == 'database' else 'write-ahead log'} {change.path}"
 
 
-def rescue(conn: sqlite3.Connection, files: StoreFiles, change: Change) -> Rescued:
+def rescue(conn: Conn, files: StoreFiles, change: Change) -> Rescued:
     """Save what ``conn`` (the writer, outside any transaction) sees after ``change``."""
     db, wal = files.db, files.wal
     if change.what == "wal" and files.changed() == change:
@@ -144,7 +148,7 @@ def rescue(conn: sqlite3.Connection, files: StoreFiles, change: Change) -> Rescu
     return Rescued(fault, kept=False, in_place=False)
 
 
-def _vacuum_into(conn: sqlite3.Connection, db: Path) -> Path | str:
+def _vacuum_into(conn: Conn, db: Path) -> Path | str:
     """A copy of what ``conn`` sees in a new file beside ``db`` (0600), or why it could not be made."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     dest = db.with_name(f"{db.name}.rescued-{stamp}")

@@ -25,7 +25,6 @@ them), and not exported.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleet import errors
+from fleet.store.schema import Conn
 
 if TYPE_CHECKING:
     from fleet.store.access import Principal
@@ -101,7 +101,7 @@ _claims = 0
 """Keys written in this process: every :data:`PRUNE_EVERY`-th also prunes those past the window."""
 
 
-def on_record(conn: sqlite3.Connection, seq: int) -> None:
+def on_record(conn: Conn, seq: int) -> None:
     """Called by :func:`fleet.store.events.record` with the seq of each event it appends: the first
     one of a request with a key writes the key's row, in that event's transaction."""
     global _claims

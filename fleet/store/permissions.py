@@ -16,7 +16,6 @@ What a caller may rely on (docs/permissions.md):
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime, timedelta
 
 from fleet import errors
@@ -34,9 +33,7 @@ from fleet.records.permissions import (
 from fleet.store import checks
 from fleet.store.access import Access, Principal
 from fleet.store.events import PermissionAnswered, PermissionAsked, record
-from fleet.store.schema import Connections, now
-
-Row = sqlite3.Row
+from fleet.store.schema import Connections, Row, now
 
 
 def _stamp(at: datetime) -> str:

@@ -9,7 +9,6 @@ one, so no answer can forget to.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, TypeVar
 
 import msgspec
@@ -17,8 +16,8 @@ import msgspec
 from fleet.models import Blip, Member, Seat, SessionRecord, TokenInfo, Wave, Wavelet
 from fleet.records.budgets import Budget
 from fleet.store.access import Sight
+from fleet.store.schema import Conn, Row
 
-Row = sqlite3.Row
 R = TypeVar("R", bound=msgspec.Struct)
 
 _COLUMNS: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
@@ -51,7 +50,7 @@ def shown(b: Blip, sight: Sight) -> Blip:
     return msgspec.structs.replace(b, source_wavelet_id=None, source_blip_id=None)
 
 
-def members(conn: sqlite3.Connection, wavelet_id: str) -> list[Member]:
+def members(conn: Conn, wavelet_id: str) -> list[Member]:
     """A wavelet's roster, in the order members joined."""
     return [
         of_row(Member, m)
@@ -70,7 +69,7 @@ def parent(wl: Row, sight: Sight) -> tuple[str | None, str | None, bool]:
 
 
 def wavelet(
-    conn: sqlite3.Connection,
+    conn: Conn,
     wl: Row,
     sight: Sight,
     wave_name: str | None = None,

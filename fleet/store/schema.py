@@ -3,7 +3,9 @@
 What a caller may rely on:
 
 - :func:`connect` is the one place the SQLite settings are made: WAL, foreign keys, a busy timeout,
-  ``sqlite3.Row`` rows, autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``).
+  ``sqlite3.Row`` rows, autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``). Given a
+  ``postgresql://`` URL it opens that store instead (:mod:`fleet.store.postgres`), a :class:`Conn`
+  taking the same SQL; the rest of the store does not know which engine it writes.
 - :data:`MIGRATIONS` is a list of named, forward-only functions. :func:`migrate` applies those not yet
   recorded in the ``migrations`` table, each in the same transaction as its record. A shipped
   migration is never edited, renamed or reordered: append a new one.
@@ -25,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uuid6
 
@@ -35,8 +37,45 @@ from fleet.store.files import Change, Rescued, StoreFiles, rescue
 log = logging.getLogger(__name__)
 
 
-def connect(path: Path | str, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open the database with fleet's settings: WAL, foreign keys, a busy timeout, Row factory."""
+class Row(Protocol):
+    """A row, by position or column name: ``sqlite3.Row``, or PostgreSQL's alike."""
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def keys(self) -> list[str]: ...
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    @property
+    def lastrowid(self) -> int | None: ...
+
+
+class Conn(Protocol):
+    """What the store asks of a connection, on either engine (``sqlite3.Connection``, or a
+    :class:`fleet.store.postgres.PgConnection`): one SQL text, SQLite's."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+    @property
+    def in_transaction(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+def is_postgres(location: object) -> bool:
+    """True when ``location`` is a ``postgresql://`` URL (else it is an SQLite file's path)."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> Conn:
+    """Open the database with fleet's settings: WAL, foreign keys, a busy timeout, Row factory (or
+    the PostgreSQL store a ``postgresql://`` URL names)."""
+    if is_postgres(path):
+        from fleet.store import postgres
+
+        return postgres.connect(str(path))
     conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout = 10000")
@@ -57,14 +96,14 @@ def now() -> str:
 # ---------------------------------------------------------------- migrations
 
 
-def _script(conn: sqlite3.Connection, sql: str) -> None:
+def _script(conn: Conn, sql: str) -> None:
     """Run DDL statement by statement (``executescript`` would commit the migration's transaction)."""
     for statement in sql.split(";"):
         if statement.strip():
             conn.execute(statement)
 
 
-def _m0001_initial(conn: sqlite3.Connection) -> None:
+def _m0001_initial(conn: Conn) -> None:
     _script(
         conn,
         """
@@ -132,7 +171,7 @@ def _m0001_initial(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0002_sessions(conn: sqlite3.Connection) -> None:
+def _m0002_sessions(conn: Conn) -> None:
     _script(
         conn,
         """
@@ -153,12 +192,12 @@ def _m0002_sessions(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0003_blip_actor(conn: sqlite3.Connection) -> None:
+def _m0003_blip_actor(conn: Conn) -> None:
     """Who caused a ``system`` blip (a fork, join or leave), so their own provenance does not wake them."""
     conn.execute("ALTER TABLE blips ADD COLUMN actor TEXT")
 
 
-def _m0004_token_grants(conn: sqlite3.Connection) -> None:
+def _m0004_token_grants(conn: Conn) -> None:
     """Which machine a token was minted for (a join), and a machine token's waves (operator-capable
     there). A row only for such tokens: a plain participant token has none."""
     _script(
@@ -174,14 +213,14 @@ def _m0004_token_grants(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0005_store_identity(conn: sqlite3.Connection) -> None:
+def _m0005_store_identity(conn: Conn) -> None:
     """The store's identity, minted once per database (docs/design.md §2): what delivery state
     files are keyed by, so a daemon that moved or restarted is the same store to its clients."""
     conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (str(uuid6.uuid7()),))
 
 
-def _m0006_seats(conn: sqlite3.Connection) -> None:
+def _m0006_seats(conn: Conn) -> None:
     """The resident's seat per wave (one mind per wave, docs/resident.md)."""
     _script(
         conn,
@@ -202,7 +241,7 @@ def _m0006_seats(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0007_budgets(conn: sqlite3.Connection) -> None:
+def _m0007_budgets(conn: Conn) -> None:
     """Budgets per wave, wavelet and participant (``''``: all), and who reached one since it was
     set (docs/design.md §6, :mod:`fleet.budgets`)."""
     _script(
@@ -233,7 +272,7 @@ def _m0007_budgets(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0008_summaries(conn: sqlite3.Connection) -> None:
+def _m0008_summaries(conn: Conn) -> None:
     """Rolling summaries of wavelets (each stands in for its wavelet's blips up to ``upto`` in a
     context) and pinned blips (load-bearing: every summary must cite them)."""
     _script(
@@ -266,12 +305,12 @@ def _m0008_summaries(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0009_blip_replacer(conn: sqlite3.Connection) -> None:
+def _m0009_blip_replacer(conn: Conn) -> None:
     """Who wrote a replacement version, when a replace keeps the blip's author (docs/design.md §1)."""
     conn.execute("ALTER TABLE blips ADD COLUMN replaced_by TEXT")
 
 
-def _m0010_budget_spend(conn: sqlite3.Connection) -> None:
+def _m0010_budget_spend(conn: Conn) -> None:
     """What each session spent on each wavelet's turns, as its channel last reported it: the sum a
     wavelet budget is judged on (:mod:`fleet.budgets`). Derived state, not from the log: every
     channel reports again at each budget check, so a lost row comes back at the next look."""
@@ -292,7 +331,7 @@ def _m0010_budget_spend(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0011_request_keys(conn: sqlite3.Connection) -> None:
+def _m0011_request_keys(conn: Conn) -> None:
     # Bookkeeping, not state (fleet/store/keys.py): not an event, not materialised, never exported.
     conn.execute(
         """
@@ -311,7 +350,7 @@ def _m0011_request_keys(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX request_keys_created ON request_keys(created_at)")
 
 
-def _m0012_permissions(conn: sqlite3.Connection) -> None:
+def _m0012_permissions(conn: Conn) -> None:
     """Permission prompts and their answers (docs/permissions.md, :mod:`fleet.store.permissions`)."""
     _script(
         conn,
@@ -337,18 +376,18 @@ def _m0012_permissions(conn: sqlite3.Connection) -> None:
     )
 
 
-def _m0013_budget_spend_unpriced(conn: sqlite3.Connection) -> None:
+def _m0013_budget_spend_unpriced(conn: Conn) -> None:
     """The models with no price a session's spend report counted (comma-separated, '' for none): while
     a member's row names one, the members' cost is unknown, never the priced part alone (issue 26)."""
     conn.execute("ALTER TABLE budget_spend ADD COLUMN unpriced TEXT NOT NULL DEFAULT ''")
 
 
-def _m0014_wavelet_topic(conn: sqlite3.Connection) -> None:
+def _m0014_wavelet_topic(conn: Conn) -> None:
     """A wavelet's one-line topic ('' for none), set by ``wavelet.topic`` events (issue 27)."""
     conn.execute("ALTER TABLE wavelets ADD COLUMN topic TEXT NOT NULL DEFAULT ''")
 
 
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
+MIGRATIONS: list[tuple[str, Callable[[Conn], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_sessions", _m0002_sessions),
     ("0003_blip_actor", _m0003_blip_actor),
@@ -385,9 +424,19 @@ MATERIALISED = (
 """The tables :mod:`fleet.store.events` maintains; everything in them can be rebuilt from the log."""
 
 
-def migrate(conn: sqlite3.Connection) -> list[str]:
-    """Apply every migration not yet recorded, each in its own transaction with its record."""
-    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+def migrate(conn: Conn) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction with its record (under
+    the write lock, and checked again under it: two daemons starting on one PostgreSQL store apply
+    each migration once)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
     done = {r[0] for r in conn.execute("SELECT name FROM migrations")}
     applied = []
     for name, fn in MIGRATIONS:
@@ -395,6 +444,9 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
+                conn.execute("COMMIT")  # another writer applied it meanwhile
+                continue
             fn(conn)
             conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)", (name, now()))
             conn.execute("COMMIT")
@@ -406,13 +458,13 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
-def store_id(conn: sqlite3.Connection) -> str:
+def store_id(conn: Conn) -> str:
     """The identity minted for this database by migration 0005."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
     return str(row[0])
 
 
-def dump_tables(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+def dump_tables(conn: Conn) -> dict[str, list[tuple[Any, ...]]]:
     """Every materialised row, table by table, in a stable order: equal dumps mean equal states."""
     return {
         table: [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")]
@@ -450,19 +502,25 @@ class GenerationMemo:
     itself; at worst older, by commits whose wake-ups have not gone out yet. A newer generation
     drops the lot."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, shared: bool = True) -> None:
         self._current: tuple[int, dict[object, object]] = (-1, {})
+        self.shared = shared
+        """False on a PostgreSQL store: other daemons commit too, and a generation counted here cannot
+        tell whether one of their commits landed inside a read, so nothing is shared (:meth:`at` is
+        None) and each feed reads for itself."""
 
     def at(self, generation: int) -> dict[object, object] | None:
         """The entries of ``generation`` (a fresh table when it is newer than the last seen), or
-        None for an older one."""
+        None for an older one (always None when not :attr:`shared`)."""
+        if not self.shared:
+            return None
         current = self._current  # one read: the pair is replaced whole, never torn
         if generation > current[0]:
             current = self._current = (generation, {})
         return current[1] if current[0] == generation else None
 
 
-def _in_transaction(conn: sqlite3.Connection) -> bool:
+def _in_transaction(conn: Conn) -> bool:
     try:
         return conn.in_transaction
     except sqlite3.ProgrammingError:  # closed (by Connections.close): nothing is using it
@@ -475,7 +533,7 @@ class _Held:
 
     __slots__ = ("conn", "give_back", "given_back")
 
-    def __init__(self, give_back: Callable[[sqlite3.Connection], None], conn: sqlite3.Connection) -> None:
+    def __init__(self, give_back: Callable[[Conn], None], conn: Conn) -> None:
         self.give_back = give_back
         self.conn = conn
         self.given_back = False
@@ -507,9 +565,10 @@ def _watch_files(ref: weakref.ref[Connections]) -> None:
         del conns
 
 
-def _open_reader(path: Path) -> sqlite3.Connection:
+def _open_reader(path: Path | str) -> Conn:
     conn = connect(path, readonly=True)
-    conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
+    if not is_postgres(path):
+        conn.execute("PRAGMA schema_version").fetchone()  # its -wal opened now, not at a burst
     return conn
 
 
@@ -532,8 +591,13 @@ class Connections:
     A pool that closed its surplus readers would keep one descriptor per reader it ever opened.
     """
 
-    def __init__(self, path: Path, *, idle_readers: int = IDLE_READERS) -> None:
+    def __init__(self, path: Path | str, *, idle_readers: int = IDLE_READERS) -> None:
         self.path = path
+        self.postgres = is_postgres(path)
+        """On PostgreSQL (a ``postgresql://`` URL): no files to watch, and other daemons may write
+        the same database (each write holds its advisory lock: :mod:`fleet.store.postgres`)."""
+        self.origin = str(uuid6.uuid7())
+        """This process's name in the notifications it sends other daemons on a PostgreSQL store."""
         self._wlock = threading.Lock()
         self.token_epoch = 0
         """Bumped after each commit that changed the tokens (what a cache of token look-ups compares)."""
@@ -543,23 +607,26 @@ class Connections:
         """The generation the write in progress will end as (== :attr:`generation` when none is)."""
         self._w = connect(path)
         migrate(self._w)
-        self._files = StoreFiles(path)
+        self._files: StoreFiles | None = None if self.postgres else StoreFiles(Path(path))
         """The database and WAL files the writer opened: checked after each commit (:meth:`write`) and
         once a second between (:meth:`check_files`)."""
+        self.on_begin: Callable[[Conn], None] | None = None
+        """Called inside each write transaction once it holds the write lock, before anything is
+        written (on PostgreSQL the store observes the newest id there: other daemons mint too)."""
         self._files_change: Change | None = None
         self._files_fault: Rescued | None = None
         """Set once either was found removed or replaced (``_files_change``): what every later write
         is refused with."""
         self._local = threading.local()
-        self._readers: set[sqlite3.Connection] = set()
+        self._readers: set[Conn] = set()
         """Every open reader (held by a thread or idle), closed by :meth:`close`."""
-        self._idle: list[sqlite3.Connection] = []
+        self._idle: list[Conn] = []
         self._idle_max = idle_readers
         self._readers_lock = threading.Lock()
         self._closed = False
         self._free = threading.Condition(self._readers_lock)
         """Notified when a reader goes back to :attr:`_idle` (and at close)."""
-        self._extra: set[sqlite3.Connection] = set()
+        self._extra: set[Conn] = set()
         """Readers opened beyond the pool (:data:`READER_WAIT`), closed when given back."""
         for _ in range(idle_readers):
             conn = _open_reader(path)
@@ -567,12 +634,13 @@ class Connections:
             self._idle.append(conn)
         # Between writes too (an idle daemon), at most a second after a file goes: what the writer
         # had is saved before a kill -9 can lose it, and the next write is refused, not the one after.
-        threading.Thread(
-            target=_watch_files, args=(weakref.ref(self),), name="fleet-store-files", daemon=True
-        ).start()
+        if self._files is not None:
+            threading.Thread(
+                target=_watch_files, args=(weakref.ref(self),), name="fleet-store-files", daemon=True
+            ).start()
 
     @property
-    def writer(self) -> sqlite3.Connection:
+    def writer(self) -> Conn:
         """The writer connection, for reads that must see the open write transaction's own state."""
         return self._w
 
@@ -588,7 +656,7 @@ class Connections:
         with self._readers_lock:
             return len(self._readers) - len(self._idle)
 
-    def reader(self) -> sqlite3.Connection:
+    def reader(self) -> Conn:
         """This thread's read connection: taken from the pool on first use, this thread's alone
         until :meth:`release_reader`.
 
@@ -599,7 +667,7 @@ class Connections:
         needs a reader while every reader's holder waits for the writer lock) and for a store used
         by more threads than the pool that do not give theirs back.
         """
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._take()
             self._local.conn = conn
@@ -607,7 +675,7 @@ class Connections:
             self._local.token = _Held(self._give_back, conn)
         return conn
 
-    def _take(self) -> sqlite3.Connection:
+    def _take(self) -> Conn:
         with self._free:
             if not self._idle and not self._closed:
                 self._free.wait_for(lambda: bool(self._idle) or self._closed, READER_WAIT)
@@ -630,7 +698,7 @@ class Connections:
     def release_reader(self) -> None:
         """Give this thread's reader back to the pool (a reader opened beyond it is closed). Inside
         :meth:`snapshot` the thread keeps it: the read transaction is still using it."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None or _in_transaction(conn):
             return
         self._local.conn = None
@@ -663,7 +731,7 @@ class Connections:
         n = len(old)
         while old:
             old.pop().close()  # nothing of the old readers outlives this
-        fresh: list[sqlite3.Connection] = []
+        fresh: list[Conn] = []
         try:
             for _ in range(n):  # (a storage fault here raises: the pool is short of the rest)
                 fresh.append(_open_reader(self.path))
@@ -677,7 +745,7 @@ class Connections:
                     self._idle.extend(fresh)
                     self._free.notify_all()
 
-    def _give_back(self, conn: sqlite3.Connection) -> None:
+    def _give_back(self, conn: Conn) -> None:
         """Back to the pool, or closed: the readers open are never more than the pool's size or
         the readers held, whichever is larger. A pooled reader given back while one opened beyond
         the pool is still out is the one closed, and that one joins the pool in its place (else
@@ -697,7 +765,7 @@ class Connections:
         conn.close()
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[Conn]:
         """One write transaction: BEGIN IMMEDIATE .. COMMIT under the writer lock (ROLLBACK on error).
 
         A full disk, a read-only file system or a corrupt file raise a StorageFault naming it
@@ -716,9 +784,13 @@ class Connections:
             self._writing = self.generation + 1
             try:
                 self._w.execute("BEGIN IMMEDIATE")
+                if self.on_begin is not None:
+                    self.on_begin(self._w)
                 tokens_before = _token_writes
                 try:
                     yield self._w
+                    if self.postgres and _token_writes != tokens_before:  # told at the commit, not before
+                        self._w.execute("SELECT pg_notify('fleet', ?)", (f"tokens {self.origin}",))
                     self._w.execute("COMMIT")
                     if _token_writes != tokens_before:
                         self.token_epoch += 1
@@ -726,13 +798,15 @@ class Connections:
                     if self._w.in_transaction:
                         try:
                             self._w.execute("ROLLBACK")
-                        except sqlite3.Error:
+                        except Exception:
                             log.exception("rolling back a failed write")
                     raise
             finally:
                 self.generation = self._writing
             # After the commit, not before: a commit into a file removed meanwhile is then never
             # acknowledged unsaved, and one check per write is all it costs.
+            if self._files is None:
+                return
             change = self._files.changed()
             if change is not None:
                 self._files_change = change
@@ -744,7 +818,7 @@ class Connections:
         """Check the database and WAL files now (the watcher's tick; each write checks them itself):
         False once they were found changed, what the writer had saved (:mod:`fleet.store.files`)."""
         with self._wlock:
-            if self._closed or self._files_fault is not None:
+            if self._closed or self._files_fault is not None or self._files is None:
                 return self._files_fault is None
             change = self._files.changed()
             if change is not None:
@@ -755,10 +829,20 @@ class Connections:
     def _refuse_writes(self) -> None:
         """Raise the StorageFault of the files found changed (trying the rescue again first while
         it has saved nothing)."""
-        assert self._files_fault is not None and self._files_change is not None
+        assert self._files_fault is not None and self._files_change is not None and self._files is not None
         if not self._files_fault.kept:
             self._files_fault = rescue(self._w, self._files, self._files_change)
         raise self._files_fault.fault
+
+    def notify(self, payload: str) -> None:
+        """Send ``payload`` to every daemon listening on this PostgreSQL store (this one included)."""
+        with self._wlock:
+            self._w.execute("SELECT pg_notify('fleet', ?)", (payload,))
+
+    def heard_tokens(self) -> None:
+        """Another daemon committed a change to the tokens: what this one remembers of them goes."""
+        with self._wlock:
+            self.token_epoch += 1
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
@@ -771,7 +855,7 @@ class Connections:
         return stamp[0] == stamp[1] == self._writing
 
     @contextmanager
-    def snapshot(self) -> Iterator[sqlite3.Connection]:
+    def snapshot(self) -> Iterator[Conn]:
         """This thread's reader inside one read transaction: every query sees the same committed state
         (a visibility check and the read it guards cannot straddle a commit). Re-entrant."""
         conn = self.reader()

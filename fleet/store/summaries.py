@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -48,11 +47,10 @@ from fleet.models import (
 from fleet.store import checks, rows
 from fleet.store.access import Access, Principal, Sight
 from fleet.store.events import BlipPinned, SummaryRecorded, record
-from fleet.store.schema import Connections, now
+from fleet.store.schema import Conn, Connections, Row, now
 
 log = logging.getLogger(__name__)
 
-Row = sqlite3.Row
 
 CONTEXT_PAGE = 500
 """Entries (blips and summaries) one context page holds unless a smaller limit is asked for."""
@@ -98,7 +96,7 @@ def summary_of(s: Row, *, load_bearing: bool = True) -> Summary:
     )
 
 
-def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str, sight: Sight) -> list[Wavelet]:
+def _wavelets(conn: Conn, nodes: list[Row], wave_name: str, sight: Sight) -> list[Wavelet]:
     """The wavelets of ``nodes`` with their rosters, for ``sight``'s reader (as
     :func:`fleet.store.rows.wavelet` builds them), in one query."""
     rosters: dict[str, list[Member]] = {n["id"]: [] for n in nodes}
@@ -112,11 +110,12 @@ def _wavelets(conn: sqlite3.Connection, nodes: list[Row], wave_name: str, sight:
     return [rows.wavelet(conn, wl, sight, wave_name, rosters[wl["id"]]) for wl in nodes]
 
 
-def _ancestry(conn: sqlite3.Connection, wl: Row) -> list[Row]:
+def _ancestry(conn: Conn, wl: Row) -> list[Row]:
     """``wl``'s path from the root, ``wl`` last, in one query (as :meth:`Access.ancestry`)."""
     got = conn.execute(
-        "WITH RECURSIVE up(id, depth) AS (SELECT ?, 0 UNION ALL SELECT w.parent_id, up.depth + 1"
-        " FROM wavelets w JOIN up ON w.id = up.id WHERE w.parent_id IS NOT NULL)"
+        "WITH RECURSIVE up(id, depth) AS (SELECT id, 0 FROM wavelets WHERE id = ?"
+        " UNION ALL SELECT w.parent_id, up.depth + 1 FROM wavelets w JOIN up ON w.id = up.id"
+        " WHERE w.parent_id IS NOT NULL)"
         " SELECT w.* FROM up JOIN wavelets w ON w.id = up.id ORDER BY up.depth DESC",
         (wl["id"],),
     ).fetchall()
@@ -162,7 +161,7 @@ class Summaries:
     # ---------------------------------------------------------------- lookups
 
     @staticmethod
-    def _latest(conn: sqlite3.Connection, wavelet_id: str, bound: str = _END) -> Row | None:
+    def _latest(conn: Conn, wavelet_id: str, bound: str = _END) -> Row | None:
         row: Row | None = conn.execute(
             "SELECT * FROM summaries WHERE wavelet_id = ? AND upto <= ? ORDER BY upto DESC LIMIT 1",
             (wavelet_id, bound),
@@ -170,11 +169,11 @@ class Summaries:
         return row
 
     @staticmethod
-    def _names(conn: sqlite3.Connection, wave_id: str) -> re.Pattern[str] | None:
+    def _names(conn: Conn, wave_id: str) -> re.Pattern[str] | None:
         got = conn.execute("SELECT name FROM participants WHERE wave_id = ?", (wave_id,))
         return naming(r[0] for r in got)
 
-    def _required(self, conn: sqlite3.Connection, wl: Row, prev: Row | None, upto: str) -> list[str]:
+    def _required(self, conn: Conn, wl: Row, prev: Row | None, upto: str) -> list[str]:
         """Every load-bearing id a summary of ``wl`` up to ``upto`` rolled from ``prev`` must cite."""
         names = self._names(conn, wl["wave_id"])
         after = prev["upto"] if prev is not None else ""
@@ -457,7 +456,7 @@ class Summaries:
             )
 
     @staticmethod
-    def _sizes(r: sqlite3.Connection, p: _Part, lo: str, tail: list[Row] | None) -> tuple[int, int]:
+    def _sizes(r: Conn, p: _Part, lo: str, tail: list[Row] | None) -> tuple[int, int]:
         """(assembled, full walk) text bytes of one part; ``tail``: its whole tail, when fetched."""
         if tail is not None:
             size = sum(text_bytes(b["text"]) for b in tail)
@@ -472,7 +471,7 @@ class Summaries:
         shown = size + text_bytes(p.summary["text"]) + sum(text_bytes(b["text"]) for b in p.pinned)
         return shown, size + p.summary["covered_bytes"] - p.stale - p.beyond
 
-    def _parts(self, r: sqlite3.Connection, who: Principal, path: list[Row]) -> list[_Part]:
+    def _parts(self, r: Conn, who: Principal, path: list[Row]) -> list[_Part]:
         """The visible parts of a context, root first, each with its latest summary under its bound."""
         parts: list[_Part] = []
         for i, node in enumerate(path):
@@ -546,7 +545,7 @@ class Summaries:
         return parts
 
     @staticmethod
-    def _has_entries(r: sqlite3.Connection, p: _Part, before: str) -> bool:
+    def _has_entries(r: Conn, p: _Part, before: str) -> bool:
         if p.summary is not None and p.summary["upto"] < before:
             return True
         lo = p.summary["upto"] if p.summary is not None else ""

@@ -124,8 +124,7 @@ def symlinked_homes(tmp_path: Path) -> tuple[tuple[Paths, dict[str, str]], tuple
     homes[1].mkdir()
     (homes[1] / "data").symlink_to(homes[0] / "data")
     return tuple(  # type: ignore[return-value]
-        (Paths(*(h / n for n in ("data", "state", "config", "logs"))), base_env(FLEET_HOME=str(h)))
-        for h in homes
+        (Paths(h / "data", h / "state", h / "config", h / "logs"), base_env(FLEET_HOME=str(h))) for h in homes
     )
 
 
@@ -179,7 +178,13 @@ def test_fleet_import_beside_a_running_daemon_refuses_and_changes_nothing(
     first.http().new_wave("w").ok(201)
     # An export of another store's wave (a daemon on a FLEET_HOME of its own) to import.
     other = Daemon(
-        Paths(*(tmp_path / "other" / n for n in ("data", "state", "config", "logs"))), listen="127.0.0.1:0"
+        Paths(
+            tmp_path / "other/data",
+            tmp_path / "other/state",
+            tmp_path / "other/config",
+            tmp_path / "other/logs",
+        ),
+        listen="127.0.0.1:0",
     )
     other.start()
     try:

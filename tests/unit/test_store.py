@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pg import StoreAt
 
 from fleet import errors
 from fleet.records.permissions import Behavior, Outcome, PermissionAnswer, PermissionAsk, PermissionSettled
@@ -31,8 +32,8 @@ OP = OPERATOR_PRINCIPAL
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "fleet.sqlite3")
+def store(store_at: StoreAt) -> Iterator[Store]:
+    s = Store(store_at("fleet.sqlite3"))
     yield s
     s.close()
 
@@ -239,21 +240,19 @@ def test_ids_strictly_increase_in_commit_order_under_concurrent_writers(store: S
         t.start()
     for t in threads:
         t.join()
-    conn = sqlite3.connect(store.path)
+    conn = connect(store.path)
     by_commit = [
-        r[0]
-        for r in conn.execute(
-            "SELECT json_extract(payload, '$.blip.id') FROM events WHERE type = 'blip.posted' ORDER BY seq"
-        )
+        json.loads(r[0])["blip"]["id"]
+        for r in conn.execute("SELECT payload FROM events WHERE type = 'blip.posted' ORDER BY seq")
     ]
     conn.close()
     assert len(by_commit) == 400 and by_commit == sorted(by_commit) and len(set(by_commit)) == 400
 
 
 def test_a_reopened_store_mints_ids_above_everything_it_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_at: StoreAt, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = Store(tmp_path / "db")
+    s = Store(store_at("db"))
     s.create_wave(OP, "demo", ["alice"])
     last = s.post(OP, "demo/main", "one").id
     s.close()
@@ -261,7 +260,7 @@ def test_a_reopened_store_mints_ids_above_everything_it_holds(
     import uuid
 
     monkeypatch.setattr("uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
-    s2 = Store(tmp_path / "db")
+    s2 = Store(store_at("db"))
     a = s2.post(OP, "demo/main", "two").id
     b = s2.post(OP, "demo/main", "three").id
     assert last < a < b
@@ -269,13 +268,13 @@ def test_a_reopened_store_mints_ids_above_everything_it_holds(
 
 
 def test_a_reopened_store_mints_ids_above_its_newest_summary_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_at: StoreAt, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A summary's id is minted like a blip's: a store reopened on a clock in the past must mint
     above it as well (every id increases in commit order)."""
     from fleet.models import NewSummary
 
-    s = Store(tmp_path / "db")
+    s = Store(store_at("db"))
     s.create_wave(OP, "demo", ["alice"])
     last = s.post(OP, "demo/main", "one", as_="alice").id
     got = s.summaries.summarize(OP, "demo/main", NewSummary(text="one said", upto=last, cites=[last]))
@@ -285,7 +284,7 @@ def test_a_reopened_store_mints_ids_above_its_newest_summary_too(
     import uuid
 
     monkeypatch.setattr("uuid6.uuid7", lambda: uuid.UUID("00000000-0000-7000-8000-000000000000"))
-    s2 = Store(tmp_path / "db")
+    s2 = Store(store_at("db"))
     assert newest < s2.post(OP, "demo/main", "two").id
     s2.close()
 
@@ -328,10 +327,10 @@ def test_replaying_the_event_log_rebuilds_the_same_state(store: Store, tmp_path:
     )
 )
 def test_replay_equals_live_state_for_any_history(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, str, int]]
+    tmp_path_factory: pytest.TempPathFactory, store_at: StoreAt, ops: list[tuple[str, str, int]]
 ) -> None:
     d = tmp_path_factory.mktemp("replay")
-    s = Store(d / "db")
+    s = Store(store_at(f"{d.name}.db"))
     s.create_wave(OP, "w", ["alice", "bob"])
     for i, (op, who, n) in enumerate(ops):
         wavelets = s.get_wave(OP, "w").wavelets
@@ -366,7 +365,7 @@ def test_replay_equals_live_state_for_any_history(
                     s.permissions.settle(OP, "w", waiting.id, settled)
         except errors.FleetError:
             pass
-    replay(d / "db", d / "rebuilt")
+    replay(s.path, d / "rebuilt")
     rebuilt = connect(d / "rebuilt")
     assert dump_tables(rebuilt) == s.dump(OP)
     rebuilt.close()
@@ -500,7 +499,7 @@ def test_a_log_written_before_typed_events_replays_to_the_same_rows(tmp_path: Pa
         "permission.answered",
         "wavelet.topic",
     }
-    src = connect(tmp_path / "old.sqlite3")
+    src = sqlite3.connect(tmp_path / "old.sqlite3", isolation_level=None)
     migrate(src)
     src.executemany("INSERT INTO events(type, created_at, payload) VALUES (?,?,?)", old["events"])
     src.close()
@@ -554,7 +553,7 @@ def test_a_log_row_that_does_not_fit_stops_replay(
 
 def test_every_public_store_method_takes_the_principal_first() -> None:
     # authenticate is how a principal is obtained; the rest are the daemon's housekeeping
-    exempt = {"authenticate", "close", "release_reader", "shrink_readers"}
+    exempt = {"authenticate", "close", "release_reader", "shrink_readers", "announce", "listen"}
     for name, fn in inspect.getmembers(Store, inspect.isfunction):
         if name.startswith("_") or name in exempt:
             continue
@@ -615,12 +614,12 @@ def test_a_remembered_token_is_forgotten_when_it_is_revoked_and_posts_keep_it(st
     assert bob is not None and bob.name == "bob"
 
 
-def test_a_generation_is_exact_only_for_a_read_no_write_overlapped(tmp_path: Path) -> None:
+def test_a_generation_is_exact_only_for_a_read_no_write_overlapped(store_at: StoreAt) -> None:
     """What the shared feed results rest on: a stamp taken before a read is exact after it only
     when no write was in progress and none began; an older generation's table is gone."""
     from fleet.store.schema import Connections, GenerationMemo
 
-    db = Connections(tmp_path / "s.db")
+    db = Connections(store_at("s.db"))
     quiet = db.stamp()
     assert db.exact(quiet)
     with db.write() as w:
@@ -642,8 +641,8 @@ def test_a_generation_is_exact_only_for_a_read_no_write_overlapped(tmp_path: Pat
     db.close()
 
 
-def test_the_log_carries_the_replacer_and_leaves_it_out_of_other_blips(tmp_path: Path) -> None:
-    s = Store(tmp_path / "db")
+def test_the_log_carries_the_replacer_and_leaves_it_out_of_other_blips(store_at: StoreAt) -> None:
+    s = Store(store_at("db"))
     s.create_wave(OPERATOR_PRINCIPAL, "w", ["alice", "bob"])
     main = s.resolve(OPERATOR_PRINCIPAL, "w/main").id
     b = s.post(OPERATOR_PRINCIPAL, main, "hi", as_="alice")
@@ -658,3 +657,40 @@ def test_the_log_carries_the_replacer_and_leaves_it_out_of_other_blips(tmp_path:
     ).fetchone()[0]
     assert "replaced_by" not in posted  # an unset optional key stays out of the log, as before
     s.close()
+
+
+def test_an_id_prefix_resolves_whatever_its_case(store: Store) -> None:
+    """Ids are lowercase hex; a prefix typed in capitals names the same wavelet and blip (SQLite's
+    LIKE folds ASCII case, and so must every engine's)."""
+    w = store.create_wave(OP, "w", ["alice"])
+    b = store.post(OP, w.root_id, "hi")
+    assert store.resolve(OP, w.root_id[:8].upper()).id == w.root_id
+    assert [x.id for x in store.history(OP, b.id[:13].upper())] == [b.id]
+
+
+def test_activity_counts_each_authors_blips_and_names_the_latest(store: Store) -> None:
+    w = store.create_wave(OP, "w", ["alice", "bob"])
+    posts = [store.post(OP, w.root_id, f"m{i}", as_="alice" if i % 3 else "bob") for i in range(7)]
+    got = {(a.participant, a.blips, a.last_blip_id, a.last_blip_at) for a in store.activity(OP, "w").activity}
+    last = {who: [b for b in posts if b.author == who][-1] for who in ("alice", "bob")}
+    assert got == {
+        ("alice", 4, last["alice"].id, last["alice"].created_at),
+        ("bob", 3, last["bob"].id, last["bob"].created_at),
+    }
+
+
+def test_a_sessions_spend_is_never_lowered_by_a_later_report(store: Store) -> None:
+    from fleet.records.budgets import Spend, SpendReport
+
+    w = store.create_wave(OP, "w", ["alice"])
+    for tokens, cost in ((100, 0.5), (40, 0.1), (150, 0.25)):  # a late, smaller report changes nothing
+        rep = SpendReport(
+            participant="alice",
+            session_id="s1",
+            spend=[Spend(wavelet_id=w.root_id, tokens=tokens, cost=cost)],
+        )
+        store.report_spend(OP, "w", rep)
+    conn = connect(store.path)
+    row = conn.execute("SELECT tokens, cost FROM budget_spend WHERE session_id = 's1'").fetchone()
+    conn.close()
+    assert (row[0], row[1]) == (150, 0.5)

@@ -4,10 +4,10 @@ a read or a feed is being assembled never reaches the reader."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import StoreAt
 
 from fleet import errors
 from fleet.models import FeedWavelet
@@ -15,9 +15,9 @@ from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
 
 
 @pytest.fixture
-def store_world(tmp_path: Path) -> Iterator[tuple[Store, Principal, str, str]]:
+def store_world(store_at: StoreAt) -> Iterator[tuple[Store, Principal, str, str]]:
     """A store with wave w (alice), a private ``room`` with alice; alice's principal from her token."""
-    store = Store(tmp_path / "s.sqlite3")
+    store = Store(store_at("s.sqlite3"))
     store.create_wave(OPERATOR_PRINCIPAL, "w", ["alice"])
     room = store.fork(OPERATOR_PRINCIPAL, "w/main", "room", ["alice"], private=True)
     store.mint_token(OPERATOR_PRINCIPAL, "w", "alice", "alice-secret")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from fleet.store import schema
 from fleet.store.schema import IDLE_READERS as READERS
-from fleet.store.schema import Connections
+from fleet.store.schema import Conn, Connections
 
 
 def db_fds(pid: int, db: Path) -> int:
@@ -83,9 +83,9 @@ def test_the_pool_never_opens_more_than_its_readers_nor_shares_one(
     monkeypatch.setattr(schema, "READER_WAIT", 0.01)
     db = Connections(tmp_path / f"pool-{uuid.uuid4().hex}.sqlite3", idle_readers=3)
     workers = [Worker() for _ in range(5)]
-    held: dict[int, sqlite3.Connection] = {}
+    held: dict[int, Conn] = {}
 
-    def read() -> sqlite3.Connection:
+    def read() -> Conn:
         conn = db.reader()
         assert conn.execute("SELECT count(*) FROM migrations").fetchone()[0] > 0
         return conn

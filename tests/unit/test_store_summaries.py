@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pg import StoreAt
 
 from fleet import errors
 from fleet.models import Blip, NewSummary, Summary
@@ -25,8 +26,8 @@ PEOPLE = ["alice", "bob", "carol"]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "fleet.sqlite3")
+def store(store_at: StoreAt) -> Iterator[Store]:
+    s = Store(store_at("fleet.sqlite3"))
     yield s
     s.close()
 
@@ -102,10 +103,10 @@ def load_bearing(b: Blip, pinned: set[str]) -> bool:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_assembly_is_the_full_walk_until_summaries_then_keeps_every_load_bearing_blip(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
+    tmp_path_factory: pytest.TempPathFactory, store_at: StoreAt, ops: list[tuple[str, int, int]]
 ) -> None:
     d = tmp_path_factory.mktemp("ctx")
-    s = Store(d / "db")
+    s = Store(store_at(f"{d.name}.db"))
     try:
         s.create_wave(OP, "w", PEOPLE)
         pinned: set[str] = set()
@@ -215,17 +216,17 @@ WRITES = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=WRITES)
 def test_a_summary_is_used_only_where_it_saves_and_a_fork_keeps_its_parents_coverage(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
+    tmp_path_factory: pytest.TempPathFactory, store_at: StoreAt, ops: list[tuple[str, int, int]]
 ) -> None:
     """Random wavelets of random sizes, forks right before and after summaries, participants'
     summaries of any length: no summary that saves nothing is recorded, and every part of every
     context (each visible ancestor up to its child's fork point, then the wavelet) uses exactly the
     summary the rule above names, or none and then the part's full walk."""
     d = tmp_path_factory.mktemp("saves")
-    s = Store(d / "db")
+    s = Store(store_at(f"{d.name}.db"))
     try:
         s.create_wave(OP, "w", PEOPLE)
         pinned: set[str] = set()
