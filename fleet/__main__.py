@@ -1,7 +1,9 @@
 """``fleet`` and ``python -m fleet``: the entry point, in front of the CLI.
 
-Two answers come from here without loading the CLI: ``fleet channel …`` (what every spawned session
-runs) goes straight to the channel, so one channel per agent stays small; ``fleet --version`` prints
+Three answers come from here without loading the CLI: ``fleet channel …`` (what every spawned session
+runs) goes straight to the channel, so one channel per agent stays small; ``fleet watch --hook …``
+(what a session with the hook runs at every turn's end) to :func:`fleet.watch.hook_main`, which
+hands any command line it does not take back to the CLI; ``fleet --version`` prints
 the version before typer or the command tree is imported (it used to register every command and
 took 2.5× as long as ``fleet post``: ``bench/cli.py`` measures both). Everything else is
 :func:`fleet.cli.main`.
@@ -38,6 +40,14 @@ def main() -> None:
 
         load_channel()  # the features that plug into the channel, and no others
         sys.exit(channel(args[1:]))
+    if args[:1] == ["watch"] and "--hook" in args:
+        from fleet.features import load_channel
+        from fleet.watch import hook_main
+
+        load_channel()  # what plugs into delivery, as in a channel
+        code = hook_main(args[1:])
+        if code is not None:
+            sys.exit(code)
     if asks_version(args):
         import fleet
 
