@@ -22,7 +22,8 @@ Prints figures beside baselines measured in the same run; asserts nothing.
   ``wait4``) and peak RSS (``ru_maxrss``, as GNU time's ``%M`` reports it: a child's own
   ``ru_maxrss`` starts at this bench's size, which it shared until its ``exec``), beside the same
   command run through the typer CLI (``fleet.cli.main``: how every hook started before its fast
-  path), ``python -c "import typer"`` and ``python -c pass``, interleaved.
+  path), ``python -c "import typer"`` and ``python -c pass``, interleaved; without ``FLEET_HOME``,
+  as in a user's session (the command names the daemon, the token and the state directory).
 
 Run: ``.venv/bin/python bench/cli.py [--runs 15] [--channels 5] [--hook]``.
 """
@@ -122,6 +123,8 @@ def hooks(env: dict[str, str], daemon: str, token_file: Path, runs: int) -> None
     words = ["watch", "--hook", "--participant", "alice", "--wave", "bench", "--daemon", daemon,
              "--token-file", str(token_file), "--state-dir", str(state_dir)]  # fmt: skip
     fast = [PY, "-m", "fleet", *words]  # as hook_command writes it
+    # as a session runs it: FLEET_HOME is this bench's (its daemon), not a user's, who sets none
+    session = {k: v for k, v in env.items() if k != "FLEET_HOME"}
     typer = [PY, "-c", "from fleet.cli import main; main()", *words]
     run = subprocess.run([*fast, "--wait", "1"], env=env, stdin=subprocess.DEVNULL, capture_output=True)
     assert run.returncode in (0, 2), run.stderr  # past the history: an arm finds nothing new
@@ -142,7 +145,7 @@ def hooks(env: dict[str, str], daemon: str, token_file: Path, runs: int) -> None
                 assert lock.acquire()
             quiet = subprocess.DEVNULL
             timed_argv = [TIME, "-f", "%M", "-o", str(peak), *argv]
-            proc = subprocess.Popen(timed_argv, env=env, stdin=quiet, stdout=quiet, stderr=quiet)
+            proc = subprocess.Popen(timed_argv, env=session, stdin=quiet, stdout=quiet, stderr=quiet)
             _, status, usage = os.wait4(proc.pid, 0)  # GNU time's own CPU is < 1 ms
             if held:
                 lock.release()
