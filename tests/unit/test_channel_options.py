@@ -16,10 +16,12 @@ def test_the_plain_reading_knows_every_option_of_the_parser() -> None:
     assert set(OPTIONS) | set(FLAGS) == declared
 
 
-SPAWNED = channel_entry(
+_ENTRY = channel_entry(
     "alice", "w", "http://127.0.0.1:1", Path("/t/a.token"), attention="targeted", deliver=False, cap=3,
     receipts="transcript", hook_fallback=True,
-)["args"][3:]  # fmt: skip
+)  # fmt: skip
+assert isinstance(_ENTRY["args"], list)
+SPAWNED: list[str] = _ENTRY["args"][3:]  # after -m fleet channel
 
 
 @pytest.mark.parametrize(
