@@ -603,8 +603,9 @@ def hook_options(argv: list[str]) -> tuple[dict[str, object], bool] | None:
     option, or a path typer would find unreadable."""
     if any("\ud800" <= ch <= "\udfff" for arg in argv for ch in arg):
         return None  # not UTF-8: the CLI says which argument
-    got: dict[str, object] = {"wavelets": [], "cap": DEFAULT_CAP, "wait": None, "unreachable_after": 30.0}
+    got: dict[str, object] = {"cap": DEFAULT_CAP, "wait": None, "unreachable_after": 30.0}
     got.update(attention="full", digest_hold=None, attendant=None, attendant_timeout=None, receipts="auto")
+    wavelets: list[object] = []
     flags = {"--hook": False, "--gate": False}
     i = 0
     while i < len(argv):
@@ -627,7 +628,7 @@ def hook_options(argv: list[str]) -> tuple[dict[str, object], bool] | None:
         except ValueError:
             return None
         if key == "wavelets":
-            got[key] = [*got[key], converted]  # type: ignore[misc]
+            wavelets.append(converted)
         else:
             got[key] = converted  # the last one counts, as in typer
     for key, _, env in HOOK_OPTIONS.values():
@@ -640,6 +641,7 @@ def hook_options(argv: list[str]) -> tuple[dict[str, object], bool] | None:
             return None  # typer refuses a path it cannot read
     if not flags["--hook"]:
         return None
+    got["wavelets"] = wavelets
     return got, flags["--gate"]
 
 
@@ -648,7 +650,8 @@ def hook_main(argv: list[str]) -> int | None:
     every turn's end of every session, so it starts as a channel does, without typer and the command
     tree (``bench/cli.py`` measures both ways). Returns the exit status, as ``fleet watch --hook``
     gives it, or None when :func:`hook_options` does not take ``argv``: the CLI then runs it and says
-    what is wrong, so every answer is the CLI's."""
+    what is wrong. Raises what the command raises (:mod:`fleet.errors`): the caller's boundary is the
+    CLI's (fleet/__main__.py)."""
     parsed = hook_options(argv)
     if parsed is None:
         return None
@@ -657,30 +660,10 @@ def hook_main(argv: list[str]) -> int | None:
     logging.basicConfig(  # as the CLI's root does before a command runs
         level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
     )
-    try:
-        config = watch_config(hook=True, **options)  # type: ignore[arg-type]
-        if not debug:  # stderr is read by the model on a wake: no stray logs
-            logging.getLogger("fleet").setLevel(logging.ERROR)
-        return run_hook(config, gate=gate, given=hook_input())
-    except errors.FleetError as exc:
-        return _failed(exc.message, exc.exit_code)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (as the CLI: Python flushes stdout at exit)
-        return 1
-    except Exception as exc:
-        if debug:
-            raise
-        return _failed(f"unexpected {type(exc).__name__}: {exc} (run with FLEET_DEBUG=1 for a traceback)", 1)
-
-
-def _failed(message: str, code: int) -> int:
-    """``code``, after the CLI's error line (its renderer: what it strips from a line is its own)."""
-    from fleet.cli import render
-
-    render.error(message)
-    return code
+    config = watch_config(hook=True, **options)  # type: ignore[arg-type]
+    if not debug:  # stderr is read by the model on a wake: no stray logs
+        logging.getLogger("fleet").setLevel(logging.ERROR)
+    return run_hook(config, gate=gate, given=hook_input())
 
 
 # ---------------------------------------------------------------- the hook's settings
