@@ -7,7 +7,7 @@ Prints figures beside baselines measured in the same run; asserts nothing.
   ``post``, ``read``, ``tree`` against a real local daemon (the embedded one, started first). For
   each: median wall time and median CPU (utime + stime of the child, from ``wait4``) over N runs,
   interleaved with the baselines ``python -c "import typer"`` (the target: each command ≤ 1.2× its
-  wall time) and ``python -c pass``.
+  wall time; the ratio of CPU is printed beside it, steadier on shared cores) and ``python -c pass``.
 - A channel: ``python -m fleet channel`` started as Claude Code starts it, the MCP handshake done
   (initialize, initialized, tools/list); "ready" is the daemon seeing its first presence ping (what
   spawn waits for). Its RSS (``VmRSS``) and CPU at ready, median of several channels: CPU as
@@ -15,8 +15,17 @@ Prints figures beside baselines measured in the same run; asserts nothing.
   the sum of its threads' ``/proc/PID/task/*/schedstat`` run time (nanoseconds: the exact figure).
   Then its RSS and CPU after it delivered 200 blips. Targets (issue 28): ≤ 15 MiB, ≤ 60 ms to ready.
   Baseline: ``python -c pass``.
+- The watch hook (``fleet watch --hook``, what Claude Code runs at every turn's end under
+  ``--transport hook`` or ``auto``), as its generated command runs it, in the two ways it exits with
+  nothing to deliver: a second arm while another holds the state file's lock (exit 0 at once), and
+  an arm that finds nothing new within ``--wait 0.2``. Medians of CPU (utime + stime, from
+  ``wait4``) and peak RSS (``ru_maxrss``, as GNU time's ``%M`` reports it: a child's own
+  ``ru_maxrss`` starts at this bench's size, which it shared until its ``exec``), beside the same
+  command run through the typer CLI (``fleet.cli.main``: how every hook started before its fast
+  path), ``python -c "import typer"`` and ``python -c pass``, interleaved; without ``FLEET_HOME``,
+  as in a user's session (the command names the daemon, the token and the state directory).
 
-Run: ``.venv/bin/python bench/cli.py [--runs 15] [--channels 5]``.
+Run: ``.venv/bin/python bench/cli.py [--runs 15] [--channels 5] [--hook]``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ import time
 from pathlib import Path
 
 PY = sys.executable
+TIME = "/usr/bin/time"
+"""GNU time, for a child's peak RSS (``fleet watch --hook``)."""
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -92,15 +103,61 @@ def commands(env: dict[str, str], runs: int) -> None:
     cases["fleet read"] = [script, "read", "bench/main"]
     cases["fleet tree"] = [script, "tree", "bench"]
     got = side_by_side(cases, env, runs)
-    typer_wall = got["python -c 'import typer'"][0]
-    print(f"{'command':32} {'wall':>9} {'CPU':>9}  wall / import typer (target <= 1.2x)")
+    typer_wall, typer_cpu = got["python -c 'import typer'"]
+    print(f"{'command':32} {'wall':>9} {'CPU':>9}  / import typer: wall (target <= 1.2x), CPU")
     over = []
     for name, (w, c) in got.items():
         ratio = w / typer_wall
-        print(f"{name:32} {ms(w):>9} {ms(c):>9}  {ratio:.2f}x")
+        print(f"{name:32} {ms(w):>9} {ms(c):>9}  {ratio:.2f}x  {c / typer_cpu:.2f}x")
         if name.startswith("fleet") and ratio > 1.2:
             over.append(name)
-    print(f"over 1.2x import typer: {', '.join(over) if over else 'none'}")
+    print(f"over 1.2x import typer (wall): {', '.join(over) if over else 'none'}")
+
+
+def hooks(env: dict[str, str], daemon: str, token_file: Path, runs: int) -> None:
+    """``fleet watch --hook`` exiting with nothing to deliver, beside the typer CLI running it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from fleet.delivery.state import StateFile
+
+    state_dir = Path(env["FLEET_HOME"]) / "hook-state"
+    words = ["watch", "--hook", "--participant", "alice", "--wave", "bench", "--daemon", daemon,
+             "--token-file", str(token_file), "--state-dir", str(state_dir)]  # fmt: skip
+    fast = [PY, "-m", "fleet", *words]  # as hook_command writes it
+    # as a session runs it: FLEET_HOME is this bench's (its daemon), not a user's, who sets none
+    session = {k: v for k, v in env.items() if k != "FLEET_HOME"}
+    typer = [PY, "-c", "from fleet.cli import main; main()", *words]
+    run = subprocess.run([*fast, "--wait", "1"], env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    assert run.returncode in (0, 2), run.stderr  # past the history: an arm finds nothing new
+    lock = StateFile(state_dir, daemon, "bench", "alice")
+    peak = Path(env["FLEET_HOME"]) / "peak"
+    cases = {
+        "python -c pass": ([PY, "-c", "pass"], False),
+        "python -c 'import typer'": ([PY, "-c", "import typer"], False),
+        "hook, lock held, via typer": (typer, True),
+        "hook, lock held": (fast, True),
+        "hook, --wait 0.2, via typer": ([*typer, "--wait", "0.2"], False),
+        "hook, --wait 0.2": ([*fast, "--wait", "0.2"], False),
+    }
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    for n in range(runs + 1):  # the first round warms up
+        for name, (argv, held) in cases.items():
+            if held:
+                assert lock.acquire()
+            quiet = subprocess.DEVNULL
+            timed_argv = [TIME, "-f", "%M", "-o", str(peak), *argv]
+            proc = subprocess.Popen(timed_argv, env=session, stdin=quiet, stdout=quiet, stderr=quiet)
+            _, status, usage = os.wait4(proc.pid, 0)  # GNU time's own CPU is < 1 ms
+            if held:
+                lock.release()
+            if status != 0:
+                raise SystemExit(f"{name} exited with wait status {status}")
+            if n:
+                kib = int(peak.read_text().split()[-1])
+                got[name].append((usage.ru_utime + usage.ru_stime, kib / 1024))
+    print(f"{'watch hook, nothing to deliver':32} {'CPU':>9} {'peak RSS':>10}  (medians of {runs})")
+    for name, rows in got.items():
+        cpu, rss = statistics.median(c for c, _ in rows), statistics.median(r for _, r in rows)
+        print(f"{name:32} {ms(cpu):>9} {rss:>6.1f} MiB")
 
 
 def ms(seconds: float) -> str:
@@ -216,6 +273,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--startup", action="store_true", help="Only `fleet --version` and `fleet post`.")
     ap.add_argument("--channels", type=int, default=5, help="Channels started one after another (medians).")
+    ap.add_argument("--hook", action="store_true", help="Only the watch hook.")
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
     # measured as installed: byte-compiled (PYTHONDONTWRITEBYTECODE would make every run compile)
@@ -234,10 +292,17 @@ def main() -> None:
             if args.startup:
                 startup(env, args.runs)
                 return
-            commands(env, args.runs)
             token = Path(tmp) / "alice.token"
             mint = [*fleet, "token", "mint", "bench", "alice", "--file", str(token)]
             subprocess.run(mint, env=env, check=True, capture_output=True)
+            from fleet.client import connect
+
+            daemon = connect(autostart=False).base_url
+            if args.hook:
+                hooks(env, daemon, token, args.runs)
+                return
+            commands(env, args.runs)
+            hooks(env, daemon, token, args.runs)
             base_rss = baseline_rss()
             runs = [
                 channel_figures(env, "bench", token, n=200 if i == 0 else 0) for i in range(args.channels)

@@ -48,22 +48,21 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery.config import TransportConfig, read_token
+from fleet.delivery.config import TransportConfig, read_token, resolve
 from fleet.delivery.engine import Backoff, Engine, ListSink
 from fleet.delivery.frames import Frame, hook_report
 from fleet.delivery.presence import Presence
-from fleet.delivery.rules import Attention, Delivery
+from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention, Delivery
 from fleet.delivery.state import DeliveryState, StateFile
 from fleet.models import Feed
 from fleet.paths import get_paths
 from fleet.procs import identity
-from fleet.wire import Record, RecordError, dumps, loads
+from fleet.wire import Record, RecordError, Value, dumps, loads
 from fleet.wire import field as wfield
 
 if TYPE_CHECKING:
@@ -159,12 +158,11 @@ def unreachable_report(config: TransportConfig, down_for: float, reason: str) ->
 # ---------------------------------------------------------------- the wait
 
 
-@dataclass
-class Outcome:
+class Outcome(Value):
     """How a wait ended. ``frames`` is non-empty exactly when ``how == "frames"``."""
 
     how: Literal["frames", "elapsed", "unreachable"]
-    frames: list[Frame] = field(default_factory=list)
+    frames: list[Frame] = wfield(default_factory=list)
     down_for: float = 0.0
     reason: str = ""
 
@@ -517,6 +515,155 @@ def _receipts(
 def _to_stderr(text: str) -> None:
     sys.stderr.write(text)
     sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- the command's options
+
+
+def watch_config(
+    *,
+    hook: bool,
+    participant: str | None,
+    wave: str | None,
+    wavelets: list[str],
+    daemon: str | None,
+    token_file: Path | None,
+    state_dir: Path | None,
+    cap: int,
+    wait: float | None,
+    unreachable_after: float,
+    attention: str,
+    digest_hold: float | None,
+    attendant: str | None,
+    attendant_timeout: float | None,
+    receipts: str,
+) -> TransportConfig:
+    """The configuration of a ``fleet watch`` (``hook``: an arm) from its options as typed (None: not
+    given), for the CLI and :func:`hook_main` alike. The two modes differ in their defaults: an arm
+    waits :data:`HOOK_WAIT` and holds a lone digest for more chatter, a plain watch hands out what it
+    has when it returns."""
+    if receipts not in ("auto", "transcript", "none"):
+        raise errors.UsageError(f"--receipts is auto, transcript or none, not {receipts!r}")
+    return resolve(
+        participant=participant,
+        wave=wave,
+        daemon=daemon,
+        token_file=token_file,
+        state_dir=state_dir,
+        need_token_file=hook,
+        cap=cap,
+        wavelets=wavelets,
+        wait=(HOOK_WAIT if hook else 0.0) if wait is None else wait,
+        unreachable_after=unreachable_after,
+        attention=attention,
+        digest_hold=(DIGEST_HOLD if hook else 0.0) if digest_hold is None else digest_hold,
+        attendant=attendant or None,
+        attendant_timeout=attendant_timeout,
+        receipts=receipts,
+    )
+
+
+def _count(value: str) -> int:
+    if int(value) < 0:
+        raise ValueError(value)
+    return int(value)
+
+
+def _seconds(value: str) -> float:
+    if float(value) < 0:
+        raise ValueError(value)
+    return float(value)
+
+
+HOOK_OPTIONS: dict[str, tuple[str, Callable[[str], object], str | None]] = {
+    "--participant": ("participant", str, "FLEET_PARTICIPANT"),
+    "--wave": ("wave", str, "FLEET_WAVE"),
+    "--wavelet": ("wavelets", str, None),
+    "--daemon": ("daemon", str, "FLEET_DAEMON"),
+    "--token-file": ("token_file", Path, "FLEET_TOKEN_FILE"),
+    "--state-dir": ("state_dir", Path, None),
+    "--cap": ("cap", _count, None),
+    "--wait": ("wait", _seconds, None),
+    "--unreachable-after": ("unreachable_after", _seconds, None),
+    "--attention": ("attention", str, None),
+    "--digest-hold": ("digest_hold", _seconds, None),
+    "--attendant": ("attendant", str, None),
+    "--attendant-timeout": ("attendant_timeout", float, None),
+    "--receipts": ("receipts", str, None),
+}
+"""The options :func:`hook_main` takes, as ``fleet watch`` declares them (fleet/cli/watch.py; a test
+keeps the two equal): option -> (keyword of :func:`watch_config`, conversion, environment variable).
+A conversion raises ValueError where typer would refuse the value (a count or seconds below 0)."""
+
+
+def hook_options(argv: list[str]) -> tuple[dict[str, object], bool] | None:
+    """The keywords of :func:`watch_config` and ``--gate`` from an arm's command line (``watch``
+    dropped), or None when it is not one typer would take as it is: an option an arm does not take
+    (``--after``, ``--json``, ``--help``), a value typer would refuse, a value that looks like an
+    option, or a path typer would find unreadable."""
+    if any("\ud800" <= ch <= "\udfff" for arg in argv for ch in arg):
+        return None  # not UTF-8: the CLI says which argument
+    got: dict[str, object] = {"cap": DEFAULT_CAP, "wait": None, "unreachable_after": 30.0}
+    got.update(attention="full", digest_hold=None, attendant=None, attendant_timeout=None, receipts="auto")
+    wavelets: list[object] = []
+    flags = {"--hook": False, "--gate": False}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word in flags:
+            flags[word] = True
+            continue
+        option, eq, value = word.partition("=")
+        if option not in HOOK_OPTIONS or (not eq and i == len(argv)):
+            return None
+        if not eq:
+            value = argv[i]
+            i += 1
+        if value.startswith("-"):
+            return None
+        key, convert, _ = HOOK_OPTIONS[option]
+        try:
+            converted = convert(value)
+        except ValueError:
+            return None
+        if key == "wavelets":
+            wavelets.append(converted)
+        else:
+            got[key] = converted  # the last one counts, as in typer
+    for key, _, env in HOOK_OPTIONS.values():
+        if env and key not in got and os.environ.get(env):  # typer reads an empty variable as unset
+            got[key] = Path(os.environ[env]) if key == "token_file" else os.environ[env]
+    for key in ("participant", "wave", "daemon", "token_file", "state_dir"):
+        got.setdefault(key, None)
+        path = got[key]
+        if isinstance(path, Path) and os.path.exists(path) and not os.access(path, os.R_OK):
+            return None  # typer refuses a path it cannot read
+    if not flags["--hook"]:
+        return None
+    got["wavelets"] = wavelets
+    return got, flags["--gate"]
+
+
+def hook_main(argv: list[str]) -> int | None:
+    """``fleet watch --hook ARGS`` (``watch`` dropped) without the CLI: Claude Code runs an arm at
+    every turn's end of every session, so it starts as a channel does, without typer and the command
+    tree (``bench/cli.py`` measures both ways). Returns the exit status, as ``fleet watch --hook``
+    gives it, or None when :func:`hook_options` does not take ``argv``: the CLI then runs it and says
+    what is wrong. Raises what the command raises (:mod:`fleet.errors`): the caller's boundary is the
+    CLI's (fleet/__main__.py)."""
+    parsed = hook_options(argv)
+    if parsed is None:
+        return None
+    options, gate = parsed
+    debug = bool(os.environ.get("FLEET_DEBUG"))
+    logging.basicConfig(  # as the CLI's root does before a command runs
+        level=logging.DEBUG if debug else logging.WARNING, format="fleet: %(name)s: %(message)s"
+    )
+    config = watch_config(hook=True, **options)  # type: ignore[arg-type]
+    if not debug:  # stderr is read by the model on a wake: no stray logs
+        logging.getLogger("fleet").setLevel(logging.ERROR)
+    return run_hook(config, gate=gate, given=hook_input())
 
 
 # ---------------------------------------------------------------- the hook's settings

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -81,6 +80,8 @@ def plan(
     """Decompose PLAN.md into a campaign under .wave/campaigns/<id>/ (committed as `wave plan: <id>`):
     a fresh planner session writes it (read-only outside .wave/) and fleet validates it, or
     --by-headings makes one wave per `##` section with no model."""
+    import json
+
     from fleet.campaign import disk
 
     root = disk.repo_root(repo)
@@ -143,6 +144,8 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """The dashboard: header, loop strip, USER ATTENTION banner, the wave table."""
+    import json
+
     from fleet.campaign import view
 
     c = _campaign(repo, campaign)
@@ -352,6 +355,8 @@ def settled(
     loop_dir: Annotated[Path, typer.Option("--loop-dir", help="The campaign's .loop directory.")],
 ) -> None:
     """The Stop hook of campaign sessions: report that the session's turn ended (reads the hook's stdin)."""
+    import json
+
     from fleet.campaign import loop as lp
 
     try:

@@ -12,11 +12,7 @@ or ``fleet --remote NAME …`` then uses it.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
-import socket
 import time
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
@@ -37,6 +33,8 @@ app = typer.Typer(
 
 
 def encode(ticket: JoinTicket) -> str:
+    import base64
+
     from fleet.models import JOIN_PREFIX
     from fleet.wire import dumps
 
@@ -45,6 +43,9 @@ def encode(ticket: JoinTicket) -> str:
 
 
 def decode(text: str) -> JoinTicket:
+    import base64
+    import binascii
+
     from fleet.models import JOIN_PREFIX, JoinTicket
     from fleet.wire import RecordError, loads
 
@@ -82,6 +83,8 @@ def _public_url(given: str | None) -> str:
             raise errors.UsageError(f"--url {given!r} is not HOST[:PORT] or a URL")
         host, port = parts.hostname, parts.port or port
     elif is_wildcard(host):
+        import socket
+
         host = socket.getfqdn() or socket.gethostname()
     if local.scheme == "http" and is_loopback(local.hostname or "") and not given:
         raise errors.UsageError(
@@ -202,6 +205,8 @@ def join(
 @app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """The daemons this machine has joined (tokens not shown)."""
+    import json
+
     from fleet.client import Client
     from fleet.models import Remote
     from fleet.wire import RecordError, dumps, loads

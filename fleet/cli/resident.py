@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -93,6 +92,8 @@ def stop(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> N
 def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) -> None:
     """The mind's state (the one `fleet status` shows: idle, turning, waiting, failed, dead, unknown
     and why; none), turns, workers in flight, uptime."""
+    import json
+
     from fleet.resident import seat
     from fleet.resident.mind import steer_status
 

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -19,9 +19,9 @@ from fleet import errors
 from fleet.cli import render
 from fleet.paths import get_paths
 
-CAP, HOLD = 40, 30.0
-""":data:`fleet.delivery.rules.DEFAULT_CAP` and ``DIGEST_HOLD``, the defaults ``--help`` shows (the
-delivery rules load the records: the hook imports them where it runs; a unit test keeps them equal)."""
+CAP = 40
+""":data:`fleet.delivery.rules.DEFAULT_CAP`, the default ``--help`` shows (the delivery rules load the
+records: the hook imports them where it runs; a test keeps them equal)."""
 
 ParticipantOpt = Annotated[
     str | None,
@@ -151,29 +151,27 @@ def watch(
     stderr, and a daemon unreachable for --unreachable-after seconds also exits 2.
     """
     from fleet import watch as core
-    from fleet.delivery.config import resolve
 
     if hook and (after or as_json):
         raise errors.UsageError("--hook keeps its position in the state file: drop --after and --json")
     if not hook and state_dir is not None:
         raise errors.UsageError("--state-dir is for --hook only (plain watch keeps its position in --after)")
-    config = resolve(
+    config = core.watch_config(
+        hook=hook,
         participant=participant,
         wave=wave,
         daemon=daemon,
         token_file=token_file,
         state_dir=state_dir,
-        need_token_file=hook,
         cap=cap,
         wavelets=list(wavelet or []),
-        wait=(core.HOOK_WAIT if hook else 0.0) if wait is None else wait,
+        wait=wait,
         unreachable_after=unreachable_after,
         attention=attention,
-        # a plain watch hands out what it has when it returns; an arm may wait for more chatter
-        digest_hold=(HOLD if hook else 0.0) if digest_hold is None else digest_hold,
-        attendant=attendant or None,
+        digest_hold=digest_hold,
+        attendant=attendant,
         attendant_timeout=attendant_timeout,
-        receipts=_receipts(receipts),
+        receipts=receipts,
     )
     if hook:
         if not os.environ.get("FLEET_DEBUG"):  # stderr is read by the model on a wake: no stray logs
@@ -192,12 +190,6 @@ def watch(
             render.out()
         render.out(f"after={next_after}")
     sys.stdout.flush()
-
-
-def _receipts(value: str) -> Literal["auto", "transcript", "none"]:
-    if value not in ("auto", "transcript", "none"):
-        raise errors.UsageError(f"--receipts is auto, transcript or none, not {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def hook_config(

@@ -102,7 +102,6 @@ def resolve(
     and the hook run inside the participant's session, on its own token). ``settings`` are the
     remaining :class:`TransportConfig` fields, as the command's options gave them.
     """
-    paths = get_paths()
     participant = participant or os.environ.get("FLEET_PARTICIPANT", "")
     if not participant:
         raise errors.UsageError("no participant: pass --participant or set FLEET_PARTICIPANT")
@@ -118,7 +117,7 @@ def resolve(
     if not daemon:
         from fleet.client import endpoint_daemons, read_endpoint
 
-        endpoint = read_endpoint(paths)
+        endpoint = read_endpoint(get_paths())
         if endpoint is None:
             raise errors.DaemonUnreachable(
                 "no daemon: pass --daemon URL, set FLEET_DAEMON, "
@@ -134,13 +133,15 @@ def resolve(
                 "no token file: pass --token-file PATH or set FLEET_TOKEN_FILE (mint one with "
                 f"`fleet token mint {wave} {participant} --file PATH`)"
             )
-        token_file = paths.operator_token
+        token_file = get_paths().operator_token
     config = TransportConfig(
         participant=participant,
         wave=wave,
         daemon=daemon,
         token_file=token_file.expanduser() if token_file else None,
-        state_dir=(state_dir or paths.channels).expanduser(),
+        # get_paths() only for what the options left out: without FLEET_HOME it loads platformdirs
+        # (and tempfile, shutil, random: 1.7 MiB), which an arm of the hook, given all three, never needs
+        state_dir=(state_dir or get_paths().channels).expanduser(),
         session_id=os.environ.get("CLAUDE_CODE_SESSION_ID") or os.environ.get("FLEET_SESSION_ID") or None,
         **settings,  # type: ignore[arg-type]
     )

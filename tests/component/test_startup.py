@@ -30,6 +30,8 @@ CHANNEL_UNUSED = {
     "inspect": "~5 ms, for nothing a channel calls",
     "subprocess": "only the attendant runs a command (fleet.procs imports it there)",
     "concurrent.futures": "the tool pool is made at the first tools/call",
+    "argparse": "with gettext, locale and the parser built, ~4 ms and 0.5 MiB: spawn's command lines are "
+    "read without it (fleet.channel.plain_options)",
 }
 """What a channel must not load before it delivers: each is what it cost a channel to start."""
 
@@ -98,6 +100,27 @@ def test_a_channel_loads_no_cli_pydantic_http_client_or_tmux(
     assert {m: why for m, why in CHANNEL_UNUSED.items() if m in at_exit} == {}
 
 
+def test_an_arm_of_the_watch_hook_loads_no_cli(daemon: Daemon, operator: Client, tmp_path: Path) -> None:
+    """``fleet watch --hook`` runs at every turn's end of every session with the hook: it starts as a
+    channel does (fleet.watch.hook_main), without typer and the command tree (~105 ms CPU and 19.8
+    MiB through them, ~70 ms and 16.3 MiB without: bench/cli.py --hook), and without platformdirs,
+    since its command line names the daemon, the token file and the state directory."""
+    operator.create_wave("w", ["alice"])
+    token = minted_token_file(operator, "w", "alice", tmp_path)
+    argv = ["-m", "fleet", "watch", "--hook", "--participant", "alice", "--wave", "w", "--daemon", daemon.url,
+            "--token-file", str(token), "--state-dir", str(tmp_path / "state"), "--wait", "0.1"]  # fmt: skip
+    # as in a user's session: no FLEET_HOME, and the command names every path (hook_command)
+    env = {k: v for k, v in os.environ.items() if k != "FLEET_HOME"}
+    # the wave's creation alone wakes nobody: the arm waits 0.1 s and exits 0
+    modules = imported(argv, env)
+    assert {"fleet.watch", "fleet.delivery.engine", "fleet.client"} <= modules
+    assert sorted(m for m in modules if m == "fleet.cli" or m.startswith("fleet.cli.")) == []
+    assert heavy(modules) == []
+    assert "platformdirs" not in modules  # with tempfile, shutil and random: 0.9 MiB of an arm
+    at_exit = loaded_at_exit(argv[2:], env)
+    assert {m: why for m, why in CHANNEL_UNUSED.items() if m in at_exit} == {}
+
+
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_fleet_version_answers_before_the_cli_is_built(fleet_env: Paths, how: str) -> None:
     """``fleet --version`` prints the version without importing the CLI (typer, the command tree) or
@@ -114,13 +137,15 @@ def test_fleet_version_answers_before_the_cli_is_built(fleet_env: Paths, how: st
     assert (got.returncode, got.stdout, got.stderr) == (0, f"fleet {fleet.__version__}\n", "")
 
 
-LIGHT = ("msgspec", "pydantic", "libtmux", "fleet.client", "fleet.models", "fleet.layouts", "fleet.delivery")
-"""What a command's ``--help`` must not load: it needs typer and the command's own module, no records."""
+LIGHT = ("msgspec", "pydantic", "libtmux", "fleet.client", "fleet.models", "fleet.layouts", "fleet.delivery",
+         "socket", "json")  # fmt: skip
+"""What a command's ``--help`` must not load: it needs typer and the command's own module, no records
+(and no socket or json: ``remote --help`` loaded both, ~4 ms, for bodies that use them)."""
 
 
 @pytest.mark.parametrize("command", [[], ["post"], ["read"], ["tree"], ["spawn"], ["status"], ["fork"],
                                      ["token"], ["daemon"], ["watch"], ["summary"], ["approve"],
-                                     ["remote"]])  # fmt: skip
+                                     ["remote"], ["campaign"], ["memory"]])  # fmt: skip
 def test_help_loads_no_records_client_or_layouts(fleet_env: Paths, command: list[str]) -> None:
     modules = imported(["-m", "fleet", *command, "--help"], dict(os.environ))
     assert sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in LIGHT)) == []

@@ -183,6 +183,28 @@ def test_watch_bad_input_has_documented_exit_codes(world: World) -> None:
         assert "Traceback" not in res.stderr and res.stdout == ""
 
 
+def test_an_arm_answers_as_the_cli_does(world: World) -> None:
+    """An arm starts without typer (fleet.watch.hook_main) and hands the CLI what it does not take:
+    whatever its command line, it exits and writes as ``fleet watch --hook`` through the CLI does."""
+    via_cli = [sys.executable, "-c", "from fleet.cli import main; main()"]
+    for extra in (
+        ["--wave", "nope"],  # the last --wave counts: unknown, 4
+        ["--participant", "Alice"],
+        ["--receipts", "rollout"],
+        ["--attention", "nonsense"],
+        ["--cap", "-1"],  # refused by typer: the CLI answers
+        ["--after", "v1.x"],
+        ["--no-such-option"],
+    ):
+        argv = world.watch_argv("alice", "--hook", *extra)
+        fast = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        cli = subprocess.run(
+            [*via_cli, *argv[3:]], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+        assert fast.returncode in (2, 4), (extra, fast.stderr)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (cli.returncode, cli.stdout, cli.stderr), extra
+
+
 # ---------------------------------------------------------------- hook mode
 
 

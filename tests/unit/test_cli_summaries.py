@@ -34,7 +34,7 @@ def test_the_defaults_help_shows_are_the_cores() -> None:
 
     assert spawn.DEFAULT_LAYOUT == layouts.DEFAULT_LAYOUT
     assert common.MAX_BLIP_BYTES == models.DEFAULT_MAX_BLIP_BYTES
-    assert (watch.CAP, watch.HOLD) == (rules.DEFAULT_CAP, rules.DIGEST_HOLD)
+    assert watch.CAP == rules.DEFAULT_CAP
     assert (summary.BYTES, summary.EVERY, summary.SUMMARIZER_TIMEOUT) == (
         summaries.BYTES,
         summaries.EVERY,
