@@ -150,13 +150,20 @@ class Kind(Protocol):
         this kind (the reader's ``problem`` says why one cannot be read yet)."""
         ...
 
+    @property
+    def after_interrupt(self) -> str:
+        """'' when a session takes its wakes as before after an Escape ended its turn; else what it
+        does instead, one sentence (``fleet resident interrupt`` says it when it typed nothing)."""
+        ...
+
     def enter(
         self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
-        env: Mapping[str, str], paths: Paths,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
     ) -> None:  # fmt: skip
-        """Put ``text`` (one line) to the session in ``pane_id`` as its next turn, the way this kind
-        takes one (typed into its pane, or queued); a :class:`~fleet.errors.FleetError` when it could
-        not be. ``words``: the session's agent command, ``env``: its pane's environment."""
+        """Put ``text`` (one line) to the idle session in ``pane_id`` as its next turn, the way this
+        kind takes one (typed into its pane, or queued; ``interrupted``: its last turn was ended by
+        an Escape); a :class:`~fleet.errors.FleetError` when it could not be. ``words``: the
+        session's agent command, ``env``: its pane's environment."""
         ...
 
     def doctor(self) -> Health | None:

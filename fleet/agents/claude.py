@@ -171,6 +171,7 @@ class Claude:
 
     mind_limits: tuple[str, ...] = ()
     steer = ""
+    after_interrupt = ""
 
     def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
         """Its transcript (``~/.claude/projects/…/<session id>.jsonl`` of ``env``'s HOME), once written."""
@@ -186,7 +187,7 @@ class Claude:
 
     def enter(
         self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
-        env: Mapping[str, str], paths: Paths,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
     ) -> None:  # fmt: skip
         type_in(tmux, pane_id, text)
 
@@ -233,13 +234,14 @@ class Generic:
 
     mind_limits: tuple[str, ...] = ("its turns and state are not read (fleet reads no record of this agent)",)
     steer = "not read: fleet reads no record of this agent"
+    after_interrupt = ""
 
     def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
         return None
 
     def enter(
         self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
-        env: Mapping[str, str], paths: Paths,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
     ) -> None:  # fmt: skip
         type_in(tmux, pane_id, text)
 

@@ -67,8 +67,14 @@ MIND_LIMITS = (
     "no steering: an operator's blip that arrives mid-turn waits for the turn's end (the next turn)",
     "heartbeats, crons and an interrupt's next turn are `codex queue` messages (seconds to enter)",
     "failed turns are not read from its rollout (only a dead process is revived)",
+    "after an interrupt it takes no queued message (blips, heartbeats) until a line is typed in:"
+    " `fleet resident interrupt WAVE TEXT` types TEXT",
 )
 """What a Codex mind cannot do that a Claude Code one does (``fleet resident status``)."""
+AFTER_INTERRUPT = (
+    "Codex holds its queue after an Escape: blips and heartbeats wait until a line is typed in its pane"
+    " (an interrupt's TEXT is; verified with 0.169.0)"
+)
 STEER = (
     "never: Codex keeps a blip that arrives mid-turn in its queue and takes it as the next turn"
     " (verified with 0.169.0)"
@@ -222,6 +228,7 @@ class Codex:
 
     mind_limits: tuple[str, ...] = MIND_LIMITS
     steer = STEER
+    after_interrupt = AFTER_INTERRUPT
 
     def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
         """Its thread's rollout, translated (:class:`~fleet.delivery.rollout.Rollout`): the thread is
@@ -230,12 +237,18 @@ class Codex:
 
     def enter(
         self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
-        env: Mapping[str, str], paths: Paths,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
     ) -> None:  # fmt: skip
-        """``codex queue`` to its thread: the verified way into a Codex session (a line typed into its
-        TUI with tmux needed a second Enter to be sent; not relied on)."""
+        """``codex queue`` to its thread: the verified way into an idle Codex session. After an Escape
+        (``interrupted``) Codex 0.169.0 holds its queue until a line is typed into its TUI (verified:
+        a message queued then entered only after a typed turn), so that line is typed (its echo, then
+        Enter: the TUI took it as a turn, ``turn_trigger: "user"``)."""
+        from fleet.agents.claude import type_in
         from fleet.channel.codex import queue
 
+        if interrupted:
+            type_in(tmux, pane_id, text)
+            return
         thread = read_thread(paths.channels, session_id)
         if thread is None:
             raise errors.FleetError(

@@ -146,7 +146,9 @@ def interrupt(
                 f" in pane {pane_id} (pid {pid})"
             )
     if line:
-        mind.enter(tmux, pane_id, seat.session_id, line)
+        mind.enter(tmux, pane_id, seat.session_id, line, interrupted=ended_by == "cooperative")
+    elif ended_by == "cooperative" and mind.kind.after_interrupt:
+        said += f"; {mind.kind.after_interrupt}"
     client.post_system(wave.root_id, said)
     return InterruptReport(
         wave=wave.name, was_turning=turning, interrupted=turning, ended_by=ended_by,

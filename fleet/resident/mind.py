@@ -116,11 +116,15 @@ class Mind:
         unread = "" if record is not None else f"fleet reads no record of a {self.kind.name} agent"
         return MindReader(session_id, self.env, record=record, unread=unread)
 
-    def enter(self, tmux: Tmux, pane_id: str, session_id: str, text: str) -> None:
-        """Put ``text`` to the mind as its next turn, its kind's way (typed in, or ``codex queue``)."""
+    def enter(
+        self, tmux: Tmux, pane_id: str, session_id: str, text: str, *, interrupted: bool = False
+    ) -> None:
+        """Put ``text`` to the mind as its next turn, its kind's way (typed in, or ``codex queue``;
+        ``interrupted``: an Escape ended its last turn)."""
         self.kind.enter(
-            tmux, pane_id, text, words=self.words, session_id=session_id, env=self.env, paths=self.paths
-        )
+            tmux, pane_id, text, words=self.words, session_id=session_id, env=self.env, paths=self.paths,
+            interrupted=interrupted,
+        )  # fmt: skip
 
 
 def steer_status(session_id: str, mind: Mind | Mapping[str, str] | None) -> SteerStatus:

@@ -585,7 +585,9 @@ def status(
     fold = reader.read()
     # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
     # message); on another machine, nothing here says anything of its turns
-    readable = not reader.problem or (reader.path is None and seat.host == socket.gethostname())
+    readable = not reader.problem or (
+        reader.record is not None and reader.path is None and seat.host == socket.gethostname()
+    )
     alive = seat_alive(client, tmux, seat)
     # the state is the one `fleet status` shows (the channel's report, a dead pane seen here): the
     # two never disagree; the transcript here adds the counts

@@ -78,13 +78,14 @@ class _Mine:
 
     mind_limits: tuple[str, ...] = ("everything",)
     steer = "never"
+    after_interrupt = ""
 
     def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
         return None
 
     def enter(
         self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
-        env: Mapping[str, str], paths: Paths,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
     ) -> None:  # fmt: skip
         raise errors.FleetError("mine takes no turns")
 
