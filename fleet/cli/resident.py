@@ -69,6 +69,8 @@ def start(
     )
     if report.closed:
         render.note(report.closed)
+    if report.limits:
+        render.note(f"a {report.kind} mind: " + "; ".join(report.limits))
     if report.supervisor is None:
         render.note(seat.unsupervised(report.wave))
     else:

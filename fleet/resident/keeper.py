@@ -20,7 +20,9 @@ the mind's transcript, and only a due deadline opens a turn. What a caller may r
   default; ``off`` disables it) is interrupted as ``fleet resident interrupt`` does it — Escape,
   then past 10 s the force-close and resume (:mod:`fleet.resident.interrupt`) — unless the mind
   waits on a person (a permission prompt or a dialog, as its channel reports). The interrupt's
-  system blip says the janitor did it, why, and which stage ended the turn. One try per stall.
+  system blip says the janitor did it, why, and which stage ended the turn. One try per stall. A
+  mind whose kind holds its wakes after an Escape until a line is typed (Codex) gets a line saying
+  why as its next turn, so the operator's blips reach it again.
 - Every heartbeat, cron and miss is a ``system`` blip in the wave's root wavelet (provenance); the
   turn itself is opened by putting the line, prefixed ``[fleet]``, to the mind its kind's way
   (:meth:`fleet.agents.Kind.enter`: typed into a Claude Code pane, ``codex queue`` for a Codex
@@ -271,9 +273,11 @@ class Keeper:
         quiet = now - self.progress_at
         self.progress_at = now  # one try per stall bound, whatever comes of it
         who = f"the keeper's janitor (no transcript progress for {quiet:.0f}s, GOAL.md turn_stall {stall:g}s)"
+        # a mind that takes no wake after an Escape until a line is typed (Codex) is told why at once
+        told = PREFIX + f"{who} ended your turn: carry on with what is due" if self._held() else ""
         try:
             report = interrupt(
-                self.client, self.spawner, self.paths, self.wave.id, who=who, reader=self.reader
+                self.client, self.spawner, self.paths, self.wave.id, told, who=who, reader=self.reader
             )
         except errors.DaemonUnreachable:
             raise
@@ -283,6 +287,10 @@ class Keeper:
         self.progress_offset = self.reader.offset
         events.append(KeeperEvent(kind="janitor", text=report.text))
         return True
+
+    def _held(self) -> bool:
+        """Whether the mind's kind holds its wakes after an Escape until a line is typed (Codex)."""
+        return self.mind is not None and bool(self.mind.kind.after_interrupt)
 
     def _crons(self, now: float, idle: bool, pane_id: str) -> list[KeeperEvent]:
         if not idle:

@@ -134,6 +134,10 @@ class StartReport(BaseModel):
     closed: str = ""
     """What happened to a previous seat ('' when there was none)."""
     pane: PaneReport
+    kind: str = ""
+    """The mind's agent kind (``claude``, ``codex``, …)."""
+    limits: list[str] = Field(default_factory=list)
+    """What this mind cannot do that a Claude Code mind does (as ``status`` says it)."""
     supervisor: str | None = None
     """``pid N on HOST`` of the ``fleet supervise`` keeping the wave; None: none runs."""
     supervise_window: str | None = None
@@ -329,6 +333,7 @@ def start(
         )
     pane = next((p for p in tmux.panes() if p.pane_id == pane_id), None)
     pid = pane.pid if pane and pane.pid else 0
+    mind = mind_of(paths, wave.id)
     try:
         client.claim_seat(
             wave.id,
@@ -348,6 +353,7 @@ def start(
     return StartReport(
         wave=wave.name, session_id=report.session_id, pane_id=pane_id, pid=pid, worktree=str(worktree),
         layout=layout_ref, resumed=report.action == "respawned", closed=closed, pane=report,
+        kind=mind.kind.name, limits=[*mind.kind.limits, *mind.kind.mind_limits],
         supervisor=supervised_by(client, wave.id),
     )  # fmt: skip
 
