@@ -204,14 +204,15 @@ def resident_profile(layout: Layout) -> ResolvedProfile:
 def mind_profile(ref: str, paths: Paths) -> ResolvedProfile:
     """The resident's profile for ``mind:`` (or ``--agent``) ``ref``: an agent kind's name (``claude``,
     ``codex``: :func:`fleet.agents.named`) is the default layout's ``resident`` profile run by that
-    CLI — its model, args and permission mode dropped when they were another kind's; any other
+    CLI — as it is when its agent is that CLI already, else with ``agent`` the word and the model,
+    args and permission mode (another kind's) dropped; any other
     word is a layout (name or ``.toml`` file) whose ``resident`` profile it is."""
     kind = named(ref)
     if kind is None:
         return resident_profile(load_layout(ref, paths))
     profile = resident_profile(load_layout(DEFAULT_LAYOUT, paths))
     if kind_of(agent_words(profile.agent)) is kind:
-        return profile.model_copy(update={"agent": ref})
+        return profile  # (its own command for that CLI kept: a path, a wrapper's words)
     return profile.model_copy(update={"agent": ref, "model": None, "args": [], "permission_mode": None})
 
 
