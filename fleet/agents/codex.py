@@ -59,7 +59,7 @@ LIMITS = (
     "a blip arriving mid-turn waits for the turn's end (Codex does not absorb it into the running turn)",
     "a fresh session spends one short turn at spawn (codex queue needs a thread with a turn)",
     'an approval prompt is answered with `fleet approve`/`deny` only: its pane shows "Running hook",'
-    " not Codex's dialog, until fleet's wait for the answer ends (30 min)",
+    " not Codex's dialog, until fleet's wait for the answer ends (30 min; FLEET_PERMISSION_WAIT in its env)",
     "resume on this machine only (the thread id is kept in this machine's state dir)",
 )
 """What a Codex agent cannot do that a Claude Code one does (spawn's report, ``fleet status``)."""

@@ -266,3 +266,32 @@ def test_codexs_approval_prompts_are_relayed_to_fleet_permission_and_answered_fr
     assert "Denied by operator via fleet (cli): not there" in output, output
     assert not two.exists()
     assert [r.state for r in world.op.permissions("w")] == ["denied", "allowed"]
+
+
+def test_a_codex_approval_fleet_does_not_answer_in_time_is_left_to_codexs_own_dialog(
+    real_fleet: Any, codex: str
+) -> None:
+    """The hook's wait is cut to 3 s (``FLEET_PERMISSION_WAIT`` in the layout's env): unanswered, the
+    request expires and Codex shows its own dialog, which ``fleet status`` reports from the pane (the
+    rollout says nothing of the wait); ``y`` there runs the command."""
+    script = Script({"bob": [rule(on_message(author="operator"), _escalated(Path("{text}")))]})
+    world = real_fleet(script=script)
+    marker = world.tmp / "escalated-ran"
+    world.op.create_wave("w", ["bob"])
+    short = {"bob": {"env": {"FLEET_PERMISSION_WAIT": "3"}}}
+    world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}, participants=short), "--trust")
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    world.op.post(world.op.resolve("w/main").id, str(marker))
+
+    def waiting() -> str | None:
+        (row,) = json.loads(world.fleet("status", "w", "--json").stdout)["rows"]
+        return row["note"] if "Codex asks" in row["note"] else None
+
+    note = world.wait(waiting, "status: bob waits at Codex's own dialog", timeout=90)
+    assert note.startswith("waiting at a dialog: Codex asks: Would you like to run the following command?")
+    (asked,) = world.op.permissions("w")
+    assert (asked.state, asked.via) == ("expired", "hook"), asked
+    assert not marker.exists()
+    world.srv.cmd("send-keys", "-t", world.pane("bob"), "y")
+    world.wait(marker.exists, "the command approved in the pane ran")
+    world.wait(lambda: waiting() is None, "status: no dialog once answered")

@@ -210,3 +210,12 @@ def test_codex_is_given_fleets_permission_hook_trusted_inline_and_no_other(tmp_p
     got = hook_config([{"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]},
                        {"PermissionRequest": [{"matcher": "Bash", "hooks": [odd]}]}])  # fmt: skip
     assert got == {}
+
+
+def test_the_permission_hooks_wait_is_the_environments_within_its_bound() -> None:
+    from fleet.permissions import wait_bound
+    from fleet.records.permissions import HOOK_WAIT
+
+    assert wait_bound({}) == HOOK_WAIT and wait_bound({"FLEET_PERMISSION_WAIT": "3"}) == 3.0
+    for bad in ("0", "-5", "soon", str(HOOK_WAIT + 1)):
+        assert wait_bound({"FLEET_PERMISSION_WAIT": bad}) == HOOK_WAIT, bad
