@@ -205,6 +205,9 @@ class Codex:
             "mcp_servers.fleet.args": toml(list(entry["args"])),  # type: ignore[call-overload]
             "mcp_servers.fleet.env": toml(env),
             "mcp_servers.fleet.default_tools_approval_mode": toml("approve"),
+            # the pane's tmux passed through (Codex gives an MCP server only a few of its variables): a
+            # resident's workers are spawned in the tmux server its own pane is in (verified: env_vars)
+            "mcp_servers.fleet.env_vars": toml(["TMUX", "TMUX_PANE"]),
             "developer_instructions": toml(prompt),
             # the features' hooks (the permission hook: its approvals answered from anywhere)
             **hook_config([got for settings in launch_settings if (got := settings(start.seen)) is not None]),

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from realclaude import RealFleet
 from realcodex import rollout_lines, seed_codex, user_texts
-from scripted_model import Script, Slow, on_message, on_prompt, post, rule, say
+from scripted_model import Script, Slow, call, on_message, on_prompt, post, rule, say, steps
 from test_resident_real import RealFleetFactory, Supervise, fleet_in, git_repo, status, system_blips
 
 from fleet.client import Client
@@ -158,3 +158,43 @@ def test_a_codex_minds_heartbeat_enters_through_codex_queue(
         assert len(asked) == 1 and asked[0].reply is not None and asked[0].reply.text == "nothing to do"
     finally:
         sup.stop()
+
+
+def test_a_codex_mind_dispatches_a_worker_into_its_own_tmux_server_and_hears_its_done(
+    real_fleet: RealFleetFactory, operator: Client, codex: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Codex mind forks a wavelet with ``spawn``: its channel (Codex's child) is the seated
+    session's (``FLEET_SESSION_ID``), and spawns the worker — a stand-in — in the tmux server the
+    mind's pane is in (the pane's ``TMUX``, passed through); the worker's ``DONE:`` wakes the mind."""
+    real = real_fleet(channels=True)
+    workers = real.tmp / "workers.toml"
+    workers.write_text(
+        f"[defaults]\ncwd = {json.dumps(str(real.project))}\n"
+        "agent = \"fleet-standin --reply 'on it' --turns 1 --done 'DONE: widget built'\"\n"
+    )
+    fork = {"wavelet": "w/main", "name": "job", "with": ["worker"], "spawn": str(workers)}
+    real.script.add(
+        "resident",
+        rule(
+            on_message(author="operator", contains="build"),
+            steps(call("wavelet_fork", fork), post("w/job", "worker: build the widget")),
+        ),
+        rule(on_message(author="worker", contains="DONE"), post("w/main", "operator: the widget is built")),
+    )
+    codex_world(real, codex, monkeypatch)
+    repo = git_repo(real)
+    goal(repo, "heartbeat: off\n")
+    resident_start(real, repo)
+    real.wait(lambda: status(real, repo)["state"] == "idle", "the mind idle")
+    operator.post(operator.resolve("w/main").id, "resident: build the widget, please")
+    real.wait(
+        lambda: any(b.text == "operator: the widget is built" for b in real.blips("w/main")),
+        "the mind's report",
+        timeout=180,
+    )
+    job = [(b.author, b.text) for b in real.blips("w/job") if b.kind != "system"]
+    assert ("resident", "worker: build the widget") in job and ("worker", "on it") in job, job
+    here = real.srv.cmd("list-panes", "-a", "-F", "#{@fleet_participant}").stdout
+    assert "worker" in here, f"the worker is not in the mind's tmux server (its panes: {here})"
+    st = status(real, repo)
+    assert st["workers"] and st["workers"][0]["status"] == "done", st

@@ -154,6 +154,7 @@ def test_codex_is_launched_with_the_channel_its_identity_and_a_first_turn_all_in
     assert fleet["args"][:3] == ["-m", "fleet", "channel"] and "rollout" in fleet["args"]
     assert fleet["env"]["FLEET_SESSION_ID"] == "sid-1" and fleet["env"]["CODEX_HOME"] == "/h/.codex"
     assert fleet["env"]["FLEET_LAUNCH"] == "L1" and fleet["default_tools_approval_mode"] == "approve"
+    assert fleet["env_vars"] == ["TMUX", "TMUX_PANE"]  # the pane's tmux, for a resident's workers
     assert config["developer_instructions"].startswith("You are bob")
     assert config["projects"] == {"/src/my proj": {"trust_level": "trusted"}}
     assert f'projects={{{json.dumps("/src/my proj")} = {{trust_level = "trusted"}}}}' in argv  # inline
