@@ -66,7 +66,6 @@ LIMITS = (
 MIND_LIMITS = (
     "no steering: an operator's blip that arrives mid-turn waits for the turn's end (the next turn)",
     "heartbeats, crons and an interrupt's next turn are `codex queue` messages (seconds to enter)",
-    "failed turns are not read from its rollout (only a dead process is revived)",
     "after an interrupt it takes no queued message (blips, heartbeats) until a line is typed in:"
     " `fleet resident interrupt WAVE TEXT` types TEXT",
 )

@@ -10,13 +10,14 @@ the store and the scripted model's request log.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from realclaude import RealFleet
 from realcodex import rollout_lines, seed_codex, user_texts
-from scripted_model import Script, Slow, call, on_message, on_prompt, post, rule, say, steps
+from scripted_model import Fail, Script, Slow, call, on_message, on_prompt, post, rule, say, steps
 from test_resident_real import RealFleetFactory, Supervise, fleet_in, git_repo, status, system_blips
 
 from fleet.client import Client
@@ -198,3 +199,53 @@ def test_a_codex_mind_dispatches_a_worker_into_its_own_tmux_server_and_hears_its
     assert "worker" in here, f"the worker is not in the mind's tmux server (its panes: {here})"
     st = status(real, repo)
     assert st["workers"] and st["workers"][0]["status"] == "done", st
+
+
+def test_a_codex_mind_whose_turns_fail_is_ended_and_revived_resuming_its_thread(
+    real_fleet: RealFleetFactory, operator: Client, codex: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three turns the model fails (Codex's ``task_complete`` with an ``error``, read from its
+    rollout) → the keeper ends the mind's process, status says why → revived on a short ladder with
+    ``codex resume``: the same thread, which answers with its history."""
+    real = real_fleet(channels=True)
+    real.script.add(  # (times: a failed turn leaves no answer, so later requests carry its ask again)
+        "resident",
+        rule(on_message(author="operator", contains="there?"), post("w/main", "operator: here, same mind.")),
+        rule(
+            on_message(author="operator", contains="fail"),
+            Fail(400, "invalid_request_error", "scripted"),
+            times=3,
+        ),
+    )
+    codex_world(real, codex, monkeypatch)
+    with (real.home / ".codex" / "config.toml").open("a") as f:
+        f.write(
+            "request_max_retries = 0\nstream_max_retries = 0\n"
+        )  # (the provider's table: each fails once)
+    repo = git_repo(real)
+    goal(repo, "heartbeat: off\n")
+    first = resident_start(real, repo)
+    real.wait(lambda: status(real, repo)["state"] == "idle", "the mind idle")
+    sup = Supervise(real, repo, "--ladder", "3s,1h")
+    try:
+        main = operator.resolve("w/main").id
+        for n in (1, 2, 3):
+            operator.post(main, f"resident: fail, please ({n})")
+            real.wait(
+                partial(lambda n: (status(real, repo)["failed_turns"] or 0) >= n, n), f"failed turn {n}"
+            )
+        (said,) = real.wait(lambda: system_blips(real, "resident: failed:"), "the keeper's failure blip")
+        assert "API Error: " in said and "scripted" in said, said
+        real.wait(lambda: system_blips(real, "supervise: respawned resident"), "revived on the ladder")
+        revived = real.wait(
+            lambda: (s := status(real, repo))["state"] == "idle" and s, "the revived mind idle"
+        )
+        assert revived["session_id"] == first["session_id"] and revived["pid"] != first["pid"], revived
+        operator.post(main, "resident: are you there?")
+        real.wait(
+            lambda: any(b.text == "operator: here, same mind." for b in real.blips("w/main")), "its answer"
+        )
+        asked = next(r for r in real.requests("resident") if r.contains("are you there?"))
+        assert asked.contains("fail, please (1)"), "the revived mind lacks its history: not the same thread"
+    finally:
+        sup.stop()
