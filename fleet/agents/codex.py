@@ -60,14 +60,14 @@ LIMITS = (
     "a fresh session spends one short turn at spawn (codex queue needs a thread with a turn)",
     'an approval prompt is answered with `fleet approve`/`deny` only: its pane shows "Running hook",'
     " not Codex's dialog, until fleet's wait for the answer ends (30 min; FLEET_PERMISSION_WAIT in its env)",
+    "after an Escape ends its turn it takes no wake until a line is typed in its pane (Codex holds its"
+    " queue; `fleet resident interrupt WAVE TEXT` types TEXT)",
     "resume on this machine only (the thread id is kept in this machine's state dir)",
 )
 """What a Codex agent cannot do that a Claude Code one does (spawn's report, ``fleet status``)."""
 MIND_LIMITS = (
     "no steering: an operator's blip that arrives mid-turn waits for the turn's end (the next turn)",
-    "heartbeats, crons and an interrupt's next turn are `codex queue` messages (seconds to enter)",
-    "after an interrupt it takes no queued message (blips, heartbeats) until a line is typed in:"
-    " `fleet resident interrupt WAVE TEXT` types TEXT",
+    "heartbeats and crons are `codex queue` messages (seconds to enter, as any wake)",
 )
 """What a Codex mind cannot do that a Claude Code one does (``fleet resident status``)."""
 AFTER_INTERRUPT = (
