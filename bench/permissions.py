@@ -18,7 +18,13 @@ streaming, Claude Code's permission check and its dialog come first) to the requ
 and **fleet approve -> the tool runs** from starting ``fleet approve`` until the tool's result is in
 the session's transcript.
 
-Run: ``python bench/permissions.py [--rounds N] [--claude N]``. Asserts nothing.
+With ``--codex N``, N prompts of a real Codex session (the pinned codex-cli 0.169.0 over the same
+scripted model's Responses dialect, its folder trusted): each a command the model asks to run
+outside Codex's sandbox, which Codex hands to fleet's hook before any dialog. **prompt -> status
+says waiting** from the scripted model receiving the request it answers with that call, and
+**fleet approve -> the command runs** from starting ``fleet approve`` until the command's file exists.
+
+Run: ``python bench/permissions.py [--rounds N] [--claude N] [--codex N]``. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -67,10 +73,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--claude", type=int, default=0, metavar="N", help="Also N prompts of real Claude Code.")
+    ap.add_argument("--codex", type=int, default=0, metavar="N", help="Also N prompts of the real Codex CLI.")
     args = ap.parse_args()
     if args.claude:
         with tempfile.TemporaryDirectory() as tmp:
             real_claude(Path(tmp), args.claude)
+    if args.codex:
+        with tempfile.TemporaryDirectory() as tmp:
+            real_codex(Path(tmp), args.codex)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["FLEET_HOME"] = tmp
         daemon = Daemon(get_paths(), listen="127.0.0.1:0")
@@ -201,6 +211,57 @@ def real_claude(tmp: Path, rounds: int) -> None:
         daemon.stop()
     print(f"real Claude Code {real.claude}, {rounds} prompts (channels registered)")
     for name, xs in (("prompt -> status says waiting", shown), ("fleet approve -> the tool runs", ran)):
+        print(f"{name:<44} p50 {pct(xs, 50) * 1000:7.1f} ms  p99 {pct(xs, 99) * 1000:7.1f} ms"
+              f"  max {max(xs) * 1000:7.1f} ms")  # fmt: skip
+    print()
+
+
+def real_codex(tmp: Path, rounds: int) -> None:
+    """The same figures through a real Codex session (see the module docstring)."""
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent / "tests")]
+    from realcodex import mixed_layout, pinned_codex
+    from realworld import real_world
+    from scripted_model import Call, Script, ToolCall, on_message, rule
+
+    codex = pinned_codex()
+    escalated = Call((ToolCall("exec_command", {
+        "cmd": "touch {text}", "sandbox_permissions": "require_escalated", "justification": "bench",
+    }),))  # fmt: skip
+    script = Script({"bob": [rule(on_message(author="operator"), escalated)]})
+    shown, ran = [], []
+    with real_world(tmp, channels=True, script=script) as real:
+        real.op.create_wave("w", ["bob"])
+        real.spawn("w/main", mixed_layout(real, codex, {"bob": "codex"}), "--trust")
+        main = real.op.resolve("w/main").id
+
+        def idle() -> bool:
+            rows = {p.participant: p for p in real.op.presence("w")}
+            return (
+                rows.get("bob") is not None
+                and rows["bob"].agent is not None
+                and rows["bob"].agent.kind == "idle"
+            )
+
+        def asked_for(marker: Path) -> bool:  # the request the model answers with the call
+            return any(r.contains(str(marker)) for r in real.requests("bob"))
+
+        real.wait(idle, "bob idle after its first turn", timeout=90)
+        for i in range(rounds):
+            marker = tmp / f"escalated-{i}"  # outside the workspace: the sandbox would not let it write
+            real.op.post(main, str(marker))
+            real.wait(partial(asked_for, marker), "the model's call", timeout=60)
+            t0 = time.perf_counter()
+            real.wait(lambda: real.op.permissions("w", pending=True), "the pending request", timeout=30)
+            shown.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            done = real.fleet("approve", "w", "bob")
+            assert done.returncode == 0, done.stderr
+            real.wait(marker.exists, "the command ran", timeout=30)
+            ran.append(time.perf_counter() - t1)
+            real.wait(idle, "the turn's end", timeout=60)
+    print(f"real Codex {codex}, {rounds} prompts (its PermissionRequest hook, trusted inline)")
+    for name, xs in (("prompt -> status says waiting", shown), ("fleet approve -> the command runs", ran)):
         print(f"{name:<44} p50 {pct(xs, 50) * 1000:7.1f} ms  p99 {pct(xs, 99) * 1000:7.1f} ms"
               f"  max {max(xs) * 1000:7.1f} ms")  # fmt: skip
     print()

@@ -37,6 +37,7 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -349,6 +350,29 @@ def _await(
     return ""
 
 
+WAIT_ENV = "FLEET_PERMISSION_WAIT"
+"""Seconds the hook waits for an operator's answer, set in the agent's environment (a layout's
+``env``): shorter than :data:`HOOK_WAIT` hands the prompt back to the pane sooner (a Codex pane shows
+its own dialog only once the hook lets go). Above :data:`HOOK_WAIT`, or not a positive number, it
+is :data:`HOOK_WAIT` (the hook's entry would time out first)."""
+
+
+def wait_bound(env: Mapping[str, str]) -> float:
+    """The hook's wait: :data:`WAIT_ENV` in ``env`` if it is a positive number up to :data:`HOOK_WAIT`,
+    else :data:`HOOK_WAIT`."""
+    raw = env.get(WAIT_ENV, "")
+    try:
+        got = float(raw) if raw else HOOK_WAIT
+    except ValueError:
+        got = -1.0
+    if not 0 < got <= HOOK_WAIT:
+        log.warning(
+            "%s=%r is not a number of seconds in (0, %g]: waiting %gs", WAIT_ENV, raw, HOOK_WAIT, HOOK_WAIT
+        )
+        return HOOK_WAIT
+    return got
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fleet.permissions``: the PermissionRequest hook spawn installs (always exit 0)."""
     parent = os.getppid()  # first: the session may be killed while the daemon records the request
@@ -361,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wave", required=True)
     p.add_argument("--daemon", required=True)
     p.add_argument("--token-file", required=True, type=Path)
-    p.add_argument("--wait", type=float, default=HOOK_WAIT)
+    p.add_argument("--wait", type=float, default=None, help="[default: $FLEET_PERMISSION_WAIT, else 1800]")
     p.add_argument("--notify", action="store_true", help="Also a desktop notification (notify-send).")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="fleet permission hook: %(message)s")
@@ -373,8 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not isinstance(given, dict) or given.get("hook_event_name") != "PermissionRequest" or not token:
         return 0
+    wait = args.wait if args.wait is not None else wait_bound(os.environ)
     with Client(args.daemon, token, timeout=10) as client:
-        out = run_hook(client, args.wave, args.participant, given, wait=args.wait, notify=args.notify,
+        out = run_hook(client, args.wave, args.participant, given, wait=wait, notify=args.notify,
                        parent=parent)  # fmt: skip
     if out:
         sys.stdout.write(out + "\n")

@@ -8,8 +8,11 @@ kinds: each pane's is its own.
 
 A kind knows, for its CLI, how to launch it with the channel injected inline (:meth:`Kind.command`),
 what wakes it (:attr:`Kind.wake`), how the channel reads its record (:attr:`Kind.receipts`: the
-``--receipts`` the channel is given) and what it cannot do that Claude Code does
-(:attr:`Kind.limits`: spawn's report and ``fleet status`` say them, never a silent "ready").
+``--receipts`` the channel is given; :meth:`Kind.record`: a reader of it in Claude Code's transcript
+form, for the resident's mind), how a line is put to an idle session as its next turn
+(:meth:`Kind.enter`: the resident's heartbeats and crons) and what it cannot do that Claude Code does
+(:attr:`Kind.limits`: spawn's report and ``fleet status`` say them, never a silent "ready";
+:attr:`Kind.mind_limits`: what ``fleet resident status`` adds for a mind of this kind).
 
 The kinds are entries of the seam :data:`fleet.seams.agent_kinds`, named lazily here (the three
 built-ins) the way :mod:`fleet.features` names the features: a third-party kind plugs in with
@@ -33,10 +36,12 @@ from fleet import errors
 from fleet.seams import agent_kinds
 
 if TYPE_CHECKING:
+    from fleet.delivery.receipts import Transcript
     from fleet.layouts import ResolvedProfile
     from fleet.models import Wave, Wavelet
     from fleet.paths import Paths
     from fleet.seams import Launch
+    from fleet.tmux import Tmux
 
 Receipts = Literal["transcript", "rollout", "none"]
 """What the channel reads to confirm a delivery: Claude Code's transcript, Codex's rollout, nothing."""
@@ -128,6 +133,39 @@ class Kind(Protocol):
         """A pane whose channels verdict spawn reads from its screen (Claude Code's dev channel)."""
         ...
 
+    @property
+    def mind_limits(self) -> tuple[str, ...]:
+        """What a resident mind of this kind cannot do that a Claude Code mind does (empty: nothing)."""
+        ...
+
+    @property
+    def steer(self) -> str:
+        """'' when the session's record shows an operator's blip steering a running turn (Claude Code's
+        queue lines); else why it never does, one sentence (``fleet resident status`` says it)."""
+        ...
+
+    def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
+        """A reader of the session's own record from its start, its lines in Claude Code's transcript
+        form (a Codex rollout translated), as the pane sees ``env``; None: fleet reads no record of
+        this kind (the reader's ``problem`` says why one cannot be read yet)."""
+        ...
+
+    @property
+    def after_interrupt(self) -> str:
+        """'' when a session takes its wakes as before after an Escape ended its turn; else what it
+        does instead, one sentence (``fleet resident interrupt`` says it when it typed nothing)."""
+        ...
+
+    def enter(
+        self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
+    ) -> None:  # fmt: skip
+        """Put ``text`` (one line) to the idle session in ``pane_id`` as its next turn, the way this
+        kind takes one (typed into its pane, or queued; ``interrupted``: its last turn was ended by
+        an Escape); a :class:`~fleet.errors.FleetError` when it could not be. ``words``: the
+        session's agent command, ``env``: its pane's environment."""
+        ...
+
     def doctor(self) -> Health | None:
         """``fleet doctor``'s check of its CLI (binary and version), or None (nothing to check)."""
         ...
@@ -144,6 +182,15 @@ def kind_of(words: list[str]) -> Kind:
     if generic is None:
         raise errors.UsageError(f"no agent kind runs {words[0]!r} (the generic kind was removed)")
     return generic
+
+
+def named(name: str) -> Kind | None:
+    """The kind whose name is also its CLI's command (``claude``, ``codex``): what ``mind: codex`` in
+    GOAL.md names. None for any other word (a layout's name), the stand-in and the generic kind."""
+    kind = agent_kinds.get(name)
+    if name == GENERIC or kind is None or kind.name != name:
+        return None
+    return kind if kind.matches([name]) else None
 
 
 def kinds() -> list[Kind]:

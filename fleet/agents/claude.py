@@ -25,8 +25,10 @@ from fleet.channel.tools import instructions
 from fleet.seams import launch_settings, prompt_parts
 
 if TYPE_CHECKING:
+    from fleet.delivery.receipts import Transcript
     from fleet.layouts import ResolvedProfile
     from fleet.paths import Paths
+    from fleet.tmux import Tmux
 
 ALLOW_FLEET_TOOLS = "--allowedTools=mcp__fleet"
 """Every tool of the ``fleet`` MCP server, granted without a prompt (``=`` form: the flag is variadic)."""
@@ -90,6 +92,11 @@ def agent_argv(
     if profile.permission_mode:
         argv += ["--permission-mode", profile.permission_mode]
     return argv + list(profile.args)
+
+
+def type_in(tmux: Tmux, pane_id: str, text: str) -> None:
+    """Type ``text`` into the pane and press Enter (what Claude Code's prompt and the stand-in take)."""
+    tmux.type_line(pane_id, text + (" " if text.endswith(";") else ""))
 
 
 def claude_command(start: Start, *, claude: bool) -> Command:
@@ -162,6 +169,28 @@ class Claude:
     def offers_channel(self, argv: list[str]) -> bool:
         return DEV_CHANNEL in argv
 
+    mind_limits: tuple[str, ...] = ()
+    steer = ""
+    after_interrupt = ""
+
+    def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
+        """Its transcript (``~/.claude/projects/…/<session id>.jsonl`` of ``env``'s HOME), once written."""
+        from fleet.delivery.receipts import Transcript, transcript_of
+
+        class Located(Transcript):
+            def _locate(self) -> Path | None:
+                if self.path is None:
+                    self.path = transcript_of(self.session_id, {**os.environ, **env})
+                return self.path
+
+        return Located(session_id)
+
+    def enter(
+        self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
+    ) -> None:  # fmt: skip
+        type_in(tmux, pane_id, text)
+
     def doctor(self) -> Health | None:
         path = shutil.which("claude")
         if path is None:
@@ -202,6 +231,19 @@ class Generic:
 
     def offers_channel(self, argv: list[str]) -> bool:
         return False
+
+    mind_limits: tuple[str, ...] = ("its turns and state are not read (fleet reads no record of this agent)",)
+    steer = "not read: fleet reads no record of this agent"
+    after_interrupt = ""
+
+    def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
+        return None
+
+    def enter(
+        self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
+    ) -> None:  # fmt: skip
+        type_in(tmux, pane_id, text)
 
     def doctor(self) -> Health | None:
         return None

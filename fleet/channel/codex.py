@@ -95,27 +95,27 @@ class CodexWake:
         if not thread:
             self.last_error = "the Codex thread is not known yet (its process holds no thread lock)"
             return False
-        import subprocess  # (here: a Claude Code channel, which imports this module, never runs one)
+        self.last_error = queue(self.codex, thread, self.text(frames), self.env)
+        if self.last_error:
+            log.warning("%s", self.last_error)
+        return not self.last_error
 
-        argv = [self.codex, "queue", "--thread", thread, "--message", self.text(frames)]
-        try:
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=QUEUE_TIMEOUT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            self.last_error = f"codex queue could not run: {exc}"
-            log.warning("%s", self.last_error)
-            return False
-        if done.returncode != 0 or QUEUED not in done.stdout:
-            lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-            why = next((ln for ln in lines if ln.startswith("Error")), lines[0] if lines else "")
-            self.last_error = f"codex queue exited {done.returncode}: {why[:300]}"
-            log.warning("%s", self.last_error)
-            return False
-        self.last_error = ""
-        return True
+
+def queue(codex: str, thread: str, text: str, env: Mapping[str, str]) -> str:
+    """``codex queue --thread THREAD --message TEXT`` (``codex``: the binary, ``env``: its
+    environment, where ``CODEX_HOME`` is): '' once Codex said it queued the message, else why not."""
+    import subprocess  # (here: a Claude Code channel, which imports this module, never runs one)
+
+    argv = [codex, "queue", "--thread", thread, "--message", text]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=QUEUE_TIMEOUT, env=dict(env),
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"codex queue could not run: {exc}"
+    if done.returncode != 0 or QUEUED not in done.stdout:
+        lines = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if ln.startswith("Error")), lines[0] if lines else "")
+        return f"codex queue exited {done.returncode}: {why[:300]}"
+    return ""

@@ -220,7 +220,7 @@ SUMMARIES: tuple[tuple[str, str], ...] = (
     ("budget", "Budgets in tokens or estimated USD per participant and per wavelet (operator only to set)."),
     (
         "resident",
-        "The wave's one long-lived mind: a Claude Code session in <repo>.<wave> (docs/resident.md).",
+        "The wave's one long-lived mind: a Claude Code or Codex session in <repo>.<wave> (docs/resident.md).",
     ),
     (
         "memory",

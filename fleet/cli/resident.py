@@ -15,7 +15,8 @@ WaveArg = Annotated[str, typer.Argument(metavar="WAVE", help="The wave.", autoco
 
 resident_app = typer.Typer(
     name="resident",
-    help="The wave's one long-lived mind: a Claude Code session in <repo>.<wave> (docs/resident.md).",
+    help="The wave's one long-lived mind: a Claude Code or Codex session in <repo>.<wave>"
+    " (docs/resident.md).",
     no_args_is_help=True,
 )
 
@@ -28,8 +29,9 @@ def start(
         typer.Option(
             "--agent",
             metavar="PROFILE",
-            help="A layout (name or .toml) whose `resident` profile runs the mind"
-            " [default: GOAL.md's mind:, else the default layout].",
+            help="claude or codex (that CLI with the default layout's profile), or a layout (name or"
+            " .toml) whose `resident` profile runs the mind [default: GOAL.md's mind:, else the default"
+            " layout].",
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Take the seat over from a live resident.")] = False,
@@ -66,6 +68,8 @@ def start(
     )
     if report.closed:
         render.note(report.closed)
+    if report.limits:
+        render.note(f"a {report.kind} mind: " + "; ".join(report.limits))
     if report.supervisor is None:
         render.note(seat.unsupervised(report.wave))
     else:
@@ -102,7 +106,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     st = seat.status(c, spawner.tmux, paths, wave)
     steer = None
     if st.session_id and st.state != "none":
-        steer = steer_status(st.session_id, seat._session_env(paths, c.get_wave(wave).id, None))
+        steer = steer_status(st.session_id, seat.mind_of(paths, c.get_wave(wave).id))
     if as_json:
         from fleet import wire
 
@@ -113,6 +117,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     rows = [("wave", st.wave), ("state", st.state_text or st.state)]
     if st.state != "none":
         rows += [
+            ("kind", st.kind or "?"),
             ("session", st.session_id or ""),
             ("pid", f"{st.pid} on {st.host}"),
             ("uptime", render.span(st.uptime_seconds) if st.uptime_seconds is not None else "-"),
@@ -126,7 +131,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
             ("supervisor", st.supervisor or "none"),
         ]
         rows += [(f"  {w.wavelet}", f"{w.status}, {w.last_blip[:60]}") for w in st.workers]
-        if steer is not None and steer.last is not None:
+        if steer is not None and (steer.last is not None or st.limits):
             rows.append(("last steer", steer.text))
     if st.note:
         rows.append(("note", st.note))

@@ -17,7 +17,9 @@ rollout line                                 read as
 ``response_item`` ``function_call``          an assistant ``tool_use`` (a tool runs)
 ``response_item`` ``function_call_output``   its ``tool_result``
 ``token_usage_record``                       an assistant line with ``usage`` (per response)
-``event_msg`` ``task_complete``              ``turn_duration``: the turn completed
+``event_msg`` ``task_complete``              ``turn_duration``: the turn completed; with an
+                                             ``error`` (the model failed), an API error line:
+                                             the turn failed
 ``event_msg`` ``turn_aborted``               an interrupt
 ===========================================  =============================================
 
@@ -142,6 +144,11 @@ class Translator:
             if event == "task_started":
                 return [{**base, "type": "api-request", "querySource": "repl_main_thread"}]
             if event == "task_complete":
+                error = payload.get("error")
+                if isinstance(error, dict):  # the model failed it (after Codex's own retries)
+                    text = f"API Error: {error.get('message') or 'unknown'}"
+                    said = {"role": "assistant", "content": [{"type": "text", "text": text}]}
+                    return [{**base, "type": "assistant", "isApiErrorMessage": True, "message": said}]
                 return [{**base, "type": "system", "subtype": "turn_duration"}]
             if event == "turn_aborted":
                 text = "[Request interrupted by user]"

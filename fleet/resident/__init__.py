@@ -1,14 +1,15 @@
 """The resident: one long-lived mind per wave (docs/resident.md).
 
-A Claude Code session in its own tmux window, in the wave's sibling git worktree ``<repo>.<wave>``,
-seeded from the wave's ``GOAL.md`` and ``MEMORY.md``, whose input is the wave (operator blips and
-workers' reports through its channel), which dispatches workers rather than grinding, is nudged by a
-heartbeat while work is in flight, opens turns on cron deadlines, and is revived by ``fleet
-supervise`` when it fails. Its seat is recorded in the store: one brain per wave.
+A Claude Code or Codex session (GOAL.md's ``mind:``) in its own tmux window, in the wave's sibling
+git worktree ``<repo>.<wave>``, seeded from the wave's ``GOAL.md`` and ``MEMORY.md``, whose input is
+the wave (operator blips and workers' reports through its channel), which dispatches workers rather
+than grinding, is nudged by a heartbeat while work is in flight, opens turns on cron deadlines, and
+is revived by ``fleet supervise`` when it fails. Its seat is recorded in the store: one brain per
+wave.
 
 Modules: :mod:`.goal` (GOAL.md and cron expressions), :mod:`.repo` (the origin repository and the
-worktree), :mod:`.mind` (the mind's state from its transcript), :mod:`.seat` (start, stop, status),
-:mod:`.keeper` (heartbeats, crons, failure; run by ``fleet supervise``).
+worktree), :mod:`.mind` (the mind's state from its record: a transcript or a rollout), :mod:`.seat`
+(start, stop, status), :mod:`.keeper` (heartbeats, crons, failure; run by ``fleet supervise``).
 
 This package's ``__init__`` stays light: :mod:`.plug` (the resident on the core's seams, loaded by
 the channel) reads :func:`prompt_path` from it.

@@ -3,7 +3,8 @@
 ``wave/<name>/GOAL.md`` under the origin repository (docs/resident.md)::
 
     ---
-    mind: my-layout          # the agent profile: a layout name or file (its ``resident`` profile)
+    mind: codex              # claude | codex (that CLI, the default layout's profile), or a layout
+                             # name or .toml file (its ``resident`` profile)
     heartbeat: in-flight     # in-flight (default) | always | off
     heartbeat_every: 5m      # quiet time before a heartbeat (s, m, h; a bare number is minutes)
     heartbeat_budget: 48     # heartbeats a day at most

@@ -3,7 +3,8 @@
 The seed's interrupt has two bounds, and so does this one:
 
 1. **Cooperative**: Escape in the mind's pane, which is how Claude Code cancels a turn (the
-   transcript then shows "[Request interrupted by user]"). fleet waits for the transcript to show
+   transcript then shows "[Request interrupted by user]") and Codex too (0.169.0: its rollout then
+   shows ``turn_aborted``, reason ``interrupted``). fleet waits for the transcript to show
    the turn ended, up to ``deadline`` (10 s).
 2. **Force-close**, past that deadline: the pane's process group is signalled (SIGTERM, with a
    SIGCONT for a stopped process; SIGKILL after :data:`FORCE_GRACE` seconds), and the same
@@ -15,9 +16,9 @@ The seed's interrupt has two bounds, and so does this one:
 or ``force``; ``idle`` when there was no turn), and a system blip in the wave's root wavelet says
 the same. Only when even the force-close cannot bring the session back is the interrupt an error
 (:class:`InterruptFailed`, exit 1, saying what was done and how to recover); ``text`` is not typed
-then. Otherwise non-empty ``text`` is typed in as the next turn (into the resumed process after a
-force-close). The keeper's janitor (:mod:`fleet.resident.keeper`) runs the same two stages on a
-turn that stopped making progress.
+then. Otherwise non-empty ``text`` becomes the next turn (into the resumed process after a
+force-close; the mind's kind's way: typed in, or ``codex queue`` for a Codex mind). The keeper's
+janitor (:mod:`fleet.resident.keeper`) runs the same two stages on a turn that stopped making progress.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fleet.client import Client
 from fleet.paths import Paths
 from fleet.resident import RESIDENT
 from fleet.resident.mind import MindReader
-from fleet.resident.seat import _session_env, reseat, resident_pane
+from fleet.resident.seat import mind_of, reseat, resident_pane
 from fleet.spawn import Spawner
 from fleet.tmux import PaneInfo, Tmux
 
@@ -93,8 +94,9 @@ def interrupt(
     pane = resident_pane(tmux, wave.id)
     if seat is None or seat.closed_at is not None or pane is None or pane.dead:
         raise errors.NotFound(f"wave {wave.name!r} has no live resident: `fleet resident status {wave.name}`")
+    mind = mind_of(paths, wave.id)
     if reader is None or reader.session_id != seat.session_id:
-        reader = MindReader(seat.session_id, _session_env(paths, wave.id, None))
+        reader = mind.reader(seat.session_id)
     turning = reader.read().turning
     ended_by: EndedBy = "idle"
     pid = pane.pid
@@ -144,7 +146,9 @@ def interrupt(
                 f" in pane {pane_id} (pid {pid})"
             )
     if line:
-        tmux.type_line(pane_id, line + (" " if line.endswith(";") else ""))
+        mind.enter(tmux, pane_id, seat.session_id, line, interrupted=ended_by == "cooperative")
+    elif ended_by == "cooperative" and mind.kind.after_interrupt:
+        said += f"; {mind.kind.after_interrupt}"
     client.post_system(wave.root_id, said)
     return InterruptReport(
         wave=wave.name, was_turning=turning, interrupted=turning, ended_by=ended_by,

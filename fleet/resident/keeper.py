@@ -20,10 +20,13 @@ the mind's transcript, and only a due deadline opens a turn. What a caller may r
   default; ``off`` disables it) is interrupted as ``fleet resident interrupt`` does it — Escape,
   then past 10 s the force-close and resume (:mod:`fleet.resident.interrupt`) — unless the mind
   waits on a person (a permission prompt or a dialog, as its channel reports). The interrupt's
-  system blip says the janitor did it, why, and which stage ended the turn. One try per stall.
+  system blip says the janitor did it, why, and which stage ended the turn. One try per stall. A
+  mind whose kind holds its wakes after an Escape until a line is typed (Codex) gets a line saying
+  why as its next turn, so the operator's blips reach it again.
 - Every heartbeat, cron and miss is a ``system`` blip in the wave's root wavelet (provenance); the
-  turn itself is opened by typing the line, prefixed ``[fleet]``, into the mind's pane (what a
-  Claude Code pane accepts; system blips alone never wake a session).
+  turn itself is opened by putting the line, prefixed ``[fleet]``, to the mind its kind's way
+  (:meth:`fleet.agents.Kind.enter`: typed into a Claude Code pane, ``codex queue`` for a Codex
+  mind; system blips alone never wake a session).
 
 The keeper's own state (when it last looked at the crons, the day's heartbeat count) is a small
 JSON file in the wave's resident state dir, so a restarted supervisor neither replays nor skips.
@@ -49,13 +52,13 @@ from fleet.models import Blip, Wave
 from fleet.paths import Paths, write_private
 from fleet.resident import RESIDENT, goal, state_dir
 from fleet.resident.interrupt import one_line
-from fleet.resident.mind import MindReader
+from fleet.resident.mind import Mind, MindReader
 from fleet.resident.seat import (
     FAILED_TURNS,
     Worker,
     WorkerFold,
-    _session_env,
     _ts,
+    mind_of,
     reseat,
     resident_pane,
     workers,
@@ -123,6 +126,8 @@ class Keeper:
         self.clock = clock
         self.env = env
         self.reader: MindReader | None = None
+        self.mind: Mind | None = None
+        """The agent running the mind (read with the reader, from the layout its start wrote)."""
         self.goal = goal.Goal()
         self.goal_problem = ""
         self.quiet_since = clock()
@@ -183,10 +188,13 @@ class Keeper:
         return KeeperEvent(kind=kind, text=text)
 
     def _type(self, pane_id: str, text: str) -> None:
-        line = one_line(PREFIX + text)
-        if line.endswith(";"):
-            line += " "
-        self.tmux.type_line(pane_id, line)  # (Enter once it shows: two beats are never one prompt)
+        """Open the mind's next turn with ``text`` (a heartbeat, crons due), its kind's way."""
+        assert self.mind is not None and self.reader is not None
+        try:
+            self.mind.enter(self.tmux, pane_id, self.reader.session_id, one_line(PREFIX + text))
+        except errors.FleetError as exc:  # (its system blip says what was due)
+            log.warning("could not open the mind's turn: %s", exc.message)
+            self._say("failed", f"could not open the mind's turn ({text[:80]}): {exc.message}")
 
     # ------------------------------------------------------------ the step
 
@@ -206,7 +214,8 @@ class Keeper:
             self.reader = None
             return events
         if self.reader is None or self.reader.session_id != seat.session_id:
-            self.reader = MindReader(seat.session_id, _session_env(self.paths, self.wave.id, self.env))
+            self.mind = mind_of(self.paths, self.wave.id, self.env)
+            self.reader = self.mind.reader(seat.session_id)
             self.turns_seen = self.reader.read().turns
             self.quiet_since = now
         fold = self.reader.read()
@@ -264,9 +273,11 @@ class Keeper:
         quiet = now - self.progress_at
         self.progress_at = now  # one try per stall bound, whatever comes of it
         who = f"the keeper's janitor (no transcript progress for {quiet:.0f}s, GOAL.md turn_stall {stall:g}s)"
+        # a mind that takes no wake after an Escape until a line is typed (Codex) is told why at once
+        told = PREFIX + f"{who} ended your turn: carry on with what is due" if self._held() else ""
         try:
             report = interrupt(
-                self.client, self.spawner, self.paths, self.wave.id, who=who, reader=self.reader
+                self.client, self.spawner, self.paths, self.wave.id, told, who=who, reader=self.reader
             )
         except errors.DaemonUnreachable:
             raise
@@ -276,6 +287,10 @@ class Keeper:
         self.progress_offset = self.reader.offset
         events.append(KeeperEvent(kind="janitor", text=report.text))
         return True
+
+    def _held(self) -> bool:
+        """Whether the mind's kind holds its wakes after an Escape until a line is typed (Codex)."""
+        return self.mind is not None and bool(self.mind.kind.after_interrupt)
 
     def _crons(self, now: float, idle: bool, pane_id: str) -> list[KeeperEvent]:
         if not idle:

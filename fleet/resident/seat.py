@@ -8,17 +8,21 @@ What a caller may rely on (docs/resident.md):
   this host, presence elsewhere) is a Conflict naming it unless ``force`` takes over (the old pane
   is killed, the store closes its seat as taken over); an open seat whose process is gone is closed
   (``dead: …``) and the start goes on.
-- The resident is the participant ``resident`` on the wave's root wavelet, a Claude Code session in
-  the wave's tmux session, in its own window, run in ``<repo>.<wave>``; its profile is the
-  ``resident`` profile of a layout (``--agent``, else GOAL.md's ``mind:``, else fleet's default),
+- The resident is the participant ``resident`` on the wave's root wavelet, a Claude Code or Codex
+  session in the wave's tmux session, in its own window, run in ``<repo>.<wave>``; its profile is
+  (:func:`mind_profile`) an agent kind's name (``claude``, ``codex``: the default layout's
+  ``resident`` profile run by that CLI) or the ``resident`` profile of a layout (``--agent``, else
+  GOAL.md's ``mind:``, else fleet's default),
   written with the worktree as its cwd to the wave's resident state dir (0600: it holds the env);
   its operating prompt (GOAL.md, MEMORY.md and the discipline) is rendered there too and appended
   to its system prompt. A recorded session is resumed (``--resume``): the same mind comes back.
 - :func:`status` reads the seat from the store, the pane from tmux, and the mind's state from its
-  session's own transcript: ``none`` (no open seat), ``failed`` (its process is gone, or its last
-  three turns failed), ``turning`` or ``idle``; turns completed, workers in flight, uptime, and who
-  supervises the wave (the daemon's lease; none: the note says heartbeats, crons and revival need
-  one). :func:`start` checks the mind's agent is on PATH before it makes anything.
+  session's own record (Claude Code's transcript, Codex's rollout): ``none`` (no open seat),
+  ``failed`` (its process is gone, or its last three turns failed), ``turning`` or ``idle``; turns
+  completed, workers in flight, uptime, who supervises the wave (the daemon's lease; none: the note
+  says heartbeats, crons and revival need one), and what a mind of its kind cannot do that a Claude
+  Code mind does (``limits``, in the note too: never a silent "ready"). :func:`start` checks the
+  mind's agent is on PATH before it makes anything.
 - :class:`WorkerFold` is the worker fold, exact at any size: fed the supervisor's pages, or read
   from the wave's start in pages (:func:`workers`).
 """
@@ -39,6 +43,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from fleet import errors
+from fleet.agents import kind_of, named
 from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Layout, ResolvedProfile
 from fleet.layouts import load as load_layout
@@ -46,7 +51,7 @@ from fleet.models import Blip, NewSeat, PresenceReport, Seat, SessionRecord, Wav
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
-from fleet.resident.mind import MindReader
+from fleet.resident.mind import Mind
 from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
 from fleet.supervise import AgentField, agent_state, row_text, supervised_by
 from fleet.tmux import PaneInfo, Tmux
@@ -91,6 +96,11 @@ class ResidentStatus(BaseModel):
     """The mind's session state, the same that ``fleet status`` shows (None: no resident)."""
     state_text: str = ""
     participant: str = RESIDENT
+    kind: str | None = None
+    """The mind's agent kind (``claude``, ``codex``, …; None: no resident, or its layout is gone)."""
+    limits: list[str] = Field(default_factory=list)
+    """What this mind cannot do that a Claude Code mind does (its kind's, as spawn and ``fleet status``
+    say them for any agent, then the resident's own); empty for Claude Code."""
     session_id: str | None = None
     host: str | None = None
     pid: int | None = None
@@ -124,6 +134,10 @@ class StartReport(BaseModel):
     closed: str = ""
     """What happened to a previous seat ('' when there was none)."""
     pane: PaneReport
+    kind: str = ""
+    """The mind's agent kind (``claude``, ``codex``, …)."""
+    limits: list[str] = Field(default_factory=list)
+    """What this mind cannot do that a Claude Code mind does (as ``status`` says it)."""
     supervisor: str | None = None
     """``pid N on HOST`` of the ``fleet supervise`` keeping the wave; None: none runs."""
     supervise_window: str | None = None
@@ -185,6 +199,21 @@ def resident_profile(layout: Layout) -> ResolvedProfile:
     if (own is None or own.attention is None) and layout.defaults.attention is None:
         profile = profile.model_copy(update={"attention": "resident"})
     return profile
+
+
+def mind_profile(ref: str, paths: Paths) -> ResolvedProfile:
+    """The resident's profile for ``mind:`` (or ``--agent``) ``ref``: an agent kind's name (``claude``,
+    ``codex``: :func:`fleet.agents.named`) is the default layout's ``resident`` profile run by that
+    CLI — as it is when its agent is that CLI already, else with ``agent`` the word and the model,
+    args and permission mode (another kind's) dropped; any other
+    word is a layout (name or ``.toml`` file) whose ``resident`` profile it is."""
+    kind = named(ref)
+    if kind is None:
+        return resident_profile(load_layout(ref, paths))
+    profile = resident_profile(load_layout(DEFAULT_LAYOUT, paths))
+    if kind_of(agent_words(profile.agent)) is kind:
+        return profile  # (its own command for that CLI kept: a path, a wrapper's words)
+    return profile.model_copy(update={"agent": ref, "model": None, "args": [], "permission_mode": None})
 
 
 def write_layout(path: Path, profile: ResolvedProfile, cwd: Path) -> None:
@@ -252,7 +281,7 @@ def start(
     folder = repo.wave_dir(origin, wave_ref)
     g = goal.load(folder / "GOAL.md")
     layout_ref = agent or g.mind or DEFAULT_LAYOUT
-    profile = resident_profile(load_layout(layout_ref, paths))
+    profile = mind_profile(layout_ref, paths)
     try:
         known: Wave | None = client.get_wave(wave_ref)
     except errors.NotFound:
@@ -305,6 +334,7 @@ def start(
         )
     pane = next((p for p in tmux.panes() if p.pane_id == pane_id), None)
     pid = pane.pid if pane and pane.pid else 0
+    mind = mind_of(paths, wave.id)
     try:
         client.claim_seat(
             wave.id,
@@ -324,6 +354,7 @@ def start(
     return StartReport(
         wave=wave.name, session_id=report.session_id, pane_id=pane_id, pid=pid, worktree=str(worktree),
         layout=layout_ref, resumed=report.action == "respawned", closed=closed, pane=report,
+        kind=mind.kind.name, limits=[*mind.kind.limits, *mind.kind.mind_limits],
         supervisor=supervised_by(client, wave.id),
     )  # fmt: skip
 
@@ -556,11 +587,14 @@ def status(
             closed_why=seat.closed_why if seat else "",
             note=f"no resident: `fleet resident start {wave.name}`",
         )
-    reader = MindReader(seat.session_id, _session_env(paths, wave.id, env))
+    mind = mind_of(paths, wave.id, env)
+    reader = mind.reader(seat.session_id)
     fold = reader.read()
     # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
     # message); on another machine, nothing here says anything of its turns
-    readable = not reader.problem or (reader.path is None and seat.host == socket.gethostname())
+    readable = not reader.problem or (
+        reader.record is not None and reader.path is None and seat.host == socket.gethostname()
+    )
     alive = seat_alive(client, tmux, seat)
     # the state is the one `fleet status` shows (the channel's report, a dead pane seen here): the
     # two never disagree; the transcript here adds the counts
@@ -580,8 +614,12 @@ def status(
         notes.append(f"its last {failed} turns failed: {fold.last_error}")
     if not readable:
         notes.append(f"turns unknown: {reader.problem}")
+    limits = [*mind.kind.limits, *mind.kind.mind_limits]
+    if limits:
+        notes.append(f"a {mind.kind.name} mind: " + "; ".join(limits))
     return ResidentStatus(
         wave=wave.name, state=agent.kind, agent=agent, state_text=row_text(agent, "", time.time()),
+        kind=mind.kind.name, limits=limits,
         session_id=seat.session_id, host=seat.host, pid=seat.pid,
         pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
@@ -592,11 +630,17 @@ def status(
 
 
 def _session_env(paths: Paths, wave_id: str, env: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment the resident's Claude Code sees (where its transcript is): its layout's env
-    over this process's."""
+    """The environment the resident's agent sees (where its record is): its layout's env over this
+    process's."""
+    return mind_of(paths, wave_id, env).env
+
+
+def mind_of(paths: Paths, wave_id: str, env: Mapping[str, str] | None = None) -> Mind:
+    """The agent the wave's resident runs (:class:`~fleet.resident.mind.Mind`), from the layout its
+    start wrote (the profile every respawn runs); without one, Claude Code in this environment."""
     base = dict(env if env is not None else os.environ)
     try:
-        layout = load_layout(str(state_dir(paths, wave_id) / "layout.toml"), paths)
+        profile = load_layout(str(state_dir(paths, wave_id) / "layout.toml"), paths).profile(RESIDENT)
     except errors.FleetError:
-        return base
-    return {**base, **layout.profile(RESIDENT).env}
+        return Mind.of("claude", base, paths)
+    return Mind.of(profile.agent, {**base, **profile.env}, paths)

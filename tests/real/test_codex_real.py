@@ -211,32 +211,87 @@ def test_a_codex_session_carries_on_across_a_sigkill_of_the_daemon_with_nothing_
         fleet(env, "daemon", "stop")
 
 
-def test_codexs_approval_prompt_is_seen_on_its_pane_and_answered_there(real_fleet: Any, codex: str) -> None:
-    """The model asks to run a command outside Codex's sandbox: Codex asks in its pane, its rollout
-    says nothing of the wait, and ``fleet status`` says the pane waits at Codex's approval (the
-    state from the pane, not a silent "turning"); ``y`` in the pane runs it."""
-    escalated = Call((ToolCall("exec_command", {
-        "cmd": "touch {text}", "sandbox_permissions": "require_escalated", "justification": "fleet test",
+def _escalated(marker: Path) -> Call:
+    return Call((ToolCall("exec_command", {
+        "cmd": f"touch {marker}", "sandbox_permissions": "require_escalated", "justification": "fleet test",
     }),))  # fmt: skip
-    script = Script({"bob": [rule(on_message(author="operator"), escalated)]})
+
+
+def test_codexs_approval_prompts_are_relayed_to_fleet_permission_and_answered_from_there(
+    real_fleet: Any, codex: str
+) -> None:
+    """The model asks to run a command outside Codex's sandbox: Codex runs fleet's PermissionRequest
+    hook (given inline, trusted by its hash: no "Hooks need review", no bypass), so ``fleet status``
+    says what bob waits to run and ``fleet approve`` runs it; ``fleet deny -m`` refuses the next,
+    and the model is told why (the rollout's tool output)."""
+    first, second = "escalated-one", "escalated-two"
+    script = Script({"bob": [rule(on_message(author="operator"), _escalated(Path("{text}")))]})
     world = real_fleet(script=script)
-    marker = world.tmp / "escalated-ran"
-    world_marker = str(marker)
-    assert marker.parent != world.project  # outside the workspace: the sandbox would not let it write
+    one, two = world.tmp / first, world.tmp / second
+    assert one.parent != world.project  # outside the workspace: the sandbox would not let it write
     world.op.create_wave("w", ["bob"])
     # trusted (--trust: the folder marked trusted inline): Codex's approval policy is then on-request;
     # in a folder it does not trust it refuses an escalation without asking (verified)
     world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}), "--trust")
     world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
-    world.op.post(world.op.resolve("w/main").id, world_marker)
+    main = world.op.resolve("w/main").id
+
+    def note() -> str:
+        (row,) = json.loads(world.fleet("status", "w", "--json").stdout)["rows"]
+        return str(row["note"] or row["state_text"])
+
+    world.op.post(main, str(one))
+    world.wait(lambda: "waiting for permission" in note(), "status: bob waits for permission", timeout=90)
+    assert note().startswith(f"waiting for permission: Bash (touch {one})"), note()
+    assert "Running hook" in world.screen("bob") and "Would you like to run" not in world.screen("bob")
+    (asked,) = world.op.permissions("w")
+    assert (asked.participant, asked.tool, asked.state) == ("bob", "Bash", "pending")
+    approved = world.fleet("approve", "w/main", "bob")
+    assert approved.returncode == 0, approved.stderr
+    world.wait(one.exists, "the approved command ran")
+    assert world.op.permissions("w")[0].state == "allowed"
+    world.wait(lambda: "waiting for permission" not in note(), "status: no longer waiting")
+
+    world.op.post(main, str(two))
+    world.wait(lambda: str(two) in note(), "status: bob waits again", timeout=90)
+    denied = world.fleet("deny", "w", "bob", "--message", "not there")
+    assert denied.returncode == 0, denied.stderr
+
+    def told() -> list[str]:
+        return [str(ln["payload"].get("output")) for ln in rollout_lines(world, "bob")
+                if ln.get("type") == "response_item" and ln["payload"].get("type") == "function_call_output"
+                and "not there" in str(ln["payload"].get("output"))]  # fmt: skip
+
+    (output,) = world.wait(told, "the model told of the denial")
+    assert "Denied by operator via fleet (cli): not there" in output, output
+    assert not two.exists()
+    assert [r.state for r in world.op.permissions("w")] == ["denied", "allowed"]
+
+
+def test_a_codex_approval_fleet_does_not_answer_in_time_is_left_to_codexs_own_dialog(
+    real_fleet: Any, codex: str
+) -> None:
+    """The hook's wait is cut to 3 s (``FLEET_PERMISSION_WAIT`` in the layout's env): unanswered, the
+    request expires and Codex shows its own dialog, which ``fleet status`` reports from the pane (the
+    rollout says nothing of the wait); ``y`` there runs the command."""
+    script = Script({"bob": [rule(on_message(author="operator"), _escalated(Path("{text}")))]})
+    world = real_fleet(script=script)
+    marker = world.tmp / "escalated-ran"
+    world.op.create_wave("w", ["bob"])
+    short = {"bob": {"env": {"FLEET_PERMISSION_WAIT": "3"}}}
+    world.spawn("w/main", mixed_layout(world, codex, {"bob": "codex"}, participants=short), "--trust")
+    world.wait(lambda: _idle(world, "bob"), "bob idle after its first turn", timeout=90)
+    world.op.post(world.op.resolve("w/main").id, str(marker))
 
     def waiting() -> str | None:
         (row,) = json.loads(world.fleet("status", "w", "--json").stdout)["rows"]
         return row["note"] if "Codex asks" in row["note"] else None
 
-    note = world.wait(waiting, "status: bob waits at Codex's approval", timeout=90)
+    note = world.wait(waiting, "status: bob waits at Codex's own dialog", timeout=90)
     assert note.startswith("waiting at a dialog: Codex asks: Would you like to run the following command?")
+    (asked,) = world.op.permissions("w")
+    assert (asked.state, asked.via) == ("expired", "hook"), asked
     assert not marker.exists()
     world.srv.cmd("send-keys", "-t", world.pane("bob"), "y")
-    world.wait(marker.exists, "the approved command ran")
+    world.wait(marker.exists, "the command approved in the pane ran")
     world.wait(lambda: waiting() is None, "status: no dialog once answered")

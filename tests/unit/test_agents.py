@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
@@ -16,6 +17,10 @@ from fleet import errors, seams
 from fleet.agents import Command, Health, Receipts, Start, agent_words, kind_of, kinds, require_agent
 from fleet.layouts import parse
 from fleet.paths import Paths
+
+if TYPE_CHECKING:
+    from fleet.delivery.receipts import Transcript
+    from fleet.tmux import Tmux
 
 
 def test_each_kind_is_found_by_its_command_name() -> None:
@@ -70,6 +75,19 @@ class _Mine:
 
     def doctor(self) -> Health | None:
         return ("warn", "mine: not here", "install mine")
+
+    mind_limits: tuple[str, ...] = ("everything",)
+    steer = "never"
+    after_interrupt = ""
+
+    def record(self, session_id: str, env: Mapping[str, str], paths: Paths) -> Transcript | None:
+        return None
+
+    def enter(
+        self, tmux: Tmux, pane_id: str, text: str, *, words: list[str], session_id: str,
+        env: Mapping[str, str], paths: Paths, interrupted: bool = False,
+    ) -> None:  # fmt: skip
+        raise errors.FleetError("mine takes no turns")
 
 
 def test_a_kind_plugged_into_the_seam_is_asked_before_the_generic_one() -> None:
@@ -136,6 +154,7 @@ def test_codex_is_launched_with_the_channel_its_identity_and_a_first_turn_all_in
     assert fleet["args"][:3] == ["-m", "fleet", "channel"] and "rollout" in fleet["args"]
     assert fleet["env"]["FLEET_SESSION_ID"] == "sid-1" and fleet["env"]["CODEX_HOME"] == "/h/.codex"
     assert fleet["env"]["FLEET_LAUNCH"] == "L1" and fleet["default_tools_approval_mode"] == "approve"
+    assert fleet["env_vars"] == ["TMUX", "TMUX_PANE"]  # the pane's tmux, for a resident's workers
     assert config["developer_instructions"].startswith("You are bob")
     assert config["projects"] == {"/src/my proj": {"trust_level": "trusted"}}
     assert f'projects={{{json.dumps("/src/my proj")} = {{trust_level = "trusted"}}}}' in argv  # inline
@@ -149,3 +168,55 @@ def test_codex_is_launched_with_the_channel_its_identity_and_a_first_turn_all_in
     again = kind.command(_start(tmp_path, ["codex"], resume=True)).argv
     assert again[:2] == ["codex", "resume"] and again[-1] == thread
     assert "projects" not in " ".join(again)  # no --trust: nothing marked trusted
+
+
+def test_agent_kinds_named_by_their_cli_are_what_a_mind_can_name() -> None:
+    from fleet.agents import named
+
+    assert [k.name if k else None for k in map(named, ["claude", "codex", "standin", "command", "trio"])] == [
+        "claude", "codex", None, None, None,
+    ]  # fmt: skip
+
+
+def test_codex_trusts_a_hook_by_the_hash_codex_itself_wrote() -> None:
+    """The hash codex-cli 0.169.0 wrote to config.toml when "Trust all" was chosen for this very hook
+    (given with ``-c hooks.PermissionRequest=…``); a wrong hash would leave the hook silently unrun."""
+    from fleet.agents.codex import hook_hash
+
+    handler = {"type": "command", "command": "python3 /tmp/exp/hook.py", "timeout": 600}
+    assert hook_hash("permission_request", handler) == (
+        "sha256:94beba6e0d0559452674765dd35eec41e48fb7c81b6a7557662c89f2b256cf99"
+    )
+
+
+def test_codex_is_given_fleets_permission_hook_trusted_inline_and_no_other(tmp_path: Path) -> None:
+    import tomllib
+
+    from fleet.agents.codex import hook_config, hook_hash
+    from fleet.permissions import HOOK_TIMEOUT, hook_command
+
+    start = _start(tmp_path, ["codex"])
+    seams.launch_settings.lazy("fleet.permissions", "fleet.permissions:settings")
+    argv = kind_of(start.words).command(start).argv
+    config = tomllib.loads("\n".join(argv[i + 1] for i, a in enumerate(argv) if a == "-c"))
+    (group,) = config["hooks"]["PermissionRequest"]
+    command = hook_command("bob", "w", "http://127.0.0.1:1", start.token_file)
+    assert group == {"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]}
+    key = "/<session-flags>/config.toml:permission_request:0:0"
+    trusted = hook_hash("permission_request", group["hooks"][0])
+    assert config["hooks"]["state"] == {key: {"trusted_hash": trusted}}
+    assert "--dangerously-bypass-hook-trust" not in argv
+    # Claude Code's other hooks, and a handler that is not a plain command, are not given to Codex
+    odd = {"type": "command", "command": "x", "timeout": 5, "async": True}
+    got = hook_config([{"Stop": [{"hooks": [{"type": "command", "command": "x"}]}]},
+                       {"PermissionRequest": [{"matcher": "Bash", "hooks": [odd]}]}])  # fmt: skip
+    assert got == {}
+
+
+def test_the_permission_hooks_wait_is_the_environments_within_its_bound() -> None:
+    from fleet.permissions import wait_bound
+    from fleet.records.permissions import HOOK_WAIT
+
+    assert wait_bound({}) == HOOK_WAIT and wait_bound({"FLEET_PERMISSION_WAIT": "3"}) == 3.0
+    for bad in ("0", "-5", "soon", str(HOOK_WAIT + 1)):
+        assert wait_bound({"FLEET_PERMISSION_WAIT": bad}) == HOOK_WAIT, bad

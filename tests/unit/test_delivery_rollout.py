@@ -102,6 +102,30 @@ def test_a_wake_that_entered_is_a_receipt_and_the_state_follows_the_turn(tmp_pat
     assert reader.read() == [] and state_of(fold).kind == "idle" and fold.turns == 1
 
 
+def test_a_turn_the_model_failed_is_a_failed_turn_with_codexs_error(tmp_path: Path) -> None:
+    """codex-cli 0.169.0 ends a turn whose request failed (HTTP 529, retries off) with ``task_complete``
+    carrying ``error`` and no ``last_agent_message``: a failed turn, as Claude Code's API error line."""
+    path = tmp_path / f"rollout-2026-12-06T01-22-25-{THREAD}.jsonl"
+    fold = Fold()
+    reader = Rollout(THREAD, path=path, observer=lambda ln: fold.take(ln))
+    failed = {
+        "type": "task_complete", "last_agent_message": None,
+        "error": {"message": "unexpected status 529 <unknown status code>: Overloaded (scripted)",
+                  "codex_error_info": {"http_connection_failed": {"http_status_code": 529}}},
+    }  # fmt: skip
+    for n in (1, 10, 20):
+        started = line(
+            n, "event_msg", {"type": "task_started", "turn_attribution": {"turn_trigger": "queue"}}
+        )
+        write(path, [started, user(n + 1, "please fail now"), line(n + 2, "event_msg", failed)])
+    reader.read()
+    assert (fold.turns, fold.failed_streak, fold.failed_total, fold.turning) == (0, 3, 3, False)
+    assert fold.last_error == "API Error: unexpected status 529 <unknown status code>: Overloaded (scripted)"
+    write(path, turn(30, "hello", (10, 0, 1)))
+    reader.read()
+    assert (fold.turns, fold.failed_streak) == (1, 0)
+
+
 def test_usage_is_the_rollouts_token_records_with_cached_input_counted_apart(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     write(path, turn(10, channel_tag(frame("b1")), (1000, 200, 50)))

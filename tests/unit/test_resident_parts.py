@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -287,3 +288,71 @@ def test_the_fold_fed_in_any_page_split_equals_the_fold_over_the_whole_list(
         assert fold.workers(wave, now=NOW) == reference(wave, blips[:end], NOW)
         start = end
     assert fold.cursor == (blips[-1].id if blips else "")
+
+
+def test_mind_names_an_agent_kind_with_the_default_profile_or_a_layout(tmp_path: Path) -> None:
+    """``mind: codex`` is the Codex CLI with the default layout's resident profile (Claude Code's model,
+    args and permission mode dropped); ``mind: claude`` is the default layout's own; any other word is
+    a layout, as before."""
+    from fleet.layouts import DEFAULT_LAYOUT
+    from fleet.layouts import load as load_layout
+    from fleet.paths import Paths
+
+    paths = Paths(data=tmp_path / "d", state=tmp_path / "s", config=tmp_path / "c", logs=tmp_path / "l")
+    default = seat.resident_profile(load_layout(DEFAULT_LAYOUT, paths))
+    codex = seat.mind_profile("codex", paths)
+    assert (codex.agent, codex.permission_mode, codex.args) == ("codex", None, [])
+    assert codex.attention == default.attention and codex.cwd == default.cwd
+    assert seat.mind_profile("claude", paths) == default.model_copy(update={"agent": "claude"})
+    layout = tmp_path / "mine.toml"
+    layout.write_text('[participants.resident]\nagent = "codex"\nmodel = "gpt-x"\n')
+    own = seat.mind_profile(str(layout), paths)
+    assert (own.agent, own.model) == ("codex", "gpt-x")
+    assert seat.mind_profile("pair", paths).agent == "claude"  # a shipped layout by name
+    with pytest.raises(errors.NotFound, match="no layout 'opencode'"):
+        seat.mind_profile("opencode", paths)  # not a kind fleet runs: a layout, which is not there
+
+
+def _rollout(n: int, kind: str, payload: Mapping[str, object]) -> str:
+    return json.dumps({"timestamp": f"2026-12-06T00:26:{n:02d}.000Z", "type": kind, "payload": payload})
+
+
+def test_a_codex_minds_turns_are_read_from_its_rollout_and_an_escape_ends_its_turn(tmp_path: Path) -> None:
+    """A Codex mind's reader is its kind's: the thread the channel kept, the rollout under CODEX_HOME,
+    translated. The lines are those codex-cli 0.169.0 wrote for a queued turn and for one ended by
+    Escape (its ``<turn_aborted>`` message, then ``turn_aborted``)."""
+    from fleet.delivery.rollout import thread_file
+    from fleet.paths import Paths
+    from fleet.resident.mind import Mind, steer_status
+
+    paths = Paths(data=tmp_path / "d", state=tmp_path / "s", config=tmp_path / "c", logs=tmp_path / "l")
+    thread = "01a248be-da0b-73f2-bab3-f6297e4db445"
+    mind = Mind.of("codex", {"CODEX_HOME": str(tmp_path / ".codex")}, paths)
+    reader = mind.reader("sid-1")
+    assert reader.read().turns == 0 and "no Codex thread known yet" in reader.problem
+    thread_file(paths.channels, "sid-1").parent.mkdir(parents=True)
+    thread_file(paths.channels, "sid-1").write_text(thread + "\n")
+    assert reader.read().turns == 0 and "no rollout yet" in reader.problem
+    day = tmp_path / ".codex" / "sessions" / "2026" / "12" / "06"
+    path = day / f"rollout-2026-12-06T00-26-50-{thread}.jsonl"
+    path.parent.mkdir(parents=True)
+    queued = {"type": "task_started", "turn_attribution": {"turn_trigger": "queue"}}
+    started = _rollout(1, "event_msg", queued)
+    text = [{"type": "input_text", "text": "[fleet] heartbeat"}]
+    said = {"type": "message", "role": "user", "content": text}
+    done = _rollout(3, "event_msg", {"type": "task_complete", "last_agent_message": "ok"})
+    path.write_text(started + "\n" + _rollout(2, "response_item", said) + "\n")
+    assert reader.read().turning and reader.problem == ""
+    with path.open("a") as f:
+        f.write(done + "\n" + started + "\n")
+    fold = reader.read()
+    assert (fold.turns, fold.turning) == (1, True)
+    note = [{"type": "input_text", "text": "<turn_aborted>\nThe user interrupted the previous turn"}]
+    aborted = {"type": "message", "role": "user", "content": note}
+    with path.open("a") as f:
+        f.write(_rollout(5, "response_item", aborted) + "\n")
+        f.write(_rollout(6, "event_msg", {"type": "turn_aborted", "reason": "interrupted"}) + "\n")
+    fold = reader.read()
+    assert (fold.turns, fold.turning, fold.interrupted) == (1, False, 1)
+    assert reader.offset == path.stat().st_size
+    assert "never" in steer_status("sid-1", mind).text  # Codex takes a mid-turn blip as the next turn
