@@ -104,7 +104,8 @@ class World:
         path = routing_log_path(self.state_file(who))
         if not path.exists():
             return []
-        return [parse_entry(line) for line in path.read_bytes().splitlines()]
+        lines = path.read_bytes().split(b"\n")[:-1]  # whole lines: the channel may be appending one
+        return [parse_entry(line) for line in lines if line]
 
     def routes(self, who: str) -> list[RouteEntry]:
         return [e for e in self.log(who) if isinstance(e, RouteEntry)]

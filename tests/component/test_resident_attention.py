@@ -67,7 +67,12 @@ def test_a_workers_chatter_waits_while_its_done_surface_and_mentions_reach_the_m
     assert set(full) == {main_talk, asked, done, surfaced, op_said}, "chatter pushed in full"
     digests = [n for n in mind.channel_notes() if n["meta"]["kind"] == "digest"]
     assert [i for n in digests for i in n["meta"]["blip_ids"].split(",") if i in more] == more
-    rules = {r.blip_id: r.rule.value for r in w.routes("resident")}
+
+    def logged() -> dict[str, str] | None:  # (the channel logs a step's routes after its push)
+        rules = {r.blip_id: r.rule.value for r in w.routes("resident")}
+        return rules if {main_talk, asked, done, surfaced} <= rules.keys() else None
+
+    rules = retry_until(logged, what="the routes of the pushed blips logged")
     assert (rules[main_talk], rules[asked], rules[done], rules[surfaced]) == (
         "root",
         "mention",
