@@ -1,5 +1,6 @@
 """The keeper's heartbeat rules, fast: a real daemon, real tmux, the resident seated by ``fleet
-resident start``'s own code with fleet's stand-in agent as the mind, and an injected clock.
+resident start``'s own code with fleet's stand-in agent as the mind (run as ``claude``: a mind of
+Claude Code's kind, whose transcript a test writes as Claude Code would), and an injected clock.
 
 ``in-flight`` (the default) is exercised with the real Claude Code in test_resident_real.py; here
 ``always``, ``off`` and the daily budget, stepping the keeper through quiet time that only the
@@ -8,7 +9,10 @@ clock passes.
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,8 +50,14 @@ def seated(
     commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init"]
     for args in (["init", "-q", "-b", "main"], commit):
         subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    # the stand-in plays Claude Code: run as ``claude`` (it takes and ignores Claude Code's flags), so
+    # the mind is of Claude Code's kind and its record is the transcript a test writes for it
+    claude = tmp_path / "bin" / "claude"
+    claude.parent.mkdir()
+    claude.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m fleet.standin "$@"\n')
+    claude.chmod(0o755)
     layout = tmp_path / "mind.toml"
-    layout.write_text('[defaults]\nagent = "fleet-standin"\n')
+    layout.write_text(f"[defaults]\nagent = {json.dumps(str(claude))}\n")
     tmux = Tmux(srv)
     spawner = Spawner(operator, tmux, paths, ready_timeout=20)
     report = seat.start(operator, spawner, paths, "w", agent=str(layout), cwd=repo)
