@@ -76,7 +76,8 @@ class PresenceBook:
         return "live"
 
     def agent(self, s: PresenceRow) -> AgentState:
-        """The reported state while the channel is heard; else ``unknown`` saying since when."""
+        """The reported state while the channel is heard; else ``unknown`` saying since when (presence
+        is this daemon's: on a store several daemons share, a channel reports to the one it is on)."""
         if self.state(s) == "live":
             if s.agent is None:
                 return AgentState(kind="unknown", why="its channel reports no state (an older fleet)")
@@ -84,7 +85,7 @@ class PresenceBook:
         if s.agent is not None and s.agent.kind == "dead":
             return s.agent  # seen dead (its pane, by the supervisor; its SessionEnd): a fact, not a lapse
         if s.last_ping is None:
-            return AgentState(kind="unknown", why="no channel has reported")
+            return AgentState(kind="unknown", why="no channel has reported to this daemon")
         gone_at = self._gone_at.get((s.wave_id, s.participant))
         since = gone_at if gone_at is not None else s.last_ping + self.ping_ttl
         how = "said gone" if gone_at is not None else f"silent for {self.ping_ttl:g}s"

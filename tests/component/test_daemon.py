@@ -1078,7 +1078,7 @@ def test_presence_shows_the_reported_agent_state_and_unknown_once_the_channel_is
         assert _agents(w.op)["alice"] == {
             **_agents(w.op)["alice"],
             "kind": "unknown",
-            "why": "no channel has reported",
+            "why": "no channel has reported to this daemon",
         }
 
         def report(event: str, count: int = 0, **agent: Any) -> None:

@@ -43,7 +43,9 @@ def test_the_book_holds_presence_rows_and_answers_with_copies_judged_now() -> No
     (row,) = book.rows("w", ["a"])
     assert row.state == "live" and row.session_id == "s2" and row.agent is not None
     assert row.agent.why == "its channel reports no state (an older fleet)"  # another session: forgotten
-    assert book.rows("w", ["nobody"])[0].agent == AgentState(kind="unknown", why="no channel has reported")
+    assert book.rows("w", ["nobody"])[0].agent == AgentState(
+        kind="unknown", why="no channel has reported to this daemon"
+    )
 
 
 @given(st.lists(st.tuples(st.sampled_from(["ping", "delivered", "gone"]), st.floats(0, 30)), max_size=30))
