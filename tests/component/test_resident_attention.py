@@ -73,6 +73,7 @@ def test_a_workers_chatter_waits_while_its_done_surface_and_mentions_reach_the_m
         return rules if {main_talk, asked, done, surfaced} <= rules.keys() else None
 
     rules = retry_until(logged, what="the routes of the pushed blips logged")
+    assert rules is not None
     assert (rules[main_talk], rules[asked], rules[done], rules[surfaced]) == (
         "root",
         "mention",
