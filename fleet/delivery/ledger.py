@@ -109,7 +109,8 @@ class Ledger:
         """Who takes the pushes, as the route's reasons name it; ``taken``: the reason once one is taken."""
         self.taken = taken
         self.last_at = 0.0
-        """The newest time the transcript showed (any dated line)."""
+        """The newest date of the session's conversation the transcript showed (its queue lines do
+        not count: see :meth:`apply`)."""
         self.taken_upto = 0.0
         """The newest hand-out time of a push of this run that Claude Code took (0: none yet)."""
         self.entered_upto = 0.0
