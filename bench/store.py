@@ -226,10 +226,14 @@ def store_posts(n: int, tmp: Path) -> float:
     return n / elapsed
 
 
-def daemon_posts(r: Running, wavelet: str, clients: int, per_client: int, *, keyed: bool = True) -> float:
-    """Posts/s with ``clients`` concurrent keep-alive connections, ``per_client`` posts each, each
-    with a request key as fleet's client sends it (``keyed``; without: the cost of exactly-once)."""
-    conns = [Conn(r.url, r.token) for _ in range(clients)]
+def daemon_posts(
+    r: Running | list[Running], wavelet: str, clients: int, per_client: int, *, keyed: bool = True
+) -> float:
+    """Posts/s with ``clients`` concurrent keep-alive connections (spread over the daemons of a list,
+    one store), ``per_client`` posts each, each with a request key as fleet's client sends it
+    (``keyed``; without: the cost of exactly-once)."""
+    rs = r if isinstance(r, list) else [r]
+    conns = [Conn(rs[k % len(rs)].url, rs[k % len(rs)].token) for k in range(clients)]
     path = f"/v1/wavelets/{wavelet}/blips"
     for c in conns:  # warm up: connect, authenticate, open the reader connection of each thread
         assert c.call("POST", path, b'{"text": "warm-up"}')[0] == 201
@@ -535,34 +539,7 @@ def wake_latencies(r: Running, wavelet: str, samples: int, poster_on: Running | 
 def posts_through(daemons: list[Running], wavelet: str, clients: int, per_client: int) -> float:
     """Posts/s (keyed) into one wavelet with ``clients`` keep-alive clients spread over ``daemons``
     (on one store), all at once."""
-    conns = [Conn(daemons[k % len(daemons)].url, daemons[k % len(daemons)].token) for k in range(clients)]
-    path = f"/v1/wavelets/{wavelet}/blips"
-    for c in conns:
-        assert c.call("POST", path, b'{"text": "warm-up"}')[0] == 201
-    barrier = threading.Barrier(clients + 1)
-    failures: list[str] = []
-
-    def run(c: Conn, k: int) -> None:
-        barrier.wait()
-        for i in range(per_client):
-            status, body = c.call("POST", path, b'{"text": "client %d post %d"}' % (k, i), request_key())
-            if status != 201:
-                failures.append(f"{status} {body[:200]!r}")
-                return
-
-    threads = [threading.Thread(target=run, args=(c, k)) for k, c in enumerate(conns)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    for c in conns:
-        c.close()
-    if failures:
-        raise SystemExit(f"posts failed: {failures[:3]}")
-    return clients * per_client / elapsed
+    return daemon_posts(daemons, wavelet, clients, per_client)
 
 
 def store_posts_at(n: int, location: Path | str) -> float:
