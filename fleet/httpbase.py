@@ -1058,6 +1058,8 @@ class Server:
         self._inflight_cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._ending = False
+        """:meth:`server_close` asked the loop to end (set before it schedules the stop)."""
 
     @property
     def url(self) -> str:
@@ -1075,9 +1077,19 @@ class Server:
         self._thread = self._thread or threading.current_thread()
         self.waker.thread_id = threading.get_ident()
         asyncio.set_event_loop(self.loop)
+        listen = self.loop.create_task(self._listen())
         try:
-            self.loop.run_until_complete(self._listen())
-            self.loop.run_forever()
+            try:
+                self.loop.run_until_complete(listen)
+            except RuntimeError:
+                if listen.done():
+                    raise
+                # stopped (server_close: loop.stop) before it listened, as a daemon stopped while it
+                # starts: nothing was served, nothing to run; not an error in the loop's thread
+                listen.cancel()
+            else:
+                if not self._ending:  # (else its stop was taken by run_until_complete's last turn)
+                    self.loop.run_forever()
         finally:
             try:
                 for conn in list(self._conns):
@@ -1201,6 +1213,7 @@ class Server:
             self.loop.close()
             self._stopped.set()
         else:
+            self._ending = True  # before the stop is scheduled: serve_forever checks it after listening
             self._call(self.loop.stop)
             if self._thread is not threading.current_thread():
                 self._stopped.wait(10)
