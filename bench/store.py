@@ -214,16 +214,7 @@ def raw_sqlite(n: int, tmp: Path) -> float:
 
 def store_posts(n: int, tmp: Path) -> float:
     """Posts/s through ``Store.post`` in-process, one thread: the store layer without HTTP."""
-    from fleet.store import OPERATOR_PRINCIPAL, Store
-
-    s = Store(tmp / "store.sqlite3")
-    root = s.create_wave(OPERATOR_PRINCIPAL, "bench", ["alice"]).root_id
-    t0 = time.perf_counter()
-    for i in range(n):
-        s.post(OPERATOR_PRINCIPAL, root, f"post {i}")
-    elapsed = time.perf_counter() - t0
-    s.close()
-    return n / elapsed
+    return store_posts_at(n, tmp / "store.sqlite3")
 
 
 def daemon_posts(
