@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fleet import errors
 from fleet.client import Client
-from fleet.delivery.config import TransportConfig, read_token, resolve
+from fleet.delivery.config import TransportConfig, plain_words, read_token, resolve
 from fleet.delivery.engine import Backoff, Engine, ListSink
 from fleet.delivery.frames import Frame, hook_report
 from fleet.delivery.presence import Presence
@@ -607,21 +607,13 @@ def hook_options(argv: list[str]) -> tuple[dict[str, object], bool] | None:
     got.update(attention="full", digest_hold=None, attendant=None, attendant_timeout=None, receipts="auto")
     wavelets: list[object] = []
     flags = {"--hook": False, "--gate": False}
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        i += 1
-        if word in flags:
-            flags[word] = True
+    words = plain_words(argv, HOOK_OPTIONS, flags)
+    if words is None:
+        return None
+    for option, value in words:
+        if value is None:
+            flags[option] = True
             continue
-        option, eq, value = word.partition("=")
-        if option not in HOOK_OPTIONS or (not eq and i == len(argv)):
-            return None
-        if not eq:
-            value = argv[i]
-            i += 1
-        if value.startswith("-"):
-            return None
         key, convert, _ = HOOK_OPTIONS[option]
         try:
             converted = convert(value)

@@ -60,7 +60,7 @@ from types import FrameType, SimpleNamespace
 from typing import TYPE_CHECKING
 
 from fleet import errors
-from fleet.delivery.config import TransportConfig, resolve
+from fleet.delivery.config import TransportConfig, plain_words, resolve
 from fleet.delivery.ledger import BOUND
 from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD
 
@@ -214,22 +214,14 @@ def plain_options(argv: list[str]) -> SimpleNamespace | None:
     got: dict[str, object] = {dest: None for dest, _ in OPTIONS.values()}
     got.update(cap=DEFAULT_CAP, attention="full", digest_hold=DIGEST_HOLD, receipts="auto", bound=BOUND)
     got.update(hook_fallback=False, deliver=True)
-    i = 0
-    while i < len(argv):
-        word = argv[i]
-        i += 1
-        if word in FLAGS:
-            dest, value = FLAGS[word]
+    words = plain_words(argv, OPTIONS, FLAGS)
+    if words is None:
+        return None
+    for option, text in words:
+        if text is None:
+            dest, value = FLAGS[option]
             got[dest] = value
             continue
-        option, eq, text = word.partition("=")
-        if option not in OPTIONS or (not eq and i == len(argv)):
-            return None
-        if not eq:
-            text = argv[i]
-            i += 1
-        if text.startswith("-"):
-            return None
         dest, kind = OPTIONS[option]
         try:
             got[dest] = kind(text)

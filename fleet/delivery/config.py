@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+from collections.abc import Container
 from pathlib import Path
 from typing import Literal
 
@@ -84,6 +85,34 @@ class TransportConfig(Record, kw_only=True, forbid_unknown_fields=True):
     wait: float = 0.0
     """Give up after this many seconds with nothing handed out; 0: wait as long as it takes."""
     unreachable_after: float = UNREACHABLE_AFTER
+
+
+def plain_words(
+    argv: list[str], takes_value: Container[str], flags: Container[str]
+) -> list[tuple[str, str | None]] | None:
+    """``argv`` as (option, value) pairs, in order (value None for one of ``flags``), read as argparse
+    and typer read a plain command line (``--opt value`` or ``--opt=value``); None when it is not
+    one: an option neither in ``takes_value`` nor in ``flags``, a value missing, or a value that
+    looks like an option. What the channel and the hook's arm read their command lines with, so
+    that neither imports its parser for what spawn writes (the parser then says what is wrong)."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word in flags:
+            out.append((word, None))
+            continue
+        option, eq, value = word.partition("=")
+        if option not in takes_value or (not eq and i == len(argv)):
+            return None
+        if not eq:
+            value = argv[i]
+            i += 1
+        if value.startswith("-"):
+            return None
+        out.append((option, value))
+    return out
 
 
 def resolve(
