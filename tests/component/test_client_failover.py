@@ -272,6 +272,27 @@ def standin_events(paths: Paths, name: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def assert_each_once(texts: Counter[str], killed_at: int, carol: RawMcp) -> None:
+    """The stand-ins' conversation (``texts``: what the store holds, each text's count) went on past
+    the kill (``killed_at`` blips stored then): every one of its replies stored once, and carol's
+    channel handed every blip once."""
+    assert killed_at < texts.total(), "the conversation was over before A died"
+    twice = [t for t, n in texts.items() if n > 1]
+    assert not twice, f"stored twice: {twice}"
+    for me, other in (("alice", "bob"), ("bob", "alice")):
+        mine = [f"{other}: reply {n} from {me}" for n in range(1, TURNS + 1)]
+        assert all(texts[t] == 1 for t in mine), (me, sorted(texts))
+    expected = set(texts)
+
+    def heard_all() -> Counter[str] | None:
+        c = Counter(carol.contents())
+        return c if expected <= set(c) else None
+
+    got = retry_until(heard_all, timeout=30, what="carol to hear every blip")
+    assert got is not None
+    assert all(got[t] == 1 for t in expected), {t: n for t, n in got.items() if n != 1}
+
+
 def test_a_conversation_through_a_channel_on_two_daemons_completes_when_the_first_is_killed(
     pair: Pair, tmp_path: Path
 ) -> None:
@@ -294,26 +315,13 @@ def test_a_conversation_through_a_channel_on_two_daemons_completes_when_the_firs
         pair.start("b")
         assert alice.wait(90) == 0 and bob.wait(90) == 0
         texts = stored(pair.paths.db)
-        assert killed_at < texts.total(), "the conversation was over before A died"
-        twice = [t for t, n in texts.items() if n > 1]
-        assert not twice, f"stored twice: {twice}"
+        assert_each_once(texts, killed_at, carol)
         for me, other in (("alice", "bob"), ("bob", "alice")):
-            mine = [f"{other}: reply {n} from {me}" for n in range(1, TURNS + 1)]
-            assert all(texts[t] == 1 for t in mine), (me, sorted(texts))
             heard = [
                 str(e["content"]) for e in standin_events(pair.paths, me) if e.get("event") == "notification"
             ]
             theirs = [t for t in heard if f"from {other}" in t]
             assert len(theirs) == len(set(theirs)), f"{me} was handed a blip twice: {theirs}"
-        expected = set(texts)
-
-        def heard_all() -> Counter[str] | None:
-            c = Counter(carol.contents())
-            return c if expected <= set(c) else None
-
-        got = retry_until(heard_all, timeout=30, what="carol to hear every blip")
-        assert got is not None
-        assert all(got[t] == 1 for t in expected), {t: n for t, n in got.items() if n != 1}
         ping = carol.call("wavelet_ping")["structuredContent"]
         detail = ping["delivery"]["detail"]
         assert ping["delivery"]["state"] == "running", ping

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import retry_until
 from mcphelp import RawMcp, channel_argv, minted_token_file
+from test_client_failover import TURNS, assert_each_once
 
 from fleet import errors
 from fleet.client import Client
@@ -101,9 +102,6 @@ def test_a_token_revoked_through_a_is_refused_by_b(two: Two) -> None:
 
 
 # ---------------------------------------------------------------- two daemon processes, one killed
-
-
-TURNS = 12
 
 
 class Procs:
@@ -219,20 +217,7 @@ def test_stand_ins_conversing_through_two_daemons_complete_through_one_when_the_
             killed_at = stored(pg_url).total()
             assert alice.wait(90) == 0 and bob.wait(90) == 0
             texts = stored(pg_url)
-            assert killed_at < texts.total(), "the conversation was over before A died"
-            assert not [t for t, n in texts.items() if n > 1], "stored twice"
-            for me, other in (("alice", "bob"), ("bob", "alice")):
-                mine = [f"{other}: reply {n} from {me}" for n in range(1, TURNS + 1)]
-                assert all(texts[t] == 1 for t in mine), (me, sorted(texts))
-            expected = set(texts)
-
-            def heard_all() -> Counter[str] | None:
-                c = Counter(carol.contents())
-                return c if expected <= set(c) else None
-
-            got = retry_until(heard_all, timeout=30, what="carol to hear every blip")
-            assert got is not None
-            assert all(got[t] == 1 for t in expected), {t: n for t, n in got.items() if n != 1}
+            assert_each_once(texts, killed_at, carol)
         finally:
             for proc in (alice, bob):
                 if proc.poll() is None:
