@@ -317,6 +317,32 @@ class Park(Protocol):
     def disarm(self) -> None: ...
 
 
+class Turn(Protocol):
+    """What the steps one turn of the loop runs share (:meth:`Server.turn`; the daemon: one write
+    transaction). A step takes :meth:`mark` before it runs and its :meth:`span` after; once the
+    turn is over, :meth:`fault` says whether what it did was lost (then it is answered with that
+    error instead)."""
+
+    def mark(self) -> int: ...
+
+    def span(self, mark: int) -> range: ...
+
+    def fault(self, span: range) -> errors.FleetError | None: ...
+
+
+class _NoTurn:
+    """A turn that shares nothing: no step's work is ever lost with another's."""
+
+    def mark(self) -> int:
+        return 0
+
+    def span(self, mark: int) -> range:
+        return range(0)
+
+    def fault(self, span: range) -> errors.FleetError | None:
+        return None
+
+
 Answering = Generator[Park, bool, None]
 """A request being answered that may park: it yields parks and is sent, on each resumption,
 whether the client hung up meanwhile."""
@@ -594,10 +620,11 @@ class _Connection(asyncio.Protocol):
     # -- answering
 
     def _step(self, gone: bool | None) -> None:
-        """Run the request on until it parks or ends: on the pool, or here without one."""
+        """Run the request on until it parks or ends: on the pool, or without one in the loop's
+        next turn, with the other steps due then (:meth:`Server.due`)."""
         pool = self.server.pool
         if pool is None:
-            self._stepped(self._advance(gone))
+            self.server.due(self, gone)
             return
         try:
             future = pool.submit(self._advance, gone)
@@ -651,6 +678,21 @@ class _Connection(asyncio.Protocol):
         self._idle(self.server.idle_timeout)
         if self.buf:
             self._read_head()  # a pipelined request, read while this one was answered
+
+    def _lost(self, park: Park | None, fault: errors.FleetError) -> None:
+        """The turn this step ran in lost what it wrote or read (:class:`Turn`): whatever it answered
+        is replaced by ``fault`` and the connection ends (what it noted of its answers goes too);
+        a request that had parked is ended first."""
+        answering = self._answering
+        if park is not None and answering is not None:
+            with contextlib.suppress(Exception):
+                answering.close()  # (its own ``finally`` runs: what the request took is given back)
+        h = self._handler
+        if h is not None:
+            h.out.clear()
+            h.close_connection = True
+            h.respond_error(fault)
+        self._stepped(None)
 
     def _park(self, park: Park) -> None:
         if self.eof or self.state == _CLOSED:
@@ -1060,6 +1102,8 @@ class Server:
         self._stopped = threading.Event()
         self._ending = False
         """:meth:`server_close` asked the loop to end (set before it schedules the stop)."""
+        self._due: list[tuple[_Connection, bool | None]] = []
+        """Steps to run in the loop's next turn (:meth:`due`), in the order they came."""
 
     @property
     def url(self) -> str:
@@ -1219,6 +1263,37 @@ class Server:
                 self._stopped.wait(10)
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- steps on the loop (no pool)
+
+    def turn(self) -> contextlib.AbstractContextManager[Turn]:
+        """What the steps of one turn share, entered before the first and left after the last,
+        before any of their answers is written. This one shares nothing; the daemon's makes their
+        writes one transaction (:meth:`fleet.store.Store.group`)."""
+        return contextlib.nullcontext(_NoTurn())
+
+    def due(self, conn: _Connection, gone: bool | None) -> None:
+        """Run a step of ``conn``'s request in the loop's next turn, with every other step due
+        then: the requests whose bodies one wake-up of the loop read run together, in one
+        :meth:`turn`, and their answers are written once it is over."""
+        self._due.append((conn, gone))
+        if len(self._due) == 1:
+            self.loop.call_soon(self._run_due)
+
+    def _run_due(self) -> None:
+        due, self._due = self._due, []
+        ran: list[tuple[_Connection, Park | None, range]] = []
+        with self.turn() as turn:
+            for conn, gone in due:
+                mark = turn.mark()
+                park = conn._advance(gone)
+                ran.append((conn, park, turn.span(mark)))
+        for conn, park, span in ran:
+            fault = turn.fault(span)
+            if fault is None:
+                conn._stepped(park)
+            else:
+                conn._lost(park, fault)
 
     def enter(self) -> bool:
         """Count a request in flight; False (count nothing) once the server is closing."""

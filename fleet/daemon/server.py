@@ -31,7 +31,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,16 @@ from fleet.daemon.presence import PresenceBook
 from fleet.daemon.request import Raw
 from fleet.daemon.supervisor import SupervisorBook
 from fleet.daemon.wakes import Notifier
-from fleet.httpbase import IDLE_TIMEOUT, Answering, Handler, Server, is_loopback, is_wildcard, parse_listen
+from fleet.httpbase import (
+    IDLE_TIMEOUT,
+    Answering,
+    Handler,
+    Server,
+    Turn,
+    is_loopback,
+    is_wildcard,
+    parse_listen,
+)
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, Endpoint, StopProgress
 from fleet.paths import Paths, ensure_private_dir, hide_password, write_private
 from fleet.store import Store, open_store
@@ -399,6 +408,17 @@ class Daemon(Dispatcher):
 
 class _ApiServer(Server):
     daemon: Daemon
+
+    def turn(self) -> contextlib.AbstractContextManager[Turn]:
+        """The requests of one turn of the loop write in one transaction (a savepoint each), and
+        the wake-ups of what they wrote go out once it has committed (docs/performance.md)."""
+        store = self.daemon.store
+        return super().turn() if store is None else self._grouped(store)
+
+    @contextlib.contextmanager
+    def _grouped(self, store: Store) -> Iterator[Turn]:
+        with self.daemon.notifier.held(), store.group() as group:
+            yield group
 
     def after_burst(self) -> None:
         gc.collect()  # the burst's garbage first: the readers renewed next are not placed among it

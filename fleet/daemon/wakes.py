@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ class Notifier:
         self._everything: set[Parked] = set()
         """Waiters without keys: any commit wakes them."""
         self.closing = False
+        self._held: list[tuple[str, ...]] | None = None
+        """The bumps :meth:`held` keeps back, on the thread :attr:`_held_thread`."""
+        self._held_thread = 0
         self.publish: Callable[[Sequence[str]], None] | None = None
         """Told the keys of every :meth:`bump` (after the local waiters are woken): on a PostgreSQL
         store, the other daemons on it (:meth:`fleet.store.Store.announce`), whose listeners call
@@ -64,9 +68,31 @@ class Notifier:
         with self._lock:
             return len(self._everything) + len({e for s in self._waiters.values() for e in s})
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The bumps this thread makes until the end wait for it (each distinct one told once): the
+        daemon's loop holds them while its turn's writes share a transaction, so no waiter wakes to
+        read before the commit they tell of (:meth:`fleet.store.Store.group`). Other threads' bumps
+        go through meanwhile."""
+        if self._held is not None:
+            yield
+            return
+        held: list[tuple[str, ...]] = []
+        self._held, self._held_thread = held, threading.get_ident()
+        try:
+            yield
+        finally:
+            self._held = None
+            for keys in dict.fromkeys(held):
+                self.bump(*keys)
+
     def bump(self, *keys: str) -> None:
         """A commit here touched ``keys`` (none: anything): wake who waits on them, here and, through
         :attr:`publish`, on the other daemons of the store."""
+        held = self._held
+        if held is not None and threading.get_ident() == self._held_thread:
+            held.append(keys)
+            return
         self.woken(keys or None)
         if self.publish is not None:
             try:

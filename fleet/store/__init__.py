@@ -47,6 +47,7 @@ context assembly), and here the :class:`Store` facade.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -122,6 +123,7 @@ from fleet.store.schema import (
     Conn,
     Connections,
     GenerationMemo,
+    Group,
     Row,
     connect,
     dump_tables,
@@ -269,6 +271,11 @@ class Store:
         """Give the calling thread's read connection back to the pool (at the end of each request, and
         before a long-poll parks); a no-op inside a read snapshot."""
         self._db.release_reader()
+
+    def group(self) -> contextlib.AbstractContextManager[Group]:
+        """The writes the calling thread makes until the end share one transaction, committed at the
+        end (:meth:`schema.Connections.group`: what the daemon's loop runs in one turn)."""
+        return self._db.group()
 
     def shrink_readers(self) -> None:
         """Free what the read connections no request holds have grown (page and statement caches),
@@ -438,7 +445,7 @@ class Store:
     def wave_id(self, who: Principal, wave: str) -> str:
         """The id of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it (a
         feed asks it on every request: answered from the generation's shared results)."""
-        return str(self.access.wave(who, wave, self._memo.at(self._db.generation))["id"])
+        return str(self.access.wave(who, wave, self._memo.at(self._db.stamp()[0]))["id"])
 
     def wave_name(self, who: Principal, wave: str) -> str:
         """The name of the wave ``wave`` (a name, id or id prefix) names, if ``who`` may see it."""

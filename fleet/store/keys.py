@@ -159,8 +159,11 @@ class Keys:
 
         A second request with the same key while the first runs waits (at most ``wait`` seconds)
         for it to end before it is let in, so it finds the first one's key (or runs, if that one
-        wrote nothing). Conflict when the first one is still running after ``wait``."""
+        wrote nothing). Conflict when the first one is still running after ``wait`` (at once when
+        this thread holds the writer lock in a group: the first may be waiting for it)."""
         ident = (claim.scope, claim.key)
+        if self._db.holding():
+            wait = 0.0  # the other run may be a thread waiting for the writer lock this one holds
         deadline = time.monotonic() + wait
         while True:
             with self._lock:

@@ -13,6 +13,11 @@ What a caller may rely on:
   connections from a bounded pool, one per serving thread until it releases it (WAL lets readers
   proceed while the writer commits). The database and WAL files it opened are watched: removed or
   replaced, what the writer had is saved and writes are refused (:mod:`fleet.store.files`).
+- :meth:`Connections.group` lets one thread's writes share a transaction (the daemon's loop: the
+  requests one turn of it runs). Each write is a savepoint of it, undone alone when it fails; the
+  transaction begins with the first write and commits when the group ends; in between that thread
+  reads through the writer (what the group wrote so far, nothing else committing meanwhile), and
+  the group says which of its steps saw a transaction that did not commit (:class:`Group`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 
 import uuid6
 
+from fleet import errors
 from fleet.store.faults import storage_faults
 from fleet.store.files import Change, Rescued, StoreFiles, rescue
 
@@ -572,6 +578,50 @@ def _open_reader(path: Path | str) -> Conn:
     return conn
 
 
+class Group:
+    """The write transactions of one :meth:`Connections.group`, numbered from 1 as they begin
+    (usually one; another after one was lost), and the error of each that did not commit.
+
+    A step of the group (the daemon: one request's turn) takes :meth:`mark` before it runs and its
+    :meth:`span` after; once the group ended, :meth:`fault` says whether a transaction it wrote or
+    read in did not commit: then what it answered was never saved, and it is answered with that
+    error instead. A step that began with none open and began none read only what was committed."""
+
+    __slots__ = ("begun", "faults", "open", "tokens")
+
+    def __init__(self) -> None:
+        self.begun = 0
+        """Transactions begun so far (the open one's number while :attr:`open`)."""
+        self.open = False
+        self.faults: dict[int, errors.FleetError] = {}
+        """The transactions that did not commit, and why."""
+        self.tokens = 0
+        """The token writes counted when the open transaction began."""
+
+    def mark(self) -> int:
+        """The first transaction a step beginning now may touch: the open one, else the next."""
+        return self.begun if self.open else self.begun + 1
+
+    def span(self, mark: int) -> range:
+        """The transactions a step that took ``mark`` before it ran has touched, now that it ran."""
+        return range(mark, self.begun + 1)
+
+    def fault(self, span: range) -> errors.FleetError | None:
+        """Why a transaction of ``span`` did not commit (None: each one committed)."""
+        for t in span:
+            fault = self.faults.get(t)
+            if fault is not None:
+                return fault
+        return None
+
+
+def _unsaved(exc: BaseException) -> errors.FleetError:
+    """What a step whose writes were lost with a group's transaction is told."""
+    if isinstance(exc, errors.FleetError):
+        return exc
+    return errors.FleetError(f"the write was not saved ({type(exc).__name__}: {exc}): send it again")
+
+
 class Connections:
     """One writer behind a lock, and a fixed pool of read connections, for one database file
     (migrated on open).
@@ -628,6 +678,9 @@ class Connections:
         """Notified when a reader goes back to :attr:`_idle` (and at close)."""
         self._extra: set[Conn] = set()
         """Readers opened beyond the pool (:data:`READER_WAIT`), closed when given back."""
+        self._group: Group | None = None
+        """The group in progress (:meth:`group`), on the thread :attr:`_group_thread`."""
+        self._group_thread = 0
         for _ in range(idle_readers):
             conn = _open_reader(path)
             self._readers.add(conn)
@@ -667,6 +720,9 @@ class Connections:
         needs a reader while every reader's holder waits for the writer lock) and for a store used
         by more threads than the pool that do not give theirs back.
         """
+        g = self._group
+        if g is not None and g.open and threading.get_ident() == self._group_thread:
+            return self._w  # what the group wrote so far is what this thread's reads must see
         conn: Conn | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._take()
@@ -777,7 +833,14 @@ class Connections:
         (:func:`~fleet.store.files.rescue`) and every later write raises a StorageFault saying where
         and what to do, with nothing written. The commit that found it is acknowledged only when the
         rescue saved it into the store's own database file; else it raises that fault too.
+
+        Inside this thread's :meth:`group` it is a savepoint of the group's transaction instead.
         """
+        g = self._group
+        if g is not None and threading.get_ident() == self._group_thread:
+            with self._grouped(g) as conn:
+                yield conn
+            return
         with self._wlock, storage_faults(self.path):
             if self._files_fault is not None:
                 self._refuse_writes()
@@ -814,6 +877,127 @@ class Connections:
                 if not self._files_fault.in_place:
                     raise self._files_fault.fault
 
+    @contextmanager
+    def group(self) -> Iterator[Group]:
+        """Let this thread's writes until the end share one transaction (see :class:`Group`).
+
+        What the daemon's loop runs in one turn: eight posts then commit once, rewriting the leaf
+        pages they share once (docs/performance.md). Each :meth:`write` is a savepoint (its failure
+        undoes it alone); the first one takes the writer lock and begins the transaction, which is
+        committed at the end (then the files are checked, as after any commit). Meanwhile this
+        thread reads through the writer (:meth:`reader`), other threads' writes wait for the end,
+        and the generation is that of a write in progress (no shared results are put or taken:
+        :meth:`stamp`). A lost transaction (SQLite rolled it back on a full disk, or its commit
+        failed) is recorded in the group, never raised here. On PostgreSQL (other daemons write
+        too) and inside another group, each write commits on its own."""
+        g = Group()
+        if self.postgres or self._group is not None:
+            yield g
+            return
+        self._group, self._group_thread = g, threading.get_ident()
+        try:
+            yield g
+        except BaseException as exc:
+            if g.open:
+                self._lose(g, exc)
+            raise
+        finally:
+            self._group = None
+            if g.open:
+                self._end_group(g)
+
+    @contextmanager
+    def _grouped(self, g: Group) -> Iterator[Conn]:
+        if not g.open:
+            self._begin_group(g)
+        w = self._w
+        tokens_before = _token_writes
+        try:
+            with storage_faults(self.path):
+                w.execute("SAVEPOINT fleet_write")
+                yield w
+                w.execute("RELEASE fleet_write")
+        except BaseException as exc:
+            undone = False
+            if w.in_transaction:
+                try:
+                    with storage_faults(self.path):
+                        w.execute("ROLLBACK TO fleet_write")
+                        w.execute("RELEASE fleet_write")
+                    undone = True
+                except Exception:
+                    log.exception("undoing a failed write of a group")
+            if not undone:  # SQLite rolled back the whole transaction: the group's earlier writes too
+                self._lose(g, exc)
+            raise
+        finally:
+            if _token_writes != tokens_before:
+                self.token_epoch += 1  # the group's later requests must not be let in from a cache
+
+    def _begin_group(self, g: Group) -> None:
+        self._wlock.acquire()
+        try:
+            with storage_faults(self.path):
+                if self._files_fault is not None:
+                    self._refuse_writes()
+                self._writing = self.generation + 1
+                self._w.execute("BEGIN IMMEDIATE")
+                if self.on_begin is not None:
+                    self.on_begin(self._w)
+        except BaseException:
+            if self._w.in_transaction:
+                with contextlib.suppress(Exception):
+                    self._w.execute("ROLLBACK")
+            self.generation = self._writing
+            self._wlock.release()
+            raise
+        g.open = True
+        g.begun += 1
+        g.tokens = _token_writes
+
+    def _lose(self, g: Group, exc: BaseException) -> None:
+        """The group's open transaction did not commit (``exc`` says why): rolled back, ended."""
+        g.faults[g.begun] = _unsaved(exc)
+        if self._w.in_transaction:
+            try:
+                self._w.execute("ROLLBACK")
+            except Exception:
+                log.exception("rolling back a group's lost transaction")
+        self._close_group(g)
+
+    def _end_group(self, g: Group) -> None:
+        try:
+            with storage_faults(self.path):
+                self._w.execute("COMMIT")
+        except BaseException as exc:
+            self._lose(g, exc)
+            return
+        try:
+            if self._files is not None:
+                change = self._files.changed()
+                if change is not None:
+                    self._files_change = change
+                    self._files_fault = rescue(self._w, self._files, change)
+                    if not self._files_fault.in_place:
+                        g.faults[g.begun] = self._files_fault.fault
+        except Exception as exc:
+            log.exception("checking the store's files after a group's commit")
+            g.faults[g.begun] = _unsaved(exc)
+        finally:
+            self._close_group(g)
+
+    def _close_group(self, g: Group) -> None:
+        g.open = False
+        self.generation = self._writing
+        if _token_writes != g.tokens:
+            self.token_epoch += 1  # committed or not, what was remembered meanwhile may be wrong
+        self._wlock.release()
+
+    def holding(self) -> bool:
+        """This thread's group has its transaction open (it holds the writer lock meanwhile)."""
+        g = self._group
+        return g is not None and g.open and threading.get_ident() == self._group_thread
+
     def check_files(self) -> bool:
         """Check the database and WAL files now (the watcher's tick; each write checks them itself):
         False once they were found changed, what the writer had saved (:mod:`fleet.store.files`)."""
@@ -846,7 +1030,10 @@ class Connections:
 
     def stamp(self) -> tuple[int, int]:
         """(generation, the generation of the write in progress): taken before a read, what
-        :meth:`exact` compares with after it."""
+        :meth:`exact` compares with after it. Inside this thread's open group, a stamp no
+        generation has: its reads see writes not committed yet, shared with nobody."""
+        if self.holding():
+            return -2, -1
         return self.generation, self._writing
 
     def exact(self, stamp: tuple[int, int]) -> bool:

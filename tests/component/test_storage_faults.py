@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from httphelp import Http
+from httphelp import Http, host_port
 from test_cli import base_env
 
 from fleet import errors
@@ -191,3 +193,77 @@ def test_a_read_only_file_system_is_named_at_start_and_the_data_is_intact(fleet_
     finally:
         umount(data)
     assert texts_in(fleet_env) == texts
+
+
+def test_on_a_full_disk_the_answers_of_one_turn_are_what_was_stored(small_disk: Path) -> None:
+    """The requests one turn of the daemon's loop reads share a transaction (a group commit): when
+    it cannot be saved, none of them is answered as written, and what was answered 201 is stored."""
+    paths = get_paths()
+    d = Daemon(paths, listen="127.0.0.1:0")
+    d.start()
+    texts = [f"{i:02d}" + "x" * 40_000 for i in range(10)]
+    answers: list[tuple[int, bytes]] = []
+    held, go = threading.Event(), threading.Event()
+    try:
+        op = Client(d.url, d.operator_token)
+        wave = op.create_wave("w", ["alice"])
+        op.post(wave.root_id, "before")
+        fill(small_disk / "filler")
+        host = d.url.removeprefix("http://")
+        socks = [socket.create_connection(host_port(d.url), timeout=20) for _ in texts]
+        for s in socks:  # each connection accepted and served once: the loop has them all
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: %s\r\n\r\n" % host.encode())
+            assert read_answer(s)[0] == 200
+        # The loop held while every post is sent: its next turn reads all ten at once.
+        assert d._httpd is not None
+
+        def hold() -> None:
+            held.set()
+            go.wait(20)
+
+        d._httpd.loop.call_soon_threadsafe(hold)
+        assert held.wait(20)
+        for s, text in zip(socks, texts, strict=True):
+            body = json.dumps({"text": text}).encode()
+            s.sendall(
+                f"POST /v1/wavelets/{wave.root_id}/blips HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {d.operator_token}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+        go.set()
+        answers = [read_answer(s) for s in socks]
+        for s in socks:
+            s.close()
+    finally:
+        go.set()
+        d.stop()
+    statuses = [status for status, _ in answers]
+    assert set(statuses) <= {201, 507}, answers
+    assert 507 in statuses, statuses  # 400 KB more than the disk holds
+    for status, body in answers:
+        if status == 507:
+            assert json.loads(body)["error"]["kind"] == "storage", body
+    (small_disk / "filler").unlink()
+    answered = [t for t, status in zip(texts, statuses, strict=True) if status == 201]
+    assert sorted(t for t in texts_in(paths) if t != "before") == answered
+
+
+def read_answer(s: socket.socket) -> tuple[int, bytes]:
+    """One HTTP answer (with its Content-Length) read from ``s``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"the connection closed without an answer: {data[:200]!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    n = next(
+        int(v)
+        for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
+        if k.lower() == b"content-length"
+    )
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        assert chunk, "the connection closed mid-answer"
+        rest += chunk
+    return int(head.split(b" ", 2)[1]), rest[:n]

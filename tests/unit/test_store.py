@@ -553,7 +553,7 @@ def test_a_log_row_that_does_not_fit_stops_replay(
 
 def test_every_public_store_method_takes_the_principal_first() -> None:
     # authenticate is how a principal is obtained; the rest are the daemon's housekeeping
-    exempt = {"authenticate", "close", "release_reader", "shrink_readers", "announce", "listen"}
+    exempt = {"authenticate", "close", "release_reader", "shrink_readers", "announce", "listen", "group"}
     for name, fn in inspect.getmembers(Store, inspect.isfunction):
         if name.startswith("_") or name in exempt:
             continue
