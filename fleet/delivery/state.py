@@ -2,7 +2,10 @@
 
 One JSON file per (store, wave, participant) under the state dir (the store by its identity,
 minted once per database: a restarted daemon, or one on another port, is the same store), replaced
-atomically (rename over), with ``<file>.lock`` beside it. Whoever delivers holds that lock
+atomically, with ``<file>.lock`` beside it: each save writes ``.<file>.spare`` and exchanges it with
+the file (``renameat2(RENAME_EXCHANGE)``), so the spare is the previous version, rewritten in place
+by the next save; where the system or file system cannot exchange, a temporary file is renamed
+over instead. Whoever delivers holds that lock
 (``fcntl.flock``), so two transports never deliver the same blips twice; the kernel drops a dead
 holder's lock, so it never wedges. A restarted holder resumes from the file: no replay, no gap.
 A file that cannot be read raises :class:`~fleet.errors.CorruptState` and is never overwritten,
@@ -11,6 +14,7 @@ so a corrupt file stops delivery instead of skipping blips.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -111,6 +115,44 @@ def state_path(directory: Path, daemon: str, wave: str, participant: str, *, sto
     return directory / name
 
 
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2: Any = None
+"""libc's ``renameat2``, looked up on the first exchange (False: this libc has none)."""
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the files ``a`` and ``b`` in one step (``renameat2(RENAME_EXCHANGE)``): True when done,
+    False when this system or file system cannot (nothing moved). FileNotFoundError when either is
+    missing."""
+    global _renameat2
+    if _renameat2 is None:
+        import ctypes  # (only here: 0.4 MiB and 2 ms a channel does not pay until its first save)
+
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+            _renameat2 = fn
+        except (AttributeError, OSError):
+            _renameat2 = False
+    if _renameat2 is False:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = _errno()
+    if err == errno.ENOENT:
+        raise FileNotFoundError(err, os.strerror(err), str(b))
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
 _KNOWN: dict[tuple[str, str], str] = {}
 """(state dir, daemon key) -> store id, learnt by this process."""
 
@@ -188,7 +230,11 @@ class StateFile:
         """Where a file keyed by host and port (written before store identities) lives: read when
         :attr:`path` does not exist yet, so an upgrade neither replays nor skips."""
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.spare_path = self.path.with_name(f".{self.path.name}.spare")
+        """What each save writes before it exchanges it with :attr:`path` (:meth:`save`)."""
         self._lock_file: IO[bytes] | None = None
+        self._exchanges = True
+        """False once this file system refused an exchange: saves rename a temporary file over."""
 
     @property
     def held(self) -> bool:
@@ -247,7 +293,15 @@ class StateFile:
         return state
 
     def save(self, state: DeliveryState) -> None:
-        """Replace the file atomically (write a temp file, rename over); mode 0600.
+        """Replace the file atomically; mode 0600.
+
+        The new content is written into the spare beside the file (:attr:`spare_path`, rewritten in
+        place: the previous version), which is then exchanged with the file in one step
+        (``renameat2(RENAME_EXCHANGE)``). Creating a temporary file and renaming it over cost a new
+        inode and, on ext4, a flush of the new file (``auto_da_alloc``) each save: 144 µs of CPU
+        (112 in the kernel) against 14 µs, per delivery of each channel (bench/delivery.py). The
+        first save, a file moved away by hand, and a file system without the exchange (then always)
+        rename the written file over instead.
 
         A crash of the process at any point leaves the old or the new file, never a mix. There is
         deliberately no fsync: saves happen after every delivered batch, and with many channels on
@@ -265,6 +319,16 @@ class StateFile:
 
     def _write(self, dumped: dict[str, Any]) -> None:
         data = json.dumps(dumped, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        if self._exchanges:
+            self._write_spare(data)
+            try:
+                if exchange(self.spare_path, self.path):
+                    return
+                self._exchanges = False
+            except FileNotFoundError:  # no file yet (or moved away): the spare becomes it
+                pass
+            os.replace(self.spare_path, self.path)
+            return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -284,6 +348,23 @@ class StateFile:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+    def _write_spare(self, data: bytes) -> None:
+        """``data`` is the whole spare, mode 0600, written in place (no new inode, no truncation to
+        zero, which on ext4 flushes as a rename over does)."""
+        try:
+            fd = os.open(self.spare_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the state dir was removed under us: recreate it once
+            ensure_private_dir(self.path.parent)
+            fd = os.open(self.spare_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # (a spare someone made otherwise becomes the file)
+            at = 0
+            while at < len(data):
+                at += os.pwrite(fd, data[at:], at)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
     def _corrupt(self, reason: str) -> CorruptState:
         return CorruptState(

@@ -8,8 +8,11 @@ import json
 import os
 import stat
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_delivery_rules import DAEMON, Stream, run
 
 from fleet.delivery import (
@@ -18,6 +21,8 @@ from fleet.delivery import (
     StateFile,
     state_path,
 )
+from fleet.delivery import state as state_module
+from fleet.delivery.state import DeliveryState
 
 
 def test_state_file_roundtrip_atomic_private(tmp_path: Path) -> None:
@@ -94,3 +99,78 @@ def test_state_path_is_per_daemon_wave_participant(tmp_path: Path) -> None:
     assert base not in others and len(others) == 4
     assert base.parent == tmp_path and base.name.startswith("alice@w@127.0.0.1_8086")
     assert os.sep not in base.name
+
+
+def saved(sf: StateFile, n: int) -> dict[str, str]:
+    """Save a state whose cursor says ``n``; the cursors saved."""
+    state = DeliveryState(daemon=DAEMON, wave="w", participant="alice", cursors={"a": f"{n:08d}"})
+    sf.save(state)
+    return state.cursors
+
+
+def test_saves_exchange_the_file_with_a_spare_in_place(tmp_path: Path) -> None:
+    sf = StateFile(tmp_path / "channels", DAEMON, "w", "alice", store="")
+    assert sf.acquire()
+    inodes = set()
+    for n in range(6):
+        cursors = saved(sf, n)
+        assert sf.load().cursors == cursors
+        assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600
+        inodes.add(sf.path.stat().st_ino)
+        if n:  # the spare is the version before
+            assert json.loads(sf.spare_path.read_bytes())["cursors"] == {"a": f"{n - 1:08d}"}
+    assert len(inodes) == 2  # two files swapped, no file made per save
+    assert sorted(p.name for p in sf.path.parent.iterdir()) == sorted(
+        [sf.path.name, sf.spare_path.name, sf.lock_path.name]
+    )
+    sf.path.rename(tmp_path / "moved-away.json")  # by hand: the next save makes the file again
+    assert saved(sf, 7) == sf.load().cursors
+
+
+def test_without_the_exchange_saves_rename_a_temporary_file_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_module, "exchange", lambda a, b: False)  # a file system without it
+    sf = StateFile(tmp_path / "channels", DAEMON, "w", "alice", store="")
+    assert sf.acquire()
+    for n in range(3):
+        assert saved(sf, n) == sf.load().cursors
+        assert stat.S_IMODE(sf.path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in sf.path.parent.iterdir()) == sorted([sf.path.name, sf.lock_path.name])
+
+
+class Died(BaseException):
+    """The process killed in the middle of a save."""
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 400)), min_size=1, max_size=30))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_save_cut_short_at_any_byte_leaves_the_last_whole_save(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[bool, int]]
+) -> None:
+    """kill -9 in the middle of a save (after any number of its bytes reached a file, or after all
+    of them): what is loaded is the last save that ended, whole; the next save is whole again."""
+    sf = StateFile(tmp_path_factory.mktemp("s"), DAEMON, "w", "alice", store="")
+    assert sf.acquire()
+    last = saved(sf, 0)
+    real_pwrite, real_write = os.pwrite, os.write
+    for n, (cut, at) in enumerate(steps, start=1):
+        if not cut:
+            last = saved(sf, n)
+        else:
+
+            def pwrite(fd: int, data: bytes, offset: int, at: int = at) -> int:
+                real_pwrite(fd, data[: max(0, at - offset)], offset)
+                raise Died
+
+            def write(fd: int, data: bytes, at: int = at) -> int:
+                real_write(fd, bytes(data[:at]))
+                raise Died
+
+            with (
+                mock.patch.object(os, "pwrite", pwrite),
+                mock.patch.object(os, "write", write),
+                pytest.raises(Died),
+            ):
+                saved(sf, n)
+        assert sf.load().cursors == last
