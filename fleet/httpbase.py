@@ -262,21 +262,24 @@ class Headers:
     """A request's headers, as the handlers read them: ``get`` (the first of that name) and
     ``get_all``, names compared case-insensitively."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_first", "_items", "_repeats")
 
     def __init__(self, items: list[tuple[str, str]]) -> None:
         self._items = items
         """(lower-case name, value) in the order received."""
+        self._first = dict(reversed(items))
+        """Each name's first value."""
+        self._repeats = len(self._first) != len(items)
+        """Some name comes more than once."""
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        key = name.lower()
-        for k, v in self._items:
-            if k == key:
-                return v
-        return default
+        return self._first.get(name.lower(), default)
 
     def get_all(self, name: str, default: list[str] | None = None) -> list[str] | None:
         key = name.lower()
+        if not self._repeats:
+            value = self._first.get(key)
+            return default if value is None else [value]
         got = [v for k, v in self._items if k == key]
         return got or default
 
@@ -780,7 +783,7 @@ class Handler:
 
     def parse(self, head: bytes) -> int | None:
         """Parse a complete head: the body's length, or None when refused (answered; closing)."""
-        lines = head.split(b"\n")
+        lines = head.decode("iso-8859-1").split("\n")
         if not self._request_line(lines[0]) or not self._header_lines(lines[1:]):
             return None
         if self.command not in _ANSWERED and self.command not in _REFUSED:
@@ -788,18 +791,21 @@ class Handler:
             return None
         return self.body_length()
 
-    def _request_line(self, raw: bytes) -> bool:
+    def _request_line(self, raw: bytes | str) -> bool:
         """The stdlib's rules for the request line (version, HTTP/0.9, keep-alive by version)."""
         if len(raw) > MAX_HEADER_LINE:
             self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
             return False
-        requestline = str(raw, "iso-8859-1").rstrip("\r\n")
+        requestline = (raw if isinstance(raw, str) else str(raw, "iso-8859-1")).rstrip("\r\n")
         self.requestline = requestline
         words = requestline.split()
         version = "HTTP/0.9"
         if not words:
             return False
-        if len(words) >= 3:  # enough to determine the protocol version
+        if len(words) == 3 and words[2] == "HTTP/1.1":  # (what every client sends: the rules' outcome)
+            self.close_connection = False
+            self.request_version = "HTTP/1.1"
+        elif len(words) >= 3:  # enough to determine the protocol version
             version = words[-1]
             number = version[5:].split(".") if version.startswith("HTTP/") else []
             if len(number) != 2 or not all(n.isdigit() and len(n) <= 10 for n in number):
@@ -829,22 +835,24 @@ class Handler:
             self.path = "/" + self.path.lstrip("/")
         return True
 
-    def _header_lines(self, lines: list[bytes]) -> bool:
+    def _header_lines(self, lines: list[str]) -> bool:
+        """The head's header lines (decoded as ISO-8859-1, split at each LF)."""
         items: list[tuple[str, str]] = []
+        token = _TOKEN.fullmatch
         for line in lines:
             if len(line) > MAX_HEADER_LINE:
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long")
                 return False
-            if line in (b"\r", b""):
+            if line == "\r" or not line:
                 break
             if len(items) >= MAX_HEADERS:
                 self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers")
                 return False
-            text = line.decode("iso-8859-1").rstrip("\r")
+            text = line.rstrip("\r")
             name, sep, value = text.partition(":")
             # A line two parsers could read two ways is refused (RFC 9112 5.1, 5.2): a folded
             # continuation, a line without a colon, a name with spaces before its colon.
-            if not sep or not _TOKEN.fullmatch(name):
+            if not sep or not token(name):
                 why = "a folded header line" if text[:1] in (" ", "\t") else f"bad header line {text[:100]!r}"
                 self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request head: {why}")
                 return False
