@@ -746,6 +746,16 @@ class _Connection(asyncio.Protocol):
             self.close()
 
 
+@functools.cache
+def _status_lines(status: int, server: str) -> str:
+    """An answer's status line and ``Server`` header, each with its CRLF."""
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    return f"HTTP/1.1 {status} {reason}\r\nServer: {server}\r\n"
+
+
 class Handler:
     """One request on a connection. Subclasses implement :meth:`handle_request` and may override the
     hooks :meth:`admit` (refuse a request before it counts as in flight), :meth:`standard_headers`
@@ -919,13 +929,9 @@ class Handler:
     # -- writing
 
     def _head(self, status: int, headers: Sequence[Header]) -> bytes:
-        try:
-            reason = HTTPStatus(status).phrase
-        except ValueError:
-            reason = ""
-        lines = [f"HTTP/1.1 {status} {reason}", f"Server: {self.server_version}"]
-        lines += [f"{k}: {v}" for k, v in (*self.standard_headers(headers), *headers)]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        standard = self.standard_headers(headers)
+        lines = "".join([f"{k}: {v}\r\n" for k, v in (*standard, *headers)])
+        return (_status_lines(status, self.server_version) + lines + "\r\n").encode("latin-1")
 
     def respond(self, status: int, body: bytes, content_type: str, headers: Sequence[Header] = ()) -> None:
         """One complete response, written in one ``send`` (headers only for ``HEAD``)."""
