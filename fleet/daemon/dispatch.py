@@ -269,14 +269,19 @@ class Dispatcher:
         the HTTP base drives it."""
         split = urlsplit(target)
         route, args = self.route(method, split.path, console=console)
-        for n, arg in zip(route.route.params, args, strict=False):
-            if len(arg) > MAX_REF:
-                raise errors.UsageError(
-                    f"the {n} in the path is {len(arg)} characters, over the limit of {MAX_REF}:"
-                    " name it by its name, WAVE/WAVELET or its id"
-                )
+        if args and max(map(len, args)) > MAX_REF:
+            for n, arg in zip(route.route.params, args, strict=False):
+                if len(arg) > MAX_REF:
+                    raise errors.UsageError(
+                        f"the {n} in the path is {len(arg)} characters, over the limit of {MAX_REF}:"
+                        " name it by its name, WAVE/WAVELET or its id"
+                    )
         who = self.authenticate(authorization) if route.auth else NOBODY
-        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        query = (
+            {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+            if split.query
+            else {}
+        )
         for k, v in query.items():
             if len(v) > MAX_REF or len(k) > MAX_REF:
                 raise errors.UsageError(
