@@ -46,7 +46,7 @@ from fleet.daemon.wakes import Notifier, member_key
 from fleet.httpbase import connection_notes, json_bytes
 from fleet.models import MAX_REF, ErrorBody, ErrorEnvelope, Wavelet
 from fleet.routes import ROUTES, Route
-from fleet.store import Principal, Store
+from fleet.store import OPERATOR_PRINCIPAL, Principal, Store
 from fleet.store.events import Event, TokenMinted, parse
 from fleet.store.keys import Claim, Found, Run, check_key, fingerprint, scope_of
 
@@ -230,7 +230,7 @@ class Dispatcher:
                 " the operator gave you (`fleet token mint` prints one)"
             )
         if hmac.compare_digest(token.encode(), self.operator_token.encode()):
-            return Principal.operator()
+            return OPERATOR_PRINCIPAL
         who = self.s.authenticate(token)
         if who is None:
             raise errors.Unauthorized("the token is unknown or revoked: ask the operator for a new one")
