@@ -290,6 +290,10 @@ class Headers:
         return list(self._items)
 
 
+_NO_HEADERS = Headers([])
+"""A request's headers before its head is read (a Headers is never changed: one serves all)."""
+
+
 WORKERS = 0
 """Threads a server runs its handlers on by default: none, they run on the loop (the daemon's API:
 each is a few store calls, 0.1-1 ms; measured in ``docs/performance.md``). A server whose handlers
@@ -779,7 +783,7 @@ class Handler:
         self.path = ""
         self.request_version = "HTTP/0.9"
         self.requestline = ""
-        self.headers = Headers([])
+        self.headers = _NO_HEADERS
         self.expect_continue = False
         self.entered = False
         """Counted in flight (:meth:`Server.enter`): until its answer is written or the client gone."""
