@@ -74,14 +74,17 @@ class Request:
                 f" fleet/routes.py declares {declared}"
             )
         try:
-            self.body.decode("utf-8")
+            text = self.body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise errors.UsageError(
                 f"the request body is not valid JSON: it is not UTF-8: byte 0x{self.body[exc.start]:02x}"
                 f" at offset {exc.start} ({exc.reason}): send the text as UTF-8"
             ) from None
+        # JSON's own reading of bytes (json.detect_encoding) is UTF-8 when the body starts with "{"
+        # and no NUL: then the text decoded above reads the same, without a second decoding
+        raw: str | bytes = text if self.body[:1] == b"{" and self.body[1:2] != b"\x00" else self.body
         try:
-            data = json.loads(self.body or b"{}")
+            data = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:  # ValueError: also a 5,000-digit integer
             raise errors.UsageError(f"the request body is not valid JSON: {exc}") from None
         except RecursionError:
@@ -89,8 +92,9 @@ class Request:
         if not isinstance(data, dict):
             raise errors.UsageError("the request body must be a JSON object")
         _check_integers(data)
-        # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes.
-        bad = _lone_surrogate(data)
+        # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text (or SQLite) takes
+        # (and only they, in a body read as the UTF-8 it is).
+        bad = _lone_surrogate(data) if raw is not text or "\\u" in text else None
         if bad is not None:
             where, char = bad
             code = ord(char)

@@ -308,16 +308,15 @@ class Access:
         """Resolve ``ref`` (WAVE/NAME, NAME within ``wave``, id, or unique id prefix) for ``who``."""
         check_ref(ref, "wavelet")
         r = self._r()
-        missing = _no_wavelet(ref)
         if not isinstance(ref, str) or not ref:
-            raise missing
+            raise _no_wavelet(ref)
         row: Row | None = None
         if "/" in ref:
             wave_ref, _, name = ref.partition("/")
             try:
                 w = self.wave(who, wave_ref)
             except errors.NotFound:
-                raise missing from None
+                raise _no_wavelet(ref) from None
             row = r.execute(
                 "SELECT * FROM wavelets WHERE wave_id = ? AND name = ?", (w["id"], name)
             ).fetchone()
@@ -349,7 +348,7 @@ class Access:
                     )
                 row = candidates[0] if candidates else None
         if row is None or not self.can_see(who, row):
-            raise missing
+            raise _no_wavelet(ref)
         return row
 
     def wavelet_by_id(self, who: Principal, wavelet_id: str) -> Row:

@@ -307,26 +307,45 @@ _NEVER_LOGGED: dict[type, frozenset[str]] = {Blip: frozenset({"superseded_by"})}
 _BLIP_KEYS = frozenset(Blip.__struct_encode_fields__) - _NEVER_LOGGED[Blip]
 
 
+_Plan = tuple[tuple[str, str, bool], ...]
+_PLANS: dict[type, _Plan] = {}
+_SCALARS = frozenset((str, int, float, bool))
+
+
+def _plan(cls: type[msgspec.Struct]) -> _Plan:
+    """(field, key, left out when None) of each field of ``cls`` the log carries, in order."""
+    unset = _LEFT_OUT_UNSET.get(cls, frozenset())
+    never = _NEVER_LOGGED.get(cls, frozenset())
+    fields = zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True)
+    return tuple((name, key, name in unset) for name, key in fields if name not in never)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, msgspec.Struct):
-        unset, never = (
-            _LEFT_OUT_UNSET.get(type(value), frozenset()),
-            _NEVER_LOGGED.get(type(value), frozenset()),
-        )
+        cls = type(value)
+        plan = _PLANS.get(cls)
+        if plan is None:
+            plan = _PLANS[cls] = _plan(cls)
         out: dict[str, Any] = {}
-        for name, key in zip(value.__struct_fields__, value.__struct_encode_fields__, strict=True):
+        for name, key, unset in plan:
             v = getattr(value, name)
-            if name not in never and not (v is None and name in unset):
-                out[key] = _plain(v)
+            if v is None:
+                if not unset:
+                    out[key] = None
+            else:
+                out[key] = v if type(v) in _SCALARS else _plain(v)
         return out
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def payload_of(event: Event) -> str:
     """The payload text stored in the log (compact JSON as ``json.dumps`` writes it, ``type`` left out)."""
-    return json.dumps(_plain(event), separators=(",", ":"))
+    return _ENCODER.encode(_plain(event))
 
 
 def _foreign_blip_keys(data: dict[str, Any]) -> list[str]:

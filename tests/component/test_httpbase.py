@@ -98,6 +98,44 @@ def test_a_request_head_that_never_ends_is_cut_at_the_idle_timeout(d: Daemon, wh
     assert cut <= IDLE + 1.5, cut
 
 
+def test_a_connection_in_use_is_timed_from_its_last_answer(d: Daemon) -> None:
+    """Requests every 0.6 idle timeouts keep a connection open past the first timeout; once they
+    stop, it is closed an idle timeout after the last answer (not at a deadline set before)."""
+    addr = host_port(d.url)
+    health = b"GET /v1/health HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (addr[0].encode(), addr[1])
+    with socket.create_connection(addr, timeout=5) as sock:
+        for _ in range(4):
+            sock.sendall(health)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(IDLE * 0.6)
+        sock.sendall(health)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        took = closed_within(sock, 5)
+    assert took is not None, "the idle connection was never closed"
+    assert IDLE * 0.8 <= took <= IDLE + 1.5, took
+
+
+def test_a_body_is_timed_piece_by_piece(d: Daemon) -> None:
+    """A body whose pieces keep coming is read to its end, however long it takes in all; one that
+    stops is cut at the idle timeout."""
+    addr = host_port(d.url)
+    head = b"POST /v1/health HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 5\r\n\r\n" % (
+        addr[0].encode(),
+        addr[1],
+    )
+    with socket.create_connection(addr, timeout=5) as sock:
+        sock.sendall(head)
+        for byte in b"{}   ":
+            time.sleep(IDLE * 0.4)
+            sock.sendall(bytes([byte]))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 405 ")
+    with socket.create_connection(addr, timeout=5) as sock:
+        sock.sendall(head + b"{")
+        took = closed_within(sock, 5)
+    assert took is not None, "a body that stopped was never cut"
+    assert IDLE * 0.8 <= took <= IDLE + 1.5, took
+
+
 def test_a_long_poll_longer_than_the_idle_timeout_is_not_cut(d: Daemon) -> None:
     op = Http(d.url, d.operator_token)
     root = op.new_wave("w", ["alice"]).ok(201)["root_id"]
