@@ -23,7 +23,8 @@ next arm at the :class:`~fleet.delivery.gate.Gate`.
 
 ``FLEET_FAULT_DROP_PUSH=N`` (tests only) swallows every N-th push as Claude Code would drop it;
 ``FLEET_FAULT_PUSH_GAP=S`` stalls S seconds after each push; ``FLEET_FAULT_RECEIPTS_LAG=S`` reads the
-transcript only once the newest push is S seconds old (Claude Code writes it behind the session).
+transcript only once the newest push is S seconds old (Claude Code writes it behind the session);
+``FLEET_FAULT_SAVE_LAG=S`` holds each state the saving thread took S seconds before writing it.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ UNAPPLIED_MAX = 10_000
 
 RECEIPT_POLL = 0.05
 """Seconds between looks at the transcript while a frame is pending."""
+SAVE_PATIENCE = 5.0
+"""Seconds a stopping channel waits for a state save in flight before it exits."""
 
 
 class _Sink:
@@ -198,6 +201,8 @@ class Channel:
         self._save_lock = threading.Lock()
         self._saved_seq = 0
         self._snap_seq = 0
+        lag = os.environ.get("FLEET_FAULT_SAVE_LAG", "")
+        self._save_lag = float(lag) if lag.replace(".", "", 1).isdigit() else 0.0
         self.engine: Engine | None = None
         self._delivery_state: DeliveryPhase = "starting"
         self._delivery_detail = "waiting for the client's notifications/initialized"
@@ -329,6 +334,11 @@ class Channel:
             t = self.threads.get(role)
             if t is not None and t.ident is not None:
                 t.join(1.0)
+        saver = self.threads.get("state")
+        if saver is not None and saver.ident is not None:
+            # a state it took (marked saved) must reach the disk before the process ends it, or the
+            # next run replays what this one delivered; a hung disk does not hold the exit for long
+            saver.join(SAVE_PATIENCE)
         engine = self.engine
         got = engine.lock.acquire(timeout=3.0) if engine is not None else False
         try:
@@ -810,6 +820,8 @@ class Channel:
                 continue
             with engine.lock:
                 snapshot = self._snapshot()
+            if self._save_lag and snapshot is not None:
+                time.sleep(self._save_lag)
             self._write_state(snapshot)
 
     def _snapshot(self) -> tuple[int, dict[str, Any]] | None:

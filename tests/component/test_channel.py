@@ -252,6 +252,19 @@ def test_restart_resumes_with_no_replay_and_no_gap(world: World) -> None:
     assert [n["meta"]["blip_id"] for n in notes[:3]] == missed
 
 
+def test_a_save_in_flight_when_the_channel_stops_is_on_disk_before_it_exits(world: World) -> None:
+    # The saving thread took the state, the input ended before it wrote it: the channel must not
+    # exit (killing that thread) before the save lands, or its restart replays what was delivered.
+    bob = world.channel("bob", env=env_with(FLEET_FAULT_SAVE_LAG="1.0"))
+    world.post("before restart", who="alice")
+    wait_text(bob, "before restart")
+    assert bob.close() == 0
+    world.post("while away", who="alice")
+    again = world.channel("bob")
+    wait_text(again, "while away")
+    assert [n["content"] for n in again.channel_notes()] == ["while away"]
+
+
 def test_leave_stops_delivery(world: World) -> None:
     alice = world.channel("alice")
     world.op.fork(world.main, "other", with_=["alice", "bob"])
