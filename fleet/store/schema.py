@@ -30,7 +30,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -94,9 +93,21 @@ def connect(path: Path | str, *, readonly: bool = False) -> Conn:
     return conn
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last second :func:`now` formatted, and its text up to the seconds."""
+
+
 def now() -> str:
-    """The store's timestamp format: ISO 8601 UTC with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """The store's timestamp format: ISO 8601 UTC with milliseconds (``2026-12-06T04:33:51.321Z``).
+
+    The text of each second is made once (``datetime.isoformat`` for each was 2 µs of every write)."""
+    global _second
+    second, ms = divmod(time.time_ns() // 1_000_000, 1000)
+    known, head = _second
+    if known != second:
+        head = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second = (second, head)
+    return f"{head}.{ms:03d}Z"
 
 
 # ---------------------------------------------------------------- migrations
@@ -553,19 +564,32 @@ class _Held:
 
 FILES_CHECK_EVERY = 1.0
 """Seconds between two checks of the database and WAL files while nothing is written."""
+CHECKPOINT_COMMITS = 100
+"""Commits between two checkpoints of the WAL into the database file, each run by the store's
+watcher thread on a connection of its own (:meth:`Connections.checkpoint`), not in a commit."""
+CHECKPOINT_BACKSTOP = 10_000
+"""WAL pages past which a commit checkpoints itself (SQLite's own autocheckpoint): only when the
+watcher's checkpoints have fallen that far behind (SQLite's default is 1,000, in every commit)."""
 
 
-def _watch_files(ref: weakref.ref[Connections]) -> None:
+def _watch_files(ref: weakref.ref[Connections], wake: threading.Event) -> None:
     """Check ``ref``'s files every :data:`FILES_CHECK_EVERY` seconds until it is closed, found
-    changed, or gone (a weak reference: an unclosed store is still collected)."""
+    changed, or gone (a weak reference: an unclosed store is still collected); checkpoint its WAL
+    when ``wake`` is set (every :data:`CHECKPOINT_COMMITS` commits)."""
+    files_at = time.monotonic() + FILES_CHECK_EVERY
     while True:
-        time.sleep(FILES_CHECK_EVERY)
+        wake.wait(max(0.0, files_at - time.monotonic()))
         conns = ref()
         if conns is None or conns._closed:
             return
         try:
-            if not conns.check_files():
-                return
+            if wake.is_set():
+                wake.clear()
+                conns.checkpoint()
+            if time.monotonic() >= files_at:
+                files_at = time.monotonic() + FILES_CHECK_EVERY
+                if not conns.check_files():
+                    return
         except Exception:  # the watcher must never take the daemon down; each write checks anyway
             log.exception("checking the store's files")
         del conns
@@ -657,6 +681,19 @@ class Connections:
         """The generation the write in progress will end as (== :attr:`generation` when none is)."""
         self._w = connect(path)
         migrate(self._w)
+        self._checkpointer: Conn | None = None
+        """The connection the watcher thread checkpoints the WAL on (SQLite): a commit that ran the
+        checkpoint itself (SQLite's default, every 1,000 pages) spent a sixth of a post's CPU in it
+        and held the daemon's loop through its fsync (docs/performance.md)."""
+        self._checkpoint_lock = threading.Lock()
+        self._checkpointed = 0
+        """The generation at the last checkpoint the watcher began."""
+        self._wake = threading.Event()
+        """Set when :data:`CHECKPOINT_COMMITS` commits are not checkpointed yet (and at close)."""
+        if not self.postgres:
+            self._w.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_BACKSTOP}")
+            self._checkpointer = connect(path)
+            self._checkpointer.execute("PRAGMA wal_autocheckpoint = 0")
         self._files: StoreFiles | None = None if self.postgres else StoreFiles(Path(path))
         """The database and WAL files the writer opened: checked after each commit (:meth:`write`) and
         once a second between (:meth:`check_files`)."""
@@ -689,7 +726,10 @@ class Connections:
         # had is saved before a kill -9 can lose it, and the next write is refused, not the one after.
         if self._files is not None:
             threading.Thread(
-                target=_watch_files, args=(weakref.ref(self),), name="fleet-store-files", daemon=True
+                target=_watch_files,
+                args=(weakref.ref(self), self._wake),
+                name="fleet-store-files",
+                daemon=True,
             ).start()
 
     @property
@@ -866,6 +906,8 @@ class Connections:
                     raise
             finally:
                 self.generation = self._writing
+            if self.generation - self._checkpointed >= CHECKPOINT_COMMITS:
+                self._wake.set()
             # After the commit, not before: a commit into a file removed meanwhile is then never
             # acknowledged unsaved, and one check per write is all it costs.
             if self._files is None:
@@ -989,6 +1031,8 @@ class Connections:
     def _close_group(self, g: Group) -> None:
         g.open = False
         self.generation = self._writing
+        if self.generation - self._checkpointed >= CHECKPOINT_COMMITS:
+            self._wake.set()
         if _token_writes != g.tokens:
             self.token_epoch += 1  # committed or not, what was remembered meanwhile may be wrong
         self._wlock.release()
@@ -997,6 +1041,22 @@ class Connections:
         """This thread's group has its transaction open (it holds the writer lock meanwhile)."""
         g = self._group
         return g is not None and g.open and threading.get_ident() == self._group_thread
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file (``wal_checkpoint(PASSIVE)``) on a
+        connection of its own, beside the writer, whose commits then never run a checkpoint
+        themselves (until :data:`CHECKPOINT_BACKSTOP`). The watcher thread's call, every
+        :data:`CHECKPOINT_COMMITS` commits; SQLite releases the GIL meanwhile. A checkpoint that
+        fails (a full disk) is tried again after the next ones."""
+        with self._checkpoint_lock:
+            conn = self._checkpointer
+            if conn is None or self._files_fault is not None:
+                return
+            self._checkpointed = self.generation
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as exc:
+                log.warning("checkpointing the store's WAL into %s failed: %s", self.path, exc)
 
     def check_files(self) -> bool:
         """Check the database and WAL files now (the watcher's tick; each write checks them itself):
@@ -1057,6 +1117,11 @@ class Connections:
 
     def close(self) -> None:
         """Wait for the write in progress (if any) to commit, then close every connection."""
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+        self._wake.set()  # the watcher ends now, not at its next tick
         with self._wlock:
             self._w.close()
             with self._free:

@@ -40,9 +40,9 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-DB_BOUND = 2 * READERS + 3
-"""Descriptors on the database at most: the writer's and each reader's on the file and its -wal,
-and the one -shm every connection of the process shares."""
+DB_BOUND = 2 * (READERS + 2) + 1
+"""Descriptors on the database at most: the writer's, the checkpointer's and each reader's on the
+file and its -wal, and the one -shm every connection of the process shares."""
 
 
 def _lift_fd_limit() -> None:
