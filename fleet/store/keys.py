@@ -27,8 +27,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,7 +118,41 @@ def on_record(conn: Conn, seq: int) -> None:
 
 
 class Run:
-    """The request running under a key on this thread (:meth:`Keys.running`)."""
+    """The request running under a key on this thread (:meth:`Keys.running`): a context manager."""
+
+    __slots__ = ("_claim", "_ident", "_keys", "_wait")
+
+    def __init__(self, keys: Keys, claim: Claim, wait: float) -> None:
+        self._keys, self._claim, self._wait = keys, claim, wait
+        self._ident = (claim.scope, claim.key)
+
+    def __enter__(self) -> Run:
+        keys, ident = self._keys, self._ident
+        wait = 0.0 if keys._db.holding() else self._wait  # the other may wait for the lock this holds
+        deadline = time.monotonic() + wait
+        while True:
+            with keys._lock:
+                if ident not in keys._inflight:
+                    keys._inflight[ident] = None  # an Event only once a second request waits
+                    break
+                other = keys._inflight[ident]
+                if other is None:
+                    other = keys._inflight[ident] = threading.Event()
+            if not other.wait(max(0.0, deadline - time.monotonic())):
+                key = self._claim.key
+                raise errors.Conflict(
+                    f"a request with the Idempotency-Key {key!r} is still running: try again later"
+                )
+        _running.claim, _running.seq = self._claim, None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _running.claim, _running.seq = None, None
+        keys = self._keys
+        with keys._lock:
+            waiting = keys._inflight.pop(self._ident)
+        if waiting is not None:
+            waiting.set()
 
     @property
     def seq(self) -> int | None:
@@ -137,7 +169,8 @@ class Keys:
 
     def __init__(self, db: Connections) -> None:
         self._db = db
-        self._inflight: dict[tuple[str, str], threading.Event] = {}
+        self._inflight: dict[tuple[str, str], threading.Event | None] = {}
+        """The keys of the requests running, each with the Event their end sets once one waits."""
         self._lock = threading.Lock()
 
     def find(self, scope: str, key: str) -> Found | None:
@@ -153,36 +186,15 @@ class Keys:
             return None
         return Found(row[0], row[1], row[2], bytes(row[3]) if row[3] is not None else None)
 
-    @contextmanager
-    def running(self, claim: Claim, *, wait: float = 30.0) -> Iterator[Run]:
-        """Run the request ``claim`` on this thread (its first recorded event writes the key).
+    def running(self, claim: Claim, *, wait: float = 30.0) -> Run:
+        """Run the request ``claim`` on this thread (its first recorded event writes the key):
+        ``with keys.running(claim) as run``.
 
         A second request with the same key while the first runs waits (at most ``wait`` seconds)
         for it to end before it is let in, so it finds the first one's key (or runs, if that one
         wrote nothing). Conflict when the first one is still running after ``wait`` (at once when
         this thread holds the writer lock in a group: the first may be waiting for it)."""
-        ident = (claim.scope, claim.key)
-        if self._db.holding():
-            wait = 0.0  # the other run may be a thread waiting for the writer lock this one holds
-        deadline = time.monotonic() + wait
-        while True:
-            with self._lock:
-                other = self._inflight.get(ident)
-                if other is None:
-                    mine = self._inflight[ident] = threading.Event()
-                    break
-            if not other.wait(max(0.0, deadline - time.monotonic())):
-                raise errors.Conflict(
-                    f"a request with the Idempotency-Key {claim.key!r} is still running: try again later"
-                )
-        _running.claim, _running.seq = claim, None
-        try:
-            yield Run()
-        finally:
-            _running.claim, _running.seq = None, None
-            with self._lock:
-                del self._inflight[ident]
-            mine.set()
+        return Run(self, claim, wait)
 
     def answered(self, claim: Claim, status: int, body: bytes) -> None:
         """Store the answer of a request whose write recorded its key."""
