@@ -406,11 +406,13 @@ class Transport:
         *,
         read_timeout: float,
         key: str | None,
+        resendable: bool,
         retries: int | None = None,
     ) -> tuple[int, bytes]:
-        """Send one request and return (status, body), reconnecting and resending where safe."""
+        """Send one request and return (status, body), reconnecting and resending where safe: a read,
+        a write with its request key, or a POST that only reads, reports or renews (``resendable``)."""
         try:
-            return self._exchange_retrying(method, path, body, read_timeout, key, retries)
+            return self._exchange_retrying(method, path, body, read_timeout, key, resendable, retries)
         except BaseException:
             # Whatever interrupted the exchange (an error, Ctrl-C) left the connection mid-request:
             # drop it so the next call starts clean.
@@ -426,6 +428,7 @@ class Transport:
         body: bytes | None,
         read_timeout: float,
         key: str | None,
+        resendable: bool,
         retries: int | None,
     ) -> tuple[int, bytes]:
         retries = self.retries if retries is None else retries
@@ -439,8 +442,6 @@ class Transport:
             headers["Content-Type"] = "application/json"
         if key is not None:
             headers["Idempotency-Key"] = key
-        # A read, or a write with its request key, is the same sent once or many times.
-        resendable = method == "GET" or key is not None
         several = len(self.daemons) > 1
         delay, rounds, stale_retry_used = self.backoff, 0, False
         patience_until = time.monotonic() + self.patience
@@ -572,6 +573,7 @@ class Transport:
             wait=wait,
             retries=retries,
             key=key,
+            keyed=route.keyed,
         )
 
     def _call(
@@ -584,21 +586,27 @@ class Transport:
         wait: float = 0.0,
         retries: int | None = None,
         key: str | None = None,
+        keyed: bool = True,
     ) -> M:
         """One API call. A write (any method but GET) carries a request key, made here once per call
         (or ``key``, the caller's, to make two calls one operation) and sent with every resend, so
-        the daemon applies it once however many times it arrives (docs/http-api.md)."""
+        the daemon applies it once however many times it arrives (docs/http-api.md). A POST whose
+        route only reads, reports or renews (not ``keyed``: the feed, presence) carries none and is
+        resent as a read is: a key there was a random draw and a header per long-poll for nothing."""
         payload = None
         if body is not None:
             payload = dumps(body, exclude_none=True).encode()
-        if method != "GET" and key is None:
+        if method == "GET" or not keyed:
+            key = None
+        elif key is None:
             key = request_key()
         status, data = self._exchange(
             method,
             path,
             payload,
             read_timeout=self.timeout + max(wait, 0.0),
-            key=key if method != "GET" else None,
+            key=key,
+            resendable=key is not None or method == "GET" or not keyed,
             retries=retries,
         )
         if status >= 400:

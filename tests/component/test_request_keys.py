@@ -173,6 +173,8 @@ class _AnswerDropper:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.dropped = 0
+        self.sent: list[bytes] = []
+        """What the client sent, as each read took it (a request's head and body)."""
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -190,6 +192,7 @@ class _AnswerDropper:
                 data = client.recv(65536)
                 if not data:
                     return
+                self.sent.append(data)
                 upstream.sendall(data)
                 answer = upstream.recv(65536)
                 if data.startswith(b"POST") and self.dropped < self.drops:
@@ -225,6 +228,22 @@ def test_the_client_resends_a_write_whose_answer_was_lost_and_it_lands_once(
     assert [b.id for b in op.read("w/main").blips if b.text == "exactly once"] == [blip.id]
     wl = c.fork("w/main", "side", with_=["alice"])
     assert [w.id for w in op.get_wave("w").wavelets if w.name == "side"] == [wl.id]
+
+
+def test_a_feed_carries_no_key_and_is_resent_when_its_answer_is_lost(
+    daemon: Daemon, dropper: _AnswerDropper
+) -> None:
+    """The feed only reads (its route is not keyed): no request key is drawn for each long-poll,
+    and it is resent as a read is; a write beside it still carries its key."""
+    Client(daemon.url, daemon.operator_token).create_wave("w", ["alice"])
+    c = Client(dropper.url, daemon.operator_token)
+    c.get_wavelet("w/main")
+    page = c.feed("w", "alice", {})
+    assert dropper.dropped == 2 and [b.kind for b in page.blips] == ["system"]
+    feeds = [d for d in dropper.sent if d.startswith(b"POST")]
+    assert len(feeds) == 3 and not any(b"idempotency-key:" in d.lower() for d in feeds)
+    c.post("w/main", "keyed", as_="alice")
+    assert b"idempotency-key:" in dropper.sent[-1].lower()
 
 
 def test_a_write_that_never_reached_the_daemon_says_it_was_not_applied() -> None:
