@@ -89,6 +89,10 @@ DRAIN_SECONDS = 2.0
 _LENGTH = re.compile(r"[0-9]+")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """A header's name (RFC 9110 5.1: a token)."""
+_FIELDS = re.compile(r"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*\r?\n)*\r?\n")
+"""A block of header lines every one of which is ``token:value`` (no bare CR), then the blank line:
+the common head, read in one pass (:meth:`Handler.parse`); any other is read line by line."""
+_FIELD = re.compile(r"([^:\n]+):([^\r\n]*)\r?\n")
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
 """A request head's limits (the stdlib's): a longer line or more headers is refused (431)."""
@@ -839,8 +843,19 @@ class Handler:
 
     def parse(self, head: bytes) -> int | None:
         """Parse a complete head: the body's length, or None when refused (answered; closing)."""
-        lines = head.decode("iso-8859-1").split("\n")
-        if not self._request_line(lines[0]) or not self._header_lines(lines[1:]):
+        text = head.decode("iso-8859-1")
+        first, _, fields = text.partition("\n")
+        if not self._request_line(first):
+            return None
+        if (
+            len(text) <= MAX_HEADER_LINE
+            and fields.count("\n") <= MAX_HEADERS + 1
+            and _FIELDS.fullmatch(fields)
+        ):
+            # every line a token, a colon and a value, none too long, not too many: one pass
+            if not self._fields([(n.lower(), v.strip(" \t")) for n, v in _FIELD.findall(fields)]):
+                return None
+        elif not self._header_lines(fields.split("\n")):
             return None
         if self.command not in _ANSWERED and self.command not in _REFUSED:
             self.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({self.command!r})")
@@ -913,6 +928,10 @@ class Handler:
                 self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request head: {why}")
                 return False
             items.append((name.lower(), value.strip(" \t")))
+        return self._fields(items)
+
+    def _fields(self, items: list[tuple[str, str]]) -> bool:
+        """The head's headers read: (lower-case name, value) in the order received."""
         self.headers = Headers(items)
         if len(self.headers.get_all("Host") or []) > 1:
             self.send_error(HTTPStatus.BAD_REQUEST, "Bad request head: two Host headers")
