@@ -77,13 +77,13 @@ def check_agents() -> list[Check]:
 
 def check_channels(paths: Paths) -> Check:
     """What fleet knows of Claude Code's channels here: the routes its sessions' receipts found."""
-    from fleet.delivery.state import DeliveryState
-    from fleet.wire import RecordError, loads
+    from fleet.delivery.state import read_unlocked
+    from fleet.wire import RecordError
 
     routes: dict[str, list[str]] = {}
     for path in sorted(paths.channels.glob("*.json")):
         try:
-            state = loads(DeliveryState, path.read_bytes())
+            state = read_unlocked(path)
         except (OSError, RecordError):
             continue
         routes.setdefault(state.route, []).append(f"{state.participant}@{state.wave}")

@@ -52,7 +52,7 @@ from fleet import agentstate, dialogs, errors
 from fleet.agents import Kind, agent_words, kind_of
 from fleet.client import Client
 from fleet.delivery.rules import DEFAULT_CAP, mentions
-from fleet.delivery.state import DeliveryState, StateFile
+from fleet.delivery.state import DeliveryState, StateFile, read_unlocked
 from fleet.ids import request_key
 from fleet.models import (
     OPERATOR,
@@ -74,7 +74,7 @@ from fleet.records.worktrees import Kept
 from fleet.seams import StatusRead, status_columns
 from fleet.spawn import PaneReport, Spawner
 from fleet.tmux import PaneInfo, Tmux
-from fleet.wire import RecordError, dump, load, loads
+from fleet.wire import RecordError, dump, load
 
 if TYPE_CHECKING:
     from fleet.seams import Watcher
@@ -252,7 +252,7 @@ def delivery_state(paths: Paths, daemon_url: str, wave: str, participant: str) -
     sf = StateFile(paths.channels, daemon_url, wave, participant)
     path = sf.path if sf.path.exists() else sf.legacy_path
     try:
-        return loads(DeliveryState, path.read_bytes())
+        return read_unlocked(path)
     except FileNotFoundError:
         return None
     except (OSError, RecordError) as exc:
