@@ -915,7 +915,7 @@ class Connections:
             change = self._files.changed()
             if change is not None:
                 self._files_change = change
-                self._files_fault = rescue(self._w, self._files, change)
+                self._files_fault = self._rescue(change)
                 if not self._files_fault.in_place:
                     raise self._files_fault.fault
 
@@ -1019,7 +1019,7 @@ class Connections:
                 change = self._files.changed()
                 if change is not None:
                     self._files_change = change
-                    self._files_fault = rescue(self._w, self._files, change)
+                    self._files_fault = self._rescue(change)
                     if not self._files_fault.in_place:
                         g.faults[g.begun] = self._files_fault.fault
         except Exception as exc:
@@ -1041,6 +1041,14 @@ class Connections:
         """This thread's group has its transaction open (it holds the writer lock meanwhile)."""
         g = self._group
         return g is not None and g.open and threading.get_ident() == self._group_thread
+
+    def _rescue(self, change: Change) -> Rescued:
+        """:func:`~fleet.store.files.rescue` with no checkpoint of the watcher's running meanwhile:
+        SQLite refuses a second checkpoint at once, and the rescue then saved a copy and refused the
+        commit that found the change, where it could have checkpointed into the file itself."""
+        assert self._files is not None
+        with self._checkpoint_lock:
+            return rescue(self._w, self._files, change)
 
     def checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database file (``wal_checkpoint(PASSIVE)``) on a
@@ -1067,7 +1075,7 @@ class Connections:
             change = self._files.changed()
             if change is not None:
                 self._files_change = change
-                self._files_fault = rescue(self._w, self._files, change)
+                self._files_fault = self._rescue(change)
             return change is None
 
     def _refuse_writes(self) -> None:
@@ -1075,7 +1083,7 @@ class Connections:
         it has saved nothing)."""
         assert self._files_fault is not None and self._files_change is not None and self._files is not None
         if not self._files_fault.kept:
-            self._files_fault = rescue(self._w, self._files, self._files_change)
+            self._files_fault = self._rescue(self._files_change)
         raise self._files_fault.fault
 
     def notify(self, payload: str) -> None:

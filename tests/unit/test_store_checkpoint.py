@@ -5,7 +5,9 @@ connection, which ignores the WAL."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fleet import errors
 from fleet.store import OPERATOR_PRINCIPAL as OP
 from fleet.store import Store, schema
 from fleet.store.schema import CHECKPOINT_COMMITS
@@ -101,3 +104,35 @@ def test_now_is_the_iso_text_of_the_clocks_millisecond(ns: int) -> None:
         made = schema.now()
     expected = datetime.fromtimestamp(ns // 1_000_000 / 1000, UTC).isoformat(timespec="milliseconds")
     assert made == expected.replace("+00:00", "Z")
+
+
+def test_a_wal_removed_while_checkpoints_run_is_still_saved_in_place(tmp_path: Path) -> None:
+    """The rescue of a removed WAL checkpoints it into the database file; SQLite refuses a second
+    checkpoint at once (busy), so one the watcher was running made the rescue save a copy instead
+    and refuse the commit that found it. Checkpoints in a tight loop beside the writes: the rescue
+    still saves in place."""
+    path = tmp_path / "fleet.sqlite3"
+    s = Store(path)
+    root = s.create_wave(OP, "w", ["alice"]).root_id
+    stop = threading.Event()
+
+    def checkpoints() -> None:
+        while not stop.is_set():
+            s._db.checkpoint()
+
+    t = threading.Thread(target=checkpoints)
+    t.start()
+    try:
+        for i in range(30):
+            s.post(OP, root, f"before {i} " + "x" * 2000)
+        os.unlink(f"{path}-wal")
+        s.post(OP, root, "the one that finds it")  # acknowledged: its commit is saved in place
+        with pytest.raises(errors.StorageFault) as refused:
+            s.post(OP, root, "after")
+        assert "restart the daemon" in refused.value.message, refused.value.message
+    finally:
+        stop.set()
+        t.join()
+        s.close()
+    assert not list(tmp_path.glob("*.rescued-*"))
+    assert in_the_file(path) == 32  # the wave's creation blip, 30, and the one that found it
