@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the fixtures import these lazily: a test that needs no daem
 
     from fleet.client import Client
     from fleet.daemon import Daemon
+    from fleet.store import Store
 
 T = TypeVar("T")
 
@@ -104,6 +105,18 @@ def operator(daemon: Daemon) -> Client:
     from fleet.client import Client
 
     return Client(daemon.url, daemon.operator_token)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """A store on a fresh SQLite file (``fleet.sqlite3`` in the test's folder), closed after."""
+    from fleet.store import Store
+
+    s = Store(tmp_path / "fleet.sqlite3")
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from unittest.mock import patch
@@ -25,12 +24,8 @@ from fleet.store.schema import CHECKPOINT_COMMITS
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "fleet.sqlite3")
-    try:
-        yield s
-    finally:
-        s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def in_the_file(path: Path | str) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,8 @@ from fleet.store.schema import Group
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "fleet.sqlite3")
-    try:
-        yield s
-    finally:
-        s.close()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 def texts(store: Store, wavelet: str) -> list[str]:
