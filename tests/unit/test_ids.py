@@ -8,7 +8,7 @@ import uuid
 from types import SimpleNamespace
 from unittest.mock import patch
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet import ids
@@ -29,6 +29,7 @@ V7 = st.integers(0, (1 << 48) - 1).flatmap(
 )
 
 
+@settings(deadline=None)
 @given(st.lists(V7, min_size=2, max_size=20))
 def test_an_ids_text_and_its_order_number_sort_alike_and_round_trip(texts: list[str]) -> None:
     for t in texts:
@@ -37,6 +38,7 @@ def test_an_ids_text_and_its_order_number_sort_alike_and_round_trip(texts: list[
     assert sorted(texts) == sorted(texts, key=_order)
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.one_of(

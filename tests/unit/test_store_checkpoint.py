@@ -93,6 +93,7 @@ def test_checkpoints_anywhere_change_nothing_anyone_reads(
         s.close()
 
 
+@settings(deadline=None)
 @given(st.integers(0, 4_102_444_800_000_000_000))
 def test_now_is_the_iso_text_of_the_clocks_millisecond(ns: int) -> None:
     with patch("fleet.store.schema.time.time_ns", lambda: ns):
