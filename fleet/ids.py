@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import threading
 import time
 from typing import Any
 
+UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+"""The text of an id fleet mints (what an import accepts as one: :mod:`fleet.store.artifact`)."""
 _RAND = 74
 """Random bits in a UUIDv7 (12 before the variant, 62 after)."""
 _LOW = (1 << 62) - 1
@@ -59,9 +62,19 @@ class IdMinter:
         self._lock = threading.Lock()
 
     def observe(self, existing: str | None) -> None:
-        """Make sure later ids exceed ``existing`` (called with the store's largest id at start)."""
+        """Make sure later ids exceed ``existing`` (called with the store's largest id at start).
+        An ``existing`` that is not UUIDv7 text (a store edited by hand: an import refuses any
+        other) is a StorageFault naming it: no id could be minted above it."""
         with self._lock:
             if existing and existing > self._last:
+                if not UUID7.fullmatch(existing):
+                    from fleet import errors
+
+                    raise errors.StorageFault(
+                        f"the store holds the id {existing[:80]!r}, which is not one fleet mints (UUIDv7"
+                        " text), and it is the largest: the database was edited by hand. Restore a"
+                        " backup (`fleet backup` makes them), or put the row's id back"
+                    )
                 self._last, self._last_order = existing, _order(existing)
 
     def mint(self) -> str:

@@ -198,7 +198,11 @@ class Store:
         self._r = self._db.reader
         self.access = Access(self._db.reader)
         self.ids = IdMinter()
-        self.ids.observe(self._largest_id())
+        try:
+            self.ids.observe(self._largest_id())
+        except errors.FleetError:  # an id no store mints (edited by hand): nothing left open
+            self._db.close()
+            raise
         if self._db.postgres:  # other daemons mint on this database too: the newest id, under the lock
             self._db.on_begin = lambda conn: self.ids.observe(self._largest_id(conn))
         self.store_id = read_store_id(self._db.writer)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fleet import errors
+from fleet.ids import UUID7
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, OPERATOR, Blip, EventPage, LogRow
 from fleet.paths import ensure_private_dir, hide_password
 from fleet.records.permissions import PREVIEW_MAX, TOOL_MAX
@@ -253,7 +254,6 @@ class ExportWriter:
 LINE_SLACK = 1024 * 1024
 """What a line may hold beside its blip texts (see :func:`line_limit`)."""
 
-_UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _HASH = re.compile(r"[0-9a-f]{64}")
 SYSTEM = "system"
 """The author of provenance blips (no participant may take the name: ``checks.RESERVED``)."""
@@ -507,7 +507,7 @@ class _Adder:
         """``value`` is an id fleet mints, new to the store, and greater than the ids before it in its
         wave. (Per wave, not across the file: a store that imported an older wave holds it after
         newer ones, and exports it so; within a wave, ids grow in commit order even then.)"""
-        if not _UUID7.fullmatch(value):
+        if not UUID7.fullmatch(value):
             raise _Refused(f"{what} {value!r} is not an id fleet mints (UUIDv7 text)")
         last = self.last.get(wave_id, "")
         if value <= last:

@@ -182,6 +182,19 @@ def test_a_bit_flipped_database_is_caught_by_quick_check_at_start(fleet_env: Pat
     assert hashlib.sha256(fleet_env.db.read_bytes()).hexdigest() == before
 
 
+def test_a_largest_id_edited_by_hand_is_refused_at_start_and_the_data_is_intact(fleet_env: Paths) -> None:
+    """No id can be minted above an id that is not UUIDv7 text: the start is refused, naming it,
+    where it used to start and fail every write with a traceback."""
+    seed(fleet_env)
+    conn = sqlite3.connect(fleet_env.db)
+    conn.execute("UPDATE blips SET id = 'zz-by-hand' WHERE text = 'blip 2'")
+    conn.commit()
+    conn.close()
+    before = hashlib.sha256(fleet_env.db.read_bytes()).hexdigest()
+    refused(daemon_run(fleet_env), "'zz-by-hand'", "edited by hand", "fleet backup")
+    assert hashlib.sha256(fleet_env.db.read_bytes()).hexdigest() == before
+
+
 def test_a_read_only_file_system_is_named_at_start_and_the_data_is_intact(fleet_env: Paths) -> None:
     texts = seed(fleet_env)
     data = fleet_env.data
