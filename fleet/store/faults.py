@@ -90,26 +90,33 @@ def classify(exc: sqlite3.Error, path: Path | str, what: str = "the store") -> S
     return None
 
 
+def fault_of(exc: BaseException, path: Path | str, what: str = "the store") -> StorageFault | None:
+    """The StorageFault ``exc`` is (a full disk, a read-only file system, a corrupt database: see
+    :func:`storage_faults`), naming ``what`` at ``path``; None for any other exception."""
+    if isinstance(exc, sqlite3.Error):
+        return classify(exc, path if isinstance(path, Path) else hide_password(path), what)
+    if isinstance(exc, OSError):
+        if isinstance(path, str):  # a postgresql:// URL: named without its password
+            path = hide_password(path)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return disk_full(path, exc.strerror or str(exc), what)
+        if exc.errno == errno.EROFS:
+            return read_only(exc.filename or path, exc.strerror or str(exc), what)
+    return None
+
+
 @contextmanager
 def storage_faults(path: Path | str, what: str = "the store") -> Iterator[None]:
     """Raise the SQLite and OS errors of a full disk, a read-only file system or a corrupt database
     as :class:`~fleet.errors.StorageFault` (naming ``what`` at ``path``: the store, a backup);
     let every other exception through unchanged."""
-    if isinstance(path, str):  # a postgresql:// URL: named without its password
-        path = hide_password(path)
     try:
         yield
-    except sqlite3.Error as exc:
-        fault = classify(exc, path, what)
+    except (sqlite3.Error, OSError) as exc:
+        fault = fault_of(exc, path, what)
         if fault is None:
             raise
         raise fault from exc
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise disk_full(path, exc.strerror or str(exc), what) from exc
-        if exc.errno == errno.EROFS:
-            raise read_only(exc.filename or path, exc.strerror or str(exc), what) from exc
-        raise
 
 
 def check_database(path: Path) -> None:
