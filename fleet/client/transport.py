@@ -17,7 +17,8 @@ What callers may rely on:
   A connection the server closed while idle is noticed before reuse and replaced transparently.
 - **Every request is safe to resend.** Each write carries a request key (``Idempotency-Key``, a
   UUIDv7 made once per call and kept across its resends), so the daemon applies it once however
-  often it arrives and answers a repeat with the first answer (docs/http-api.md). A connection that
+  often it arrives and answers a repeat with the first answer (docs/http-api.md); a read, and a POST
+  that only reads, reports or renews (the feed, presence), is the same sent twice. A connection that
   cannot be established (refused, reset, timed out), a request written but not answered, or a
   ``503`` (the daemon refused it while shutting down) is resent with exponential backoff (0.05 s,
   doubling to 1 s, ``retries`` times: about 1.5 s in all by default, or for ``patience`` seconds),
@@ -25,7 +26,7 @@ What callers may rely on:
   it may have been applied (``maybe_applied``: False when it never reached the daemon whole).
 - **Long-polls** (``read``/``feed`` with ``wait``) get a socket timeout of ``timeout + wait``. With
   one daemon listed, a request unanswered within it is given up at once (it may be slow, not gone);
-  with several, a resendable one is sent to the next daemon instead.
+  with several, it is sent to the next daemon instead.
 """
 
 from __future__ import annotations
@@ -406,13 +407,12 @@ class Transport:
         *,
         read_timeout: float,
         key: str | None,
-        resendable: bool,
         retries: int | None = None,
     ) -> tuple[int, bytes]:
-        """Send one request and return (status, body), reconnecting and resending where safe: a read,
-        a write with its request key, or a POST that only reads, reports or renews (``resendable``)."""
+        """Send one request and return (status, body), reconnecting and resending it as needed (every
+        request is safe to resend: see the module's docstring)."""
         try:
-            return self._exchange_retrying(method, path, body, read_timeout, key, resendable, retries)
+            return self._exchange_retrying(method, path, body, read_timeout, key, retries)
         except BaseException:
             # Whatever interrupted the exchange (an error, Ctrl-C) left the connection mid-request:
             # drop it so the next call starts clean.
@@ -428,7 +428,6 @@ class Transport:
         body: bytes | None,
         read_timeout: float,
         key: str | None,
-        resendable: bool,
         retries: int | None,
     ) -> tuple[int, bytes]:
         retries = self.retries if retries is None else retries
@@ -506,25 +505,21 @@ class Transport:
             except TimeoutError:
                 conn.close()
                 reason = f"no answer within {read_timeout:g}s"
-                if several and resendable:
+                if several:
                     next_daemon(reason)  # hung, or cut off without a reset: the next may answer
                     continue
                 raise self._gave_up(method, reason, written) from None
             except _NoAnswer as exc:
                 conn.close()
-                if reused and not stale_retry_used and resendable:
+                if reused and not stale_retry_used:
                     stale_retry_used = True  # the server dropped an idle keep-alive socket
                     continue
-                if resendable:
-                    next_daemon(str(exc))
-                    continue
-                raise self._gave_up(method, f"{exc} before answering", written) from None
+                next_daemon(str(exc))
+                continue
             except (OSError, _BadAnswer) as exc:
                 conn.close()
-                if resendable:
-                    next_daemon(_reason(exc))
-                    continue
-                raise self._gave_up(method, f"{_reason(exc)} while reading the answer", written) from None
+                next_daemon(_reason(exc))
+                continue
             conn.served += 1
             if status == 503:
                 # The daemon refused the request before acting on it (it is shutting down): any
@@ -606,7 +601,6 @@ class Transport:
             payload,
             read_timeout=self.timeout + max(wait, 0.0),
             key=key,
-            resendable=key is not None or method == "GET" or not keyed,
             retries=retries,
         )
         if status >= 400:
