@@ -615,7 +615,8 @@ class _Savepoint:
 
     def __init__(self, db: Connections, g: Group) -> None:
         self._db, self._g = db, g
-        self._tokens = _token_writes
+        self._tokens = 0
+        """The token writes counted when the write began (:meth:`__enter__`)."""
 
     def __enter__(self) -> Conn:
         db = self._db
@@ -976,19 +977,32 @@ class Connections:
                             log.exception("rolling back a failed write")
                     raise
             finally:
-                self.generation = self._writing
-            if self.generation - self._checkpointed >= CHECKPOINT_COMMITS:
-                self._wake.set()
+                self._ended()
             # After the commit, not before: a commit into a file removed meanwhile is then never
             # acknowledged unsaved, and one check per write is all it costs.
-            if self._files is None:
-                return
-            change = self._files.changed()
-            if change is not None:
-                self._files_change = change
-                self._files_fault = self._rescue(change)
-                if not self._files_fault.in_place:
-                    raise self._files_fault.fault
+            fault = self._files_after_commit()
+            if fault is not None:
+                raise fault
+
+    def _ended(self) -> None:
+        """The write in progress ended, committed or not (its generation is now the current one);
+        the watcher is woken once :data:`CHECKPOINT_COMMITS` commits are not checkpointed."""
+        self.generation = self._writing
+        if self.generation - self._checkpointed >= CHECKPOINT_COMMITS:
+            self._wake.set()
+
+    def _files_after_commit(self) -> errors.StorageFault | None:
+        """Check the database and WAL files after a commit: found removed or replaced, what the
+        writer had is saved (and every later write refused); the fault the commit is answered with
+        when that rescue could not save it into the store's own file, else None."""
+        if self._files is None:
+            return None
+        change = self._files.changed()
+        if change is None:
+            return None
+        self._files_change = change
+        self._files_fault = self._rescue(change)
+        return None if self._files_fault.in_place else self._files_fault.fault
 
     @contextmanager
     def group(self) -> Iterator[Group]:
@@ -1033,7 +1047,7 @@ class Connections:
             if self._w.in_transaction:
                 with contextlib.suppress(Exception):
                     self._w.execute("ROLLBACK")
-            self.generation = self._writing
+            self._ended()
             self._wlock.release()
             raise
         g.open = True
@@ -1058,13 +1072,9 @@ class Connections:
             self._lose(g, exc)
             return
         try:
-            if self._files is not None:
-                change = self._files.changed()
-                if change is not None:
-                    self._files_change = change
-                    self._files_fault = self._rescue(change)
-                    if not self._files_fault.in_place:
-                        g.faults[g.begun] = self._files_fault.fault
+            fault = self._files_after_commit()
+            if fault is not None:
+                g.faults[g.begun] = fault
         except Exception as exc:
             log.exception("checking the store's files after a group's commit")
             g.faults[g.begun] = _unsaved(exc)
@@ -1073,9 +1083,7 @@ class Connections:
 
     def _close_group(self, g: Group) -> None:
         g.open = False
-        self.generation = self._writing
-        if self.generation - self._checkpointed >= CHECKPOINT_COMMITS:
-            self._wake.set()
+        self._ended()
         if _token_writes != g.tokens:
             self.token_epoch += 1  # committed or not, what was remembered meanwhile may be wrong
         self._wlock.release()
