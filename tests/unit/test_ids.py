@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from types import SimpleNamespace
 from unittest.mock import patch
@@ -25,7 +24,8 @@ def test_digest_is_hashlibs_sha256_of_the_utf8_text(text: str) -> None:
 
 # ---------------------------------------------------------------- the daemon's ids (IdMinter)
 
-V7 = st.integers(0, (1 << 48) - 1).flatmap(
+# (milliseconds up to a million before the field's end in the year 10889: room for the ids after)
+V7 = st.integers(0, (1 << 48) - 1 - (1 << 20)).flatmap(
     lambda ms: st.integers(0, (1 << 74) - 1).map(lambda r: _text((ms << 74) | r))
 )
 
@@ -54,8 +54,7 @@ def test_ids_strictly_increase_and_carry_the_clocks_millisecond(
 ) -> None:
     """Whatever the clock does (the same millisecond many times, steps back) and whatever the store's
     largest id is said to be: every id exceeds every id before it and every id observed, and its
-    timestamp is the clock's, unless the clock is behind the last id (then that id's, or one more
-    on a carry) — never one millisecond further ahead per id asked for within one."""
+    millisecond is the clock's, or one past the last id's when the clock has not moved past it."""
     clock = {"ms": 1_700_000_000_000}
     rand = {"bytes": b"\0" * 10}
     fake_time = SimpleNamespace(time_ns=lambda: clock["ms"] * 1_000_000 + 999_999)
@@ -76,18 +75,17 @@ def test_ids_strictly_increase_and_carry_the_clocks_millisecond(
             assert made > floor and uuid.UUID(made).version == 7
             ms = _order(made) >> 74
             before = _order(floor) >> 74 if floor else -1
-            assert ms == clock["ms"] if clock["ms"] > before else ms in (before, before + 1)
+            assert ms == max(clock["ms"], before + 1)
             floor = made
 
 
-def test_a_burst_of_ids_does_not_run_ahead_of_the_clock() -> None:
-    """uuid6's ``uuid7()`` moved each id asked for within a millisecond one millisecond on: 20,000
-    ids minted in 0.17 s ended 19.9 s in the future."""
+def test_a_burst_of_ids_each_has_a_millisecond_of_its_own() -> None:
+    """Minted faster than one a millisecond, each id still has its own first 13 characters: the
+    short id the CLI shows names it alone (one a millisecond from the clock, as uuid6 counted)."""
     m = ids.IdMinter()
     made = [m.mint() for _ in range(5_000)]
-    after_ms = time.time_ns() // 1_000_000
     assert made == sorted(set(made))
-    assert _order(made[-1]) >> 74 <= after_ms
+    assert len({x[:13] for x in made}) == len(made)
 
 
 def test_a_largest_id_that_is_not_uuid7_text_is_a_storage_fault_naming_it() -> None:
