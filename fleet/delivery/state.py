@@ -353,11 +353,7 @@ class StateFile:
             os.replace(self.spare_path, self.path)
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        except FileNotFoundError:  # the state dir was removed under us: recreate it once
-            ensure_private_dir(self.path.parent)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = self._open_beside(tmp, os.O_TRUNC)
         try:
             # bytes straight to the descriptor: a text file object over it (an isatty ioctl, a seek, a
             # codec and a buffer per save) was a tenth of a channel's CPU per delivery
@@ -375,11 +371,7 @@ class StateFile:
     def _write_spare(self, data: bytes) -> None:
         """``data`` is the whole spare, mode 0600, written in place (no new inode, no truncation to
         zero, which on ext4 flushes as a rename over does)."""
-        try:
-            fd = os.open(self.spare_path, os.O_WRONLY | os.O_CREAT, 0o600)
-        except FileNotFoundError:  # the state dir was removed under us: recreate it once
-            ensure_private_dir(self.path.parent)
-            fd = os.open(self.spare_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = self._open_beside(self.spare_path, 0)
         try:
             os.fchmod(fd, 0o600)  # (a spare someone made otherwise becomes the file)
             at = 0
@@ -388,6 +380,15 @@ class StateFile:
             os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
+
+    def _open_beside(self, path: Path, flags: int) -> int:
+        """``path`` (beside the state file) opened to write, made 0600 if new, with ``flags``; the
+        state directory made again, once, if it was removed under us."""
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
+        except FileNotFoundError:
+            ensure_private_dir(self.path.parent)
+            return os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o600)
 
     def _corrupt(self, reason: str) -> CorruptState:
         return CorruptState(
