@@ -68,6 +68,18 @@ class Notifier:
         with self._lock:
             return len(self._everything) + len({e for s in self._waiters.values() for e in s})
 
+    @property
+    def settled(self) -> int:
+        """Waiters parked now with no commit on their keys since they parked, none woken and not yet
+        re-armed (tests: a stream that has caught up with every commit it was told of)."""
+        with self._lock:
+            parked = self._everything.union(*self._waiters.values())
+            return sum(
+                1
+                for w in parked
+                if w.seen == (self._seq if w.keys is None else sum(self._counts.get(k, 0) for k in w.keys))
+            )
+
     @contextmanager
     def held(self) -> Iterator[None]:
         """The bumps this thread makes until the end wait for it (each distinct one told once): the

@@ -54,8 +54,21 @@ def test_a_bump_wakes_exactly_the_parks_on_what_it_touched(steps: list[tuple[str
         elif op == "disarm" and armed:
             k = sorted(armed)[int(arg) % len(armed)]  # type: ignore[call-overload]
             armed.pop(k)[0].disarm()
-        assert n.parked == len(armed)
+        assert n.parked == n.settled == len(armed)
     assert sorted(woken) == sorted(expected)
+
+
+def test_a_park_woken_and_not_yet_resumed_is_not_settled() -> None:
+    n = Notifier()
+    parks = [n.park(n.seen(keys), 30.0, keys) for keys in (["a"], ["b"], None)]
+    for p in parks:
+        assert p.arm(lambda: None)
+    assert n.parked == n.settled == 3
+    n.bump("a")  # wakes the park on a and the one on everything; the loop has not resumed them
+    assert (n.parked, n.settled) == (3, 1)
+    parks[0].disarm()
+    parks[2].disarm()
+    assert n.parked == n.settled == 1
 
 
 def test_a_park_on_keys_that_moved_since_it_was_seen_does_not_wait() -> None:
