@@ -3,18 +3,19 @@
 ``export`` goes through the daemon (``GET /v1/events``, the operator token: it works against a
 remote daemon too); ``backup``, ``import`` and ``replay --check`` work on this machine's database
 file (``fleet paths``): backup and check through a read connection of their own, safe while the
-daemon runs; import with the daemon stopped (it holds the daemon's instance lock). An import only
+daemon runs; import with the daemon stopped (it holds the store's lock beside the database). An import only
 adds waves (fleet/store/artifact.py says exactly what it checks), reading its input a bounded line
 at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 
@@ -167,21 +168,19 @@ def import_(
     from fleet.store.artifact import import_log
 
     paths = _local("import")
+    source: contextlib.AbstractContextManager[BinaryIO]
     if file == "-":
-        report = import_log(
-            paths.store, paths.daemon_lock, sys.stdin.buffer, "stdin",
-            with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
-        )  # fmt: skip
+        source, name = contextlib.nullcontext(sys.stdin.buffer), "stdin"
     else:
         try:
-            f = open(file, "rb")  # noqa: SIM115 (closed below: the import reads it line by line)
+            source, name = open(file, "rb"), file  # noqa: SIM115 (closed below: read line by line)
         except OSError as exc:
             raise errors.UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
-        with f:
-            report = import_log(
-                paths.store, paths.store_lock, f, file,
-                with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
-            )  # fmt: skip
+    with source as f:  # one lock for both: the store's, whichever state dir its daemon has
+        report = import_log(
+            paths.store, paths.store_lock, f, name,
+            with_tokens=with_tokens, allow_partial=allow_partial, max_blip_bytes=max_blip_bytes,
+        )  # fmt: skip
     if as_json:
         render.dump(report.__dict__)
         return

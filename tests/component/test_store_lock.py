@@ -196,9 +196,13 @@ def test_fleet_import_beside_a_running_daemon_refuses_and_changes_nothing(
     export = tmp_path / "x.jsonl"
     export.write_text(exported.stdout)
     before = first.http().get("/v1/waves").ok(200)
-    for env in (env_b, env_a):  # from another state dir, and from the daemon's own
-        r = cli("import", str(export), env=env)
-        assert r.returncode == errors.Conflict.exit_code, (r.returncode, r.stdout, r.stderr)
+    # from another state dir and from the daemon's own; the file named, and piped in (`-`)
+    for env, how in ((env_b, "file"), (env_a, "file"), (env_b, "-"), (env_a, "-")):
+        if how == "file":
+            r = cli("import", str(export), env=env)
+        else:
+            r = cli("import", "-", env=env, stdin=exported.stdout)
+        assert r.returncode == errors.Conflict.exit_code, (how, r.returncode, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         for word in (
             "a daemon runs on the store",
@@ -206,12 +210,12 @@ def test_fleet_import_beside_a_running_daemon_refuses_and_changes_nothing(
             first.url,
             "fleet daemon stop",
         ):
-            assert word in r.stderr, (word, r.stderr)
+            assert word in r.stderr, (how, word, r.stderr)
     assert first.http().get("/v1/waves").ok(200) == before
     # Stopped, the import goes through (and the lock it took does not stop the next start).
     first.proc.send_signal(signal.SIGTERM)
     assert first.proc.wait(15) == 0
-    r = cli("import", str(export), env=env_b)
+    r = cli("import", "-", env=env_b, stdin=exported.stdout)  # the file form: test_artifact_import.py
     assert r.returncode == 0, r.stderr
     again = start(a, env_a)
     assert {w["name"] for w in again.http().get("/v1/waves").ok(200)["waves"]} == {"w", "x"}
