@@ -42,6 +42,7 @@ import os
 import queue
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -224,6 +225,8 @@ class Agent:
             rf"(?<![\w-]){re.escape(self.name)}(?![\w-])|\[\[{re.escape(self.name)}\]\]", re.I
         )
         self.client: McpClient | None = None
+        self.hooks: set[subprocess.Popen[str]] = set()
+        """The hook commands running now (ended with the agent)."""
         self.jobs: dict[str, bool] = {}
         """``--mind``: the wavelets it forked for jobs (WAVE/job-N) and whether each reported DONE."""
 
@@ -351,7 +354,7 @@ class Agent:
 
         def loop(cmd: str) -> None:
             while True:
-                proc = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, input="{}")
+                proc = self.hook(cmd)
                 self.record("hook", None, command=cmd, rc=proc.returncode, stderr=proc.stderr[-2000:])
                 if proc.returncode != 2:
                     self.record("unarmed", f"hook exited {proc.returncode}: not armed until the next turn")
@@ -364,7 +367,37 @@ class Agent:
         for cmd in commands[:1]:  # one arm at a time, like a session re-arming its Stop hook
             threading.Thread(target=loop, args=(cmd,), daemon=True).start()
 
+    def hook(self, cmd: str) -> subprocess.CompletedProcess[str]:
+        """Run one hook command to its end (given ``{}`` on stdin), as one the agent ends with it."""
+        with subprocess.Popen(
+            ["/bin/sh", "-c", cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            self.hooks.add(proc)
+            try:
+                out, err = proc.communicate("{}")
+            finally:
+                self.hooks.discard(proc)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def close(self) -> None:
+        """End what the agent started: its hooks, and its MCP server (stdin closed, as Claude Code
+        does at exit)."""
+        for proc in list(self.hooks):
+            proc.terminate()
+        if self.client is not None:
+            self.client.close()
+
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            self.close()
+
+    def _run(self) -> int:
         args = self.args
         entry = fleet_server(args.mcp_config)
         env = {**os.environ, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
@@ -373,6 +406,7 @@ class Agent:
         argv = [entry["command"], *entry.get("args", [])]
         self.record("spawn-server", None, argv=argv)
         self.client = McpClient(argv, env, self.on_notification)
+        self.record("server", None, pid=self.client.proc.pid)
         init = self.client.request(
             "initialize",
             {
@@ -406,7 +440,6 @@ class Agent:
         if args.run and not args.resume:
             ok = self.run_commands()
             if args.exit_after_run:
-                self.client.close()
                 return 0 if ok else 1
         if args.mind:
             threading.Thread(target=self.read_terminal, daemon=True).start()
@@ -419,7 +452,6 @@ class Agent:
             finally:
                 self.inbox.task_done()
             if self.done and args.exit_after_done:
-                self.client.close()
                 return 0
 
 
@@ -456,6 +488,14 @@ def main(argv: list[str] | None = None) -> int:
         argv=sys.argv[1:],
         pid=os.getpid(),
     )
+
+    def ended(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    # its terminal gone (SIGHUP) or told to stop: it ends, with its MCP server and hooks, as Claude
+    # Code does — even started with hang-ups ignored (nohup), so nothing runs on without a terminal
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, ended)
     try:
         return Agent(args, record).run()
     except (StandinError, OSError, KeyError, json.JSONDecodeError) as exc:
