@@ -128,6 +128,8 @@ class Keeper:
         self.reader: MindReader | None = None
         self.mind: Mind | None = None
         """The agent running the mind (read with the reader, from the layout its start wrote)."""
+        self.unknown = ""
+        """Why the mind cannot be told (its layout broken by hand), as said once; empty once it can."""
         self.goal = goal.Goal()
         self.goal_problem = ""
         self.quiet_since = clock()
@@ -214,7 +216,14 @@ class Keeper:
             self.reader = None
             return events
         if self.reader is None or self.reader.session_id != seat.session_id:
-            self.mind = mind_of(self.paths, self.wave.id, self.env)
+            try:
+                self.mind = mind_of(self.paths, self.wave.id, self.env)
+            except errors.CorruptState as exc:  # its turns cannot be read: nothing is due on a guess
+                if self.unknown != exc.message:  # said once, not every round
+                    self.unknown = exc.message
+                    events.append(self._say("failed", exc.message.replace("WAVE", self.wave.name)))
+                return events
+            self.unknown = ""
             self.reader = self.mind.reader(seat.session_id)
             self.turns_seen = self.reader.read().turns
             self.quiet_since = now

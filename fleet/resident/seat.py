@@ -51,7 +51,7 @@ from fleet.models import Blip, NewSeat, PresenceReport, Seat, SessionRecord, Wav
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
-from fleet.resident.mind import Mind
+from fleet.resident.mind import Mind, MindFold
 from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
 from fleet.supervise import AgentField, agent_state, row_text, supervised_by
 from fleet.tmux import PaneInfo, Tmux
@@ -587,14 +587,22 @@ def status(
             closed_why=seat.closed_why if seat else "",
             note=f"no resident: `fleet resident start {wave.name}`",
         )
-    mind = mind_of(paths, wave.id, env)
-    reader = mind.reader(seat.session_id)
-    fold = reader.read()
-    # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
-    # message); on another machine, nothing here says anything of its turns
-    readable = not reader.problem or (
-        reader.record is not None and reader.path is None and seat.host == socket.gethostname()
-    )
+    mind: Mind | None
+    try:
+        mind = mind_of(paths, wave.id, env)
+    except errors.CorruptState as exc:
+        mind, unknown = None, exc.message.replace("WAVE", wave.name)
+    if mind is not None:
+        reader = mind.reader(seat.session_id)
+        fold = reader.read()
+        # no file yet where the mind runs: it has had no turn (Claude Code writes it with the first
+        # message); on another machine, nothing here says anything of its turns
+        readable = not reader.problem or (
+            reader.record is not None and reader.path is None and seat.host == socket.gethostname()
+        )
+        unknown = reader.problem
+    else:
+        fold, readable = MindFold(), False  # nothing read: turns and failures are unknown
     alive = seat_alive(client, tmux, seat)
     # the state is the one `fleet status` shows (the channel's report, a dead pane seen here): the
     # two never disagree; the transcript here adds the counts
@@ -613,34 +621,38 @@ def status(
     if failed is not None and failed >= FAILED_TURNS:
         notes.append(f"its last {failed} turns failed: {fold.last_error}")
     if not readable:
-        notes.append(f"turns unknown: {reader.problem}")
-    limits = [*mind.kind.limits, *mind.kind.mind_limits]
-    if limits:
+        notes.append(f"turns unknown: {unknown}")
+    limits = [*mind.kind.limits, *mind.kind.mind_limits] if mind is not None else []
+    if limits and mind is not None:
         notes.append(f"a {mind.kind.name} mind: " + "; ".join(limits))
     return ResidentStatus(
         wave=wave.name, state=agent.kind, agent=agent, state_text=row_text(agent, "", time.time()),
-        kind=mind.kind.name, limits=limits,
+        kind=mind.kind.name if mind is not None else None, limits=limits,
         session_id=seat.session_id, host=seat.host, pid=seat.pid,
         pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
         turns=fold.turns if readable else None, failed_turns=failed,
-        last_error=fold.last_error, workers=ws,
+        last_error=fold.last_error if readable else "", workers=ws,
         in_flight=sum(w.status == "running" for w in ws), supervisor=supervisor, note="; ".join(notes),
     )  # fmt: skip
 
 
-def _session_env(paths: Paths, wave_id: str, env: Mapping[str, str] | None) -> dict[str, str]:
-    """The environment the resident's agent sees (where its record is): its layout's env over this
-    process's."""
-    return mind_of(paths, wave_id, env).env
-
-
 def mind_of(paths: Paths, wave_id: str, env: Mapping[str, str] | None = None) -> Mind:
     """The agent the wave's resident runs (:class:`~fleet.resident.mind.Mind`), from the layout its
-    start wrote (the profile every respawn runs); without one, Claude Code in this environment."""
+    start wrote (the profile every respawn runs); without one (a resident started on another
+    machine), Claude Code in this environment.
+
+    Raises CorruptState for a layout that is there but does not load (edited by hand): what the mind
+    is, and so how its turns are read, cannot be told — never guessed."""
     base = dict(env if env is not None else os.environ)
-    try:
-        profile = load_layout(str(state_dir(paths, wave_id) / "layout.toml"), paths).profile(RESIDENT)
-    except errors.FleetError:
+    file = state_dir(paths, wave_id) / "layout.toml"
+    if not file.exists():
         return Mind.of("claude", base, paths)
+    try:
+        profile = load_layout(str(file), paths).profile(RESIDENT)
+    except errors.FleetError as exc:
+        raise errors.CorruptState(
+            f"the resident's layout {file} does not load ({exc.message}): which agent the mind is"
+            " cannot be told; `fleet resident start WAVE --force` writes it again"
+        ) from None
     return Mind.of(profile.agent, {**base, **profile.env}, paths)

@@ -332,3 +332,33 @@ def test_a_force_close_that_cannot_resume_says_what_was_done_and_one_that_can_sa
     blips = [b.text for b in operator.read(wave.root_id, limit=100).blips if b.kind == "system"]
     assert any(t.startswith("resident: failed: did not end its turn") for t in blips)
     retry_until(lambda: seat.resident_pane(tmux, wave.id).dead, what="the ended process's pane dead")  # type: ignore[union-attr]
+
+
+def test_a_layout_broken_by_hand_is_said_once_and_nothing_beats_on_a_guess_until_it_is_mended(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    """Which agent the mind is (and so how its turns read) comes from the layout its start wrote; a
+    hand edit that breaks it stops the keeper's deadlines with one system blip naming the file, not a
+    heartbeat timed by a transcript read the wrong way; mended, the keeper goes on."""
+    from fleet.resident import state_dir
+
+    wave, tmux = seated(
+        operator, tmux_server, fleet_env, tmp_path, "heartbeat: always\nheartbeat_every: 60s\n"
+    )
+    layout = state_dir(fleet_env, wave.id) / "layout.toml"
+    good = layout.read_text()
+    layout.write_text(good.replace("]", "", 1))  # `[defaults` : no longer TOML
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    (said,) = keeper.step([])
+    assert said.kind == "failed" and str(layout) in said.text and "does not load" in said.text, said
+    assert "fleet resident start w --force" in said.text
+    for _ in range(3):
+        clock.t += 120
+        assert keeper.step([]) == [], "a heartbeat on a guess, or the same words again"
+    told = [b.text for b in operator.read(wave.root_id, limit=1000).blips if "does not load" in b.text]
+    assert len(told) == 1 and heartbeat_texts(operator, wave) == [], told
+    layout.write_text(good)
+    assert keeper.step([]) == []  # (its first step with a mind starts the quiet period)
+    clock.t += 61
+    assert [e.kind for e in keeper.step([])] == ["heartbeat"]

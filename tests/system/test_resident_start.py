@@ -14,6 +14,7 @@ import libtmux
 from conftest import retry_until
 
 from fleet.client import Client
+from fleet.paths import Paths
 from fleet.resident import RESIDENT
 
 
@@ -178,3 +179,34 @@ def test_start_says_no_supervisor_runs_and_supervise_starts_one_in_a_tmux_window
     latest = operator.supervisor("v")
     assert latest is not None and latest.pid not in (lease.pid, 7)
     assert windows(tmux_server).count("supervise") == 1 and dead_supervise_pane() == ""
+
+
+def test_status_says_the_mind_is_unknown_when_its_layout_was_broken_by_hand(
+    operator: Client, tmux_server: libtmux.Server, tmp_path: Path, fleet_env: Paths
+) -> None:
+    """The layout a start wrote says what the mind is (Claude Code, Codex, …) and so how its turns are
+    read; edited into something that does not load, status does not guess Claude Code: it says the
+    kind and the turns are unknown, naming the file and what to do."""
+    import socket
+    import uuid
+
+    from fleet.models import NewSeat
+    from fleet.resident import state_dir
+
+    wave = operator.create_wave("w", [RESIDENT])
+    seat = NewSeat(
+        participant=RESIDENT, session_id=str(uuid.uuid4()), host=socket.gethostname(), pid=1, cwd="/x"
+    )
+    operator.claim_seat("w", seat)
+    layout = state_dir(fleet_env, wave.id) / "layout.toml"
+    layout.parent.mkdir(parents=True)
+    layout.write_text('[defaults]\nagent = "codex\n')  # an unterminated string
+    cwd = tmp_path / "x"
+    cwd.mkdir()
+    for args in (["--json"], []):
+        done = fleet(operator, tmux_server, cwd, "resident", "status", "w", *args)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done
+        for word in (str(layout), "does not load", "fleet resident start w --force"):
+            assert word in done.stdout, (word, done.stdout)
+    st = json.loads(fleet(operator, tmux_server, cwd, "resident", "status", "w", "--json").stdout)
+    assert st["kind"] is None and st["turns"] is None and st["failed_turns"] is None, st
