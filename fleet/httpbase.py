@@ -1200,6 +1200,12 @@ class Server:
                 for conn in list(self._conns):
                     conn.end()
                 self.loop.run_until_complete(self._closed_all(STOP_DRAIN))
+                # what is still under way on the loop (a TLS handshake a client left half done) ends
+                # here, its socket closed while the loop can still do it
+                left = asyncio.all_tasks(self.loop)
+                for task in left:
+                    task.cancel()
+                self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             finally:
                 self.socket.close()
                 self.loop.close()

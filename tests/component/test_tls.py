@@ -218,3 +218,30 @@ def test_a_list_pins_each_daemon_with_its_own_fingerprint_and_a_wrong_one_is_ref
     with pytest.raises(errors.Untrusted, match="nothing was sent"):
         Client(wrong, remote.operator_token, retries=0).whoami()
     assert len(recorder.wire) == seen  # the second listed daemon was not tried
+
+
+def test_a_handshake_still_open_when_the_daemon_stops_is_ended_with_it(fleet_env: Paths) -> None:
+    """A client that began a TLS handshake and went quiet: the daemon's stop ends the handshake on
+    its loop (cancelled, its socket closed), not left to be collected after the loop closed."""
+    import asyncio
+    import gc
+    import sys
+
+    from conftest import retry_until
+
+    d = serve(fleet_env, tls=True)
+    loop = d._httpd.loop  # type: ignore[union-attr]
+    seen: list[object] = []
+    hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        with socket.create_connection(host_port(d.url)) as s:
+            s.sendall(b"\x16\x03\x01")  # a ClientHello's first bytes, then nothing
+            retry_until(
+                lambda: any("connect_accepted_socket" in repr(t.get_coro()) for t in asyncio.all_tasks(loop)),
+                what="the handshake under way",
+            )
+            d.stop()
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert seen == [], [getattr(u, "exc_value", u) for u in seen]
