@@ -718,7 +718,8 @@ class SupervisorEvent(BaseModel):
     participant: str
     event: str
     """``died``, ``respawned``, ``failed``, or a watcher's own kind (:class:`fleet.seams.Watcher`; the
-    resident's keeper: ``heartbeat``, ``budget``, ``cron``, ``missed``, ``goal``, ``janitor``)."""
+    resident's keeper: ``heartbeat``, ``budget``, ``cron``, ``missed``, ``goal``, ``janitor``,
+    ``state``)."""
     text: str
     pane_id: str | None = None
     session_id: str | None = None

@@ -72,7 +72,8 @@ MISSED_AFTER = 24 * 3600.0
 """An occurrence older than this when first seen is missed, not replayed."""
 PREFIX = "[fleet] "
 
-KeeperKind = Literal["heartbeat", "budget", "cron", "missed", "failed", "goal", "janitor"]
+KeeperKind = Literal["heartbeat", "budget", "cron", "missed", "failed", "goal", "janitor", "state"]
+"""``state``: a file of the resident's that was edited into something that does not load."""
 
 
 class KeeperEvent(BaseModel):
@@ -141,6 +142,8 @@ class Keeper:
         """The quiet period (its ``quiet_since``) whose heartbeat fell due with nothing in flight: no
         deadline until something changes (a blip wakes the supervisor, its tick looks again)."""
         self.state_file = state_dir(paths, wave.id) / "keeper.json"
+        self.lost = ""
+        """What a keeper.json that did not load was (said once by the next :meth:`step`)."""
         self.state = self._load_state()
         self.fold = WorkerFold()
         """The resident's workers, folded from the pages the supervisor feeds :meth:`step`."""
@@ -150,10 +153,24 @@ class Keeper:
     # ------------------------------------------------------------ state
 
     def _load_state(self) -> KeeperState:
+        """What the keeper counted (keeper.json); none yet: from now. One that is there but does not
+        load (edited by hand) is counted afresh too, and :meth:`step` says so once (:attr:`lost`)."""
         try:
-            return KeeperState.model_validate_json(self.state_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = self.state_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return KeeperState(cron_seen=self.clock())
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        else:
+            try:
+                return KeeperState.model_validate_json(text)
+            except ValueError as exc:
+                why = str(exc).splitlines()[0]
+        self.lost = (
+            f"the keeper's state {self.state_file} did not load ({why}): counted afresh from now —"
+            " today's heartbeats from 0, crons due from now (one due meanwhile is not run)"
+        )
+        return KeeperState(cron_seen=self.clock())
 
     def _save(self) -> None:
         write_private(self.state_file, self.state.model_dump_json() + "\n")
@@ -221,7 +238,7 @@ class Keeper:
             except errors.CorruptState as exc:  # its turns cannot be read: nothing is due on a guess
                 if self.unknown != exc.message:  # said once, not every round
                     self.unknown = exc.message
-                    events.append(self._say("failed", exc.message.replace("WAVE", self.wave.name)))
+                    events.append(self._say("state", exc.message.replace("WAVE", self.wave.name)))
                 return events
             self.unknown = ""
             self.reader = self.mind.reader(seat.session_id)
@@ -256,6 +273,10 @@ class Keeper:
                     )
                 )
             return events
+        if self.lost:
+            events.append(self._say("state", self.lost))
+            self.lost = ""
+            self._save()  # counted afresh: what is said once is written so
         self._read_goal(events)
         if self._janitor(now, fold.turning, events):
             return events

@@ -351,7 +351,7 @@ def test_a_layout_broken_by_hand_is_said_once_and_nothing_beats_on_a_guess_until
     clock = Clock()
     keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
     (said,) = keeper.step([])
-    assert said.kind == "failed" and str(layout) in said.text and "does not load" in said.text, said
+    assert said.kind == "state" and str(layout) in said.text and "does not load" in said.text, said
     assert "fleet resident start w --force" in said.text
     for _ in range(3):
         clock.t += 120
@@ -362,3 +362,30 @@ def test_a_layout_broken_by_hand_is_said_once_and_nothing_beats_on_a_guess_until
     assert keeper.step([]) == []  # (its first step with a mind starts the quiet period)
     clock.t += 61
     assert [e.kind for e in keeper.step([])] == ["heartbeat"]
+
+
+def test_a_keeper_state_broken_by_hand_is_said_once_and_counted_afresh(
+    operator: Client, tmux_server: libtmux.Server, fleet_env: Paths, tmp_path: Path
+) -> None:
+    """keeper.json holds the day's heartbeat count and when crons were last looked at; one cut short
+    or edited into nonsense is not read as "nothing counted yet" in silence: the keeper says once what
+    it lost and counts afresh, and writes the file whole again."""
+    from fleet.resident import state_dir
+
+    wave, tmux = seated(
+        operator, tmux_server, fleet_env, tmp_path, "heartbeat: always\nheartbeat_every: 60s\n"
+    )
+    state = state_dir(fleet_env, wave.id) / "keeper.json"
+    state.write_text('{"cron_seen": 17')  # cut short
+    clock = Clock()
+    keeper = Keeper(operator, tmux, fleet_env, wave, clock=clock)
+    (said,) = keeper.step([])
+    assert said.kind == "state" and str(state) in said.text and "counted afresh" in said.text, said
+    assert json.loads(state.read_text())["cron_seen"] == T0
+    clock.t += 60
+    assert [e.kind for e in keeper.step([])] == ["heartbeat"]
+    assert json.loads(state.read_text())["heartbeats"] == 1
+    again = Keeper(operator, tmux, fleet_env, wave, clock=clock)  # the file loads: nothing to say
+    assert again.step([]) == []
+    told = [b.text for b in operator.read(wave.root_id, limit=1000).blips if "did not load" in b.text]
+    assert len(told) == 1, told
