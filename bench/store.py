@@ -793,6 +793,7 @@ def burst(home: Path, agents: int, blips: int, rate: float = 0.0) -> Burst:
     import uuid
 
     from fleet.client import Client
+    from fleet.paths import get_paths
     from fleet.spawn import channel_entry, mcp_config
 
     home.mkdir(parents=True)
@@ -811,7 +812,7 @@ def burst(home: Path, agents: int, blips: int, rate: float = 0.0) -> Burst:
             tf = home / f"{name}.token"
             tf.write_text(op.mint_token("burst", name).token + "\n")
             tf.chmod(0o600)
-            cfg = mcp_config(channel_entry(name, "burst", r.url, tf, cap=0))
+            cfg = mcp_config(channel_entry(name, "burst", r.url, tf, state_dir=get_paths().channels, cap=0))
             argv = [sys.executable, "-m", "fleet.standin", f"--mcp-config={cfg}", "--session-id",
                     str(uuid.uuid4()), "--name", name, "--log-dir", str(logs)]  # fmt: skip
             err = open(home / f"{name}.stderr", "wb")  # noqa: SIM115 - the process holds it

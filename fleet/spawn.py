@@ -210,7 +210,8 @@ class Spawner:
 
             from fleet.watch import hook_settings as fleet_hook
 
-            hook_settings = partial(fleet_hook, daemon=client.base_url)
+            # its state dir is the channel's (Start.paths.channels): the spawner's, not the pane's guess
+            hook_settings = partial(fleet_hook, daemon=client.base_url, state_dir=paths.channels)
         self.hook_settings: HookSettingsFn = hook_settings
         self._taken: set[str] = set()
         """The session names on the server at the last :meth:`_find_window` (names are unique in tmux)."""

@@ -231,6 +231,7 @@ def channel_entry(
     daemon_url: str,
     token_file: Path,
     *,
+    state_dir: Path,
     attention: str = "full",
     deliver: bool = True,
     cap: int | None = None,
@@ -241,12 +242,16 @@ def channel_entry(
 ) -> dict[str, object]:
     """The ``fleet`` stdio server entry for an agent's MCP config (no secret in it: the token is a file).
 
-    ``receipts``: what confirms deliveries (True: Claude Code's transcript); ``hook_fallback``: a hook
-    is installed beside the channel (``--transport auto``); ``session_id``: fleet's id of the session,
-    passed when the agent does not set ``CLAUDE_CODE_SESSION_ID`` itself (Codex)."""
+    ``state_dir``: where its delivery state is kept — the spawning side's (``Paths.channels``), the
+    one its hook, ``fleet status`` and a respawn read, whatever the pane's own environment would make
+    of it; ``receipts``: what confirms deliveries (True: Claude Code's transcript);
+    ``hook_fallback``: a hook is installed beside the channel (``--transport auto``); ``session_id``:
+    fleet's id of the session, passed when the agent does not set ``CLAUDE_CODE_SESSION_ID`` itself
+    (Codex)."""
     how: Receipts = "transcript" if receipts is True else ("none" if receipts is False else receipts)
     args = ["-m", "fleet", "channel", "--participant", participant, "--wave", wave,
-            "--daemon", daemon_url, "--token-file", str(token_file)]  # fmt: skip
+            "--daemon", daemon_url, "--token-file", str(token_file),
+            "--state-dir", str(state_dir)]  # fmt: skip
     if attention != "full":
         args += ["--attention", attention]
     if not deliver:

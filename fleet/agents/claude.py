@@ -108,8 +108,8 @@ def claude_command(start: Start, *, claude: bool) -> Command:
     fallback = transport == "auto" and claude
     entry = channel_entry(
         start.participant, start.wave.name, start.daemon_url, start.token_file,
-        attention=profile.attention, deliver=transport != "hook", cap=profile.cap,
-        receipts=claude, hook_fallback=fallback, launch=start.launch,
+        state_dir=start.paths.channels, attention=profile.attention, deliver=transport != "hook",
+        cap=profile.cap, receipts=claude, hook_fallback=fallback, launch=start.launch,
     )  # fmt: skip
     hook = None
     if transport == "hook" or fallback:

@@ -187,8 +187,8 @@ class Codex:
         binary = shutil.which(start.words[0]) or start.words[0]
         entry = channel_entry(
             start.participant, start.wave.name, start.daemon_url, start.token_file,
-            attention=profile.attention, cap=profile.cap, receipts="rollout", launch=start.launch,
-            session_id=start.session_id,
+            state_dir=start.paths.channels, attention=profile.attention, cap=profile.cap,
+            receipts="rollout", launch=start.launch, session_id=start.session_id,
         )  # fmt: skip
         env = dict(entry["env"])  # type: ignore[call-overload]
         env["FLEET_CODEX_BIN"] = binary

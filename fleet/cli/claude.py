@@ -80,9 +80,17 @@ def run(
     write_private(token_file, client.token + "\n")
     claude_code = is_claude(words)
     entry = channel_entry(
-        OPERATOR, wave.name, client.base_url, token_file, receipts=claude_code, hook_fallback=True
+        OPERATOR,
+        wave.name,
+        client.base_url,
+        token_file,
+        state_dir=paths.channels,
+        receipts=claude_code,
+        hook_fallback=True,
     )
-    hook = hook_settings(OPERATOR, wave.name, token_file, daemon=client.base_url, gate=True)
+    hook = hook_settings(
+        OPERATOR, wave.name, token_file, daemon=client.base_url, state_dir=paths.channels, gate=True
+    )
     prompt = instructions(OPERATOR, wave.name) if claude_code else None
     argv = agent_argv(
         words, ResolvedProfile(args=list(args)), OPERATOR, session_id, mcp_config(entry),

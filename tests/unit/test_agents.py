@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
@@ -220,3 +220,28 @@ def test_the_permission_hooks_wait_is_the_environments_within_its_bound() -> Non
     assert wait_bound({}) == HOOK_WAIT and wait_bound({"FLEET_PERMISSION_WAIT": "3"}) == 3.0
     for bad in ("0", "-5", "soon", str(HOOK_WAIT + 1)):
         assert wait_bound({"FLEET_PERMISSION_WAIT": bad}) == HOOK_WAIT, bad
+
+
+def test_a_channel_and_its_hook_keep_their_state_where_the_spawner_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pane's environment may name another state dir than the spawning shell (tmux's own
+    environment: XDG_STATE_HOME, no FLEET_HOME); the channel and its hook are both told the spawner's,
+    the one `fleet status` and a respawn read — else the hook would not see the channel's state and
+    both would deliver."""
+    import re
+
+    from fleet.spawn import Spawner
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "elsewhere"))  # what the pane would make of it
+    start = _start(tmp_path, ["claude"])
+    client: Any = type("Client", (), {"base_url": start.daemon_url})()  # (all the hook asks of it)
+    spawner = Spawner(client, None, start.paths)  # type: ignore[arg-type]
+    hook = spawner.hook_settings
+    start.watch_hook = lambda gate: hook("bob", "w", start.token_file, "full", cap=None, gate=gate)
+    for words, told in ((["claude"], 2), (["codex"], 1)):  # Claude Code: the channel and its hooks
+        start.words = words
+        text = " ".join(kind_of(words).command(start).argv)
+        # in the MCP config's JSON ("--state-dir","D"), Codex's TOML ("--state-dir", "D"), a hook's command
+        dirs = re.findall(r'--state-dir(?:"\s*,\s*"|\s+)([^"\s]+)', text)
+        assert len(dirs) >= told and set(dirs) == {str(start.paths.channels)}, (words, dirs)

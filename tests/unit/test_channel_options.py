@@ -17,7 +17,8 @@ def test_the_plain_reading_knows_every_option_of_the_parser() -> None:
 
 
 _ENTRY = channel_entry(
-    "alice", "w", "http://127.0.0.1:1", Path("/t/a.token"), attention="targeted", deliver=False, cap=3,
+    "alice", "w", "http://127.0.0.1:1", Path("/t/a.token"), state_dir=Path("/s/channels"),
+    attention="targeted", deliver=False, cap=3,
     receipts="transcript", hook_fallback=True,
 )  # fmt: skip
 assert isinstance(_ENTRY["args"], list)
