@@ -3,9 +3,9 @@
 ``export`` goes through the daemon (``GET /v1/events``, the operator token: it works against a
 remote daemon too); ``backup``, ``import`` and ``replay --check`` work on this machine's database
 file (``fleet paths``): backup and check through a read connection of their own, safe while the
-daemon runs; import with the daemon stopped (it holds the store's lock beside the database). An import only
-adds waves (fleet/store/artifact.py says exactly what it checks), reading its input a bounded line
-at a time.
+daemon runs; import with the daemon stopped (it holds the store's lock beside the database, as a
+daemon does). An import only adds waves (fleet/store/artifact.py says exactly what it checks),
+reading its input a bounded line at a time.
 """
 
 from __future__ import annotations

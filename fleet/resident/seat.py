@@ -622,12 +622,13 @@ def status(
         notes.append(f"its last {failed} turns failed: {fold.last_error}")
     if not readable:
         notes.append(f"turns unknown: {unknown}")
-    limits = [*mind.kind.limits, *mind.kind.mind_limits] if mind is not None else []
-    if limits and mind is not None:
-        notes.append(f"a {mind.kind.name} mind: " + "; ".join(limits))
+    kind = mind.kind if mind is not None else None
+    limits = [*kind.limits, *kind.mind_limits] if kind is not None else []
+    if kind is not None and limits:
+        notes.append(f"a {kind.name} mind: " + "; ".join(limits))
     return ResidentStatus(
         wave=wave.name, state=agent.kind, agent=agent, state_text=row_text(agent, "", time.time()),
-        kind=mind.kind.name if mind is not None else None, limits=limits,
+        kind=kind.name if kind is not None else None, limits=limits,
         session_id=seat.session_id, host=seat.host, pid=seat.pid,
         pane_id=seat.pane_id, cwd=seat.cwd, since=seat.claimed_at,
         uptime_seconds=max(0.0, time.time() - _ts(seat.claimed_at)) if alive else None,
