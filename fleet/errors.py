@@ -116,7 +116,8 @@ class PayloadTooLarge(FleetError):
 
 
 class CorruptState(FleetError):
-    """A delivery state file exists but cannot be used. Delivery stops; nothing is skipped."""
+    """A file fleet keeps exists but cannot be used (a channel's delivery state: delivery stops,
+    nothing is skipped; a campaign's state; a resident's layout): the message names it and what to do."""
 
     kind = "corrupt_state"
 
