@@ -58,8 +58,20 @@ def _answer(sock: socket.socket) -> tuple[int, bytes]:
     return status, body
 
 
+_BEFORE: set[threading.Thread] = set()
+"""The threads of this test process before the test's daemon started (others' tests left some)."""
+
+
+def daemon_threads() -> int:
+    """The threads the daemon started (those alive now that were not before it started): what the
+    bound is on, whatever earlier tests in this worker left running beside it."""
+    return sum(t not in _BEFORE for t in threading.enumerate())
+
+
 @pytest.fixture
 def d(fleet_env: Paths) -> Iterator[Daemon]:
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
     daemon = Daemon(fleet_env, "127.0.0.1:0", ui="127.0.0.1:0")
     daemon.start()
     try:
@@ -71,7 +83,6 @@ def d(fleet_env: Paths) -> Iterator[Daemon]:
 def test_two_hundred_parked_feeds_cost_no_thread_each(d: Daemon) -> None:
     """With 200 feeds parked (a connection each, the channels' long-poll), this process's threads
     stay within the issue's bound: the loop holds them, not a thread per connection."""
-    before = threading.active_count()
     with Client(d.url, d.operator_token) as op:
         op.create_wave("w", ["alice"])
         token = op.mint_token("w", "alice").token
@@ -82,15 +93,15 @@ def test_two_hundred_parked_feeds_cost_no_thread_each(d: Daemon) -> None:
     socks = [_send(d.url, _head(d.url, "POST", "/v1/waves/w/feed", token, body)) for _ in range(n)]
     try:
         retry_until(lambda: d.notifier.parked == n, 20, 0.02, f"{n} parked feeds")
-        threads = threading.active_count()
-        assert threads <= THREADS, f"{threads} threads with {n} feeds parked (before: {before})"
+        threads = daemon_threads()
+        assert threads <= THREADS, f"{threads} threads with {n} feeds parked"
         with Client(d.url, d.operator_token) as op:
             assert op.health().parked == n
             op.post(main, "alice: hello", as_="alice")
         for s in socks:  # every one of them wakes, and answers the one blip
             status, answer = _answer(s)
             assert status == 200 and [b["text"] for b in json.loads(answer)["blips"]] == ["alice: hello"]
-        assert threading.active_count() <= THREADS
+        assert daemon_threads() <= THREADS
     finally:
         for s in socks:
             s.close()
@@ -105,7 +116,7 @@ def test_parked_event_streams_cost_no_thread_each(d: Daemon) -> None:
             for s in streams:
                 s.until(lambda e: e.event == "presence")
             retry_until(lambda: d.notifier.parked >= 60, 10, 0.02, "60 parked streams")
-            assert threading.active_count() <= THREADS
+            assert daemon_threads() <= THREADS
             blip = op.post(wave.root_id, "alice: hi", as_="alice")
             for s in streams:
                 s.until(lambda e, want=blip.id: e.event == "blip" and e.id == want)
@@ -135,7 +146,7 @@ def test_a_post_wakes_exactly_the_requests_that_wait_on_what_it_touched(d: Daemo
         }
         try:
             retry_until(lambda: d.notifier.parked == 2 * n, 10, 0.02, f"{2 * n} parked reads")
-            assert threading.active_count() <= THREADS
+            assert daemon_threads() <= THREADS
             posted = op.post(a, "alice: only a", as_="alice")
             for s in socks[a]:
                 status, answer = _answer(s)
