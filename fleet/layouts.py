@@ -280,7 +280,7 @@ def load(name: str, paths: Paths) -> Layout:
         path = Path(name).expanduser()
         if not path.is_file():
             raise errors.NotFound(f"no layout file {path}")
-        layout = parse(path.read_text(encoding="utf-8"), str(path), path.stem)
+        layout = parse(_text(path), str(path), path.stem)
         layout.ref = str(path.resolve())
         return layout
     found = available(paths)
@@ -289,6 +289,18 @@ def load(name: str, paths: Paths) -> Layout:
             f"no layout {name!r}: choose one of {', '.join(found)} or put {name}.toml in {paths.layouts}"
         )
     path = found[name]
-    layout = parse(path.read_text(encoding="utf-8"), str(path), name)
+    layout = parse(_text(path), str(path), name)
     layout.ref = name
     return layout
+
+
+def _text(path: Path) -> str:
+    """A layout file's text; UsageError naming it when it cannot be read or is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise errors.UsageError(
+            f"layout {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise errors.UsageError(f"layout {path}: cannot be read ({exc.strerror or exc})") from None

@@ -69,6 +69,14 @@ def test_a_bad_layout_names_its_file_and_field(
     assert str(path) in str(e.value) and field in str(e.value)
 
 
+def test_a_layout_that_is_not_utf8_names_its_file_and_the_byte(fleet_env: Paths, tmp_path: Path) -> None:
+    path = tmp_path / "latin.toml"
+    path.write_bytes("[defaults]\nmodel = 'caf\u00e9'\n".encode("latin-1"))
+    with pytest.raises(errors.UsageError, match="not UTF-8 text") as e:
+        layouts.load(str(path), fleet_env)
+    assert str(path) in str(e.value) and "byte 0xe9 at offset 23" in str(e.value)
+
+
 def test_an_unknown_layout_lists_the_known_ones(fleet_env: Paths) -> None:
     with pytest.raises(errors.NotFound) as e:
         layouts.load("nope", fleet_env)
