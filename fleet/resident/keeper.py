@@ -156,15 +156,15 @@ class Keeper:
         """What the keeper counted (keeper.json); none yet: from now. One that is there but does not
         load (edited by hand) is counted afresh too, and :meth:`step` says so once (:attr:`lost`)."""
         try:
-            text = self.state_file.read_text(encoding="utf-8")
+            data = self.state_file.read_bytes()
         except FileNotFoundError:
             return KeeperState(cron_seen=self.clock())
         except OSError as exc:
             why = exc.strerror or str(exc)
         else:
             try:
-                return KeeperState.model_validate_json(text)
-            except ValueError as exc:
+                return KeeperState.model_validate_json(data)
+            except ValueError as exc:  # (not UTF-8 text included)
                 why = str(exc).splitlines()[0]
         self.lost = (
             f"the keeper's state {self.state_file} did not load ({why}): counted afresh from now —"

@@ -389,3 +389,6 @@ def test_a_keeper_state_broken_by_hand_is_said_once_and_counted_afresh(
     assert again.step([]) == []
     told = [b.text for b in operator.read(wave.root_id, limit=1000).blips if "did not load" in b.text]
     assert len(told) == 1, told
+    state.write_bytes(b"\xff\xfe{")  # not even UTF-8
+    (said,) = Keeper(operator, tmux, fleet_env, wave, clock=clock).step([])
+    assert said.kind == "state" and "did not load" in said.text, said
