@@ -9,6 +9,7 @@ file: a ``postgresql://`` URL, printed with its password hidden (:func:`hide_pas
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -177,3 +178,15 @@ def write_private(path: Path, text: str) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def read_utf8(path: Path) -> str:
+    """``path``'s text. A file that is not UTF-8 (edited by hand, or damaged) is an OSError
+    (``EILSEQ``, its ``strerror`` naming the byte) like an unreadable one, so a caller that says why
+    a file cannot be read says this too, instead of letting a UnicodeDecodeError out."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        why = f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        raise OSError(errno.EILSEQ, why, str(path)) from None

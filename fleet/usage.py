@@ -48,7 +48,7 @@ from pydantic import BaseModel, Field
 from fleet import errors, seams
 from fleet.delivery.receipts import Transcript, transcript_of
 from fleet.delivery.rollout import Rollout, read_thread, rollout_of
-from fleet.paths import Paths, write_private
+from fleet.paths import Paths, read_utf8, write_private
 from fleet.records.budgets import Budget, applies, passed, shared_cost
 from fleet.records.usage import Figures
 
@@ -257,7 +257,11 @@ def prices(paths: Paths) -> PriceTable:
     table = PriceTable()
     own = user_prices(paths)
     if own.is_file():
-        table.entries += _parse_prices(own.read_text(encoding="utf-8"), str(own))
+        try:
+            text = read_utf8(own)
+        except OSError as exc:
+            raise errors.UsageError(f"price table {own}: cannot be read ({exc.strerror or exc})") from None
+        table.entries += _parse_prices(text, str(own))
         table.sources.append(str(own))
     shipped = importlib.resources.files("fleet").joinpath("prices.toml")
     table.entries += _parse_prices(shipped.read_text(encoding="utf-8"), "fleet/prices.toml")

@@ -26,7 +26,7 @@ from fleet.allocator import daemon_env
 from fleet.client.api import Client
 from fleet.client.transport import parse_daemons
 from fleet.models import Endpoint, Remote, StopProgress
-from fleet.paths import Paths, ensure_private_dir, get_paths
+from fleet.paths import Paths, ensure_private_dir, get_paths, read_utf8
 from fleet.procs import looks_like_fleet, pid_alive
 from fleet.wire import Record, RecordError, field, loads
 
@@ -152,7 +152,7 @@ def _env_token() -> str | None:
     token_file = os.environ.get("FLEET_TOKEN_FILE", "").strip()
     if token_file:
         try:
-            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+            token = read_utf8(Path(token_file).expanduser()).strip()
         except OSError as exc:
             raise errors.UsageError(f"cannot read FLEET_TOKEN_FILE {token_file}: {exc.strerror}") from None
         if not token:
@@ -163,7 +163,7 @@ def _env_token() -> str | None:
 
 def _operator_token(paths: Paths) -> str:
     try:
-        token = paths.operator_token.read_text(encoding="utf-8").strip()
+        token = read_utf8(paths.operator_token).strip()
     except OSError as exc:
         raise errors.Unauthorized(
             f"cannot read the operator token {paths.operator_token} ({exc.strerror}); "
@@ -371,7 +371,7 @@ STOP_SLACK = 2.0
 def _stop_progress(paths: Paths, pid: int) -> StopProgress | None:
     """The stopping daemon's last progress report, if that daemon (``pid``) wrote one."""
     try:
-        p = loads(StopProgress, paths.daemon_stopping.read_text(encoding="utf-8"))
+        p = loads(StopProgress, paths.daemon_stopping.read_bytes())
     except (OSError, RecordError):
         return None
     return p if p.pid == pid else None

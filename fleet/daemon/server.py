@@ -53,7 +53,7 @@ from fleet.httpbase import (
     parse_listen,
 )
 from fleet.models import DEFAULT_MAX_BLIP_BYTES, Endpoint, StopProgress
-from fleet.paths import Paths, ensure_private_dir, hide_password, write_private
+from fleet.paths import Paths, ensure_private_dir, hide_password, read_utf8, write_private
 from fleet.store import Store, open_store
 from fleet.store.faults import storage_faults
 from fleet.store.lock import StoreLock
@@ -311,7 +311,7 @@ class Daemon(Dispatcher):
         """Bind the listener: the remembered port when there is one and it is free, else ``self.port``."""
         if self.remember_port:
             try:
-                text = self.paths.daemon_port.read_text(encoding="utf-8").strip()
+                text = read_utf8(self.paths.daemon_port).strip()
             except OSError:
                 text = ""
             if text.isdigit() and 0 < int(text) < 65536:
@@ -457,6 +457,6 @@ class _ApiHandler(Handler):
 def read_endpoint(paths: Paths) -> Endpoint | None:
     """The endpoint file, or None if absent or unreadable."""
     try:
-        return loads(Endpoint, Path(paths.endpoint).read_text(encoding="utf-8"))
+        return loads(Endpoint, Path(paths.endpoint).read_bytes())
     except (OSError, RecordError):
         return None

@@ -34,7 +34,7 @@ from fleet import errors
 from fleet.delivery.ledger import BOUND
 from fleet.delivery.rules import DEFAULT_CAP, DIGEST_HOLD, Attention, check_attention
 from fleet.models import OPERATOR, PARTICIPANT_RE
-from fleet.paths import get_paths
+from fleet.paths import get_paths, read_utf8
 from fleet.wire import Record, field
 
 POLL_WAIT = 20.0
@@ -216,7 +216,7 @@ def read_token(config: TransportConfig) -> str:
         return os.environ["FLEET_TOKEN"].strip()
     path = config.token_file or get_paths().operator_token
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = read_utf8(path).strip()
     except OSError as exc:
         raise errors.Unauthorized(f"cannot read the token file {path}: {exc.strerror or exc}") from None
     if not token:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet.delivery.receipts import Transcript, blip_ids_in
+from fleet.paths import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def thread_file(channels: Path, session_id: str) -> Path:
 
 def read_thread(channels: Path, session_id: str) -> str | None:
     try:
-        text = thread_file(channels, session_id).read_text(encoding="utf-8").strip()
+        text = read_utf8(thread_file(channels, session_id)).strip()
     except OSError:
         return None
     return text or None

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from fleet.delivery.frames import Frame
 from fleet.errors import CorruptState
 from fleet.ids import digest
-from fleet.paths import ensure_private_dir
+from fleet.paths import ensure_private_dir, read_utf8
 from fleet.wire import Record, RecordError, dump, field, loads
 
 Path_ = Literal["channel", "hook", "waiting"]
@@ -213,7 +213,7 @@ def store_identity(directory: Path, daemon: str, *, wait: float | None = None) -
 
     cache = directory / "stores" / key
     try:
-        known = cache.read_text(encoding="utf-8").strip()
+        known = read_utf8(cache).strip()
     except OSError:
         known = ""
     if _UNSAFE.search(known):

@@ -21,7 +21,7 @@ from fleet.features import load as load_features
 from fleet.layouts import Layout, Profile, available
 from fleet.layouts import load as load_layout
 from fleet.models import Wavelet
-from fleet.paths import Paths, get_paths
+from fleet.paths import Paths, get_paths, read_utf8
 from fleet.resident import RESIDENT, repo
 from fleet.seams import ToolHost
 from fleet.spawn import Spawner, agent_words, require_agent
@@ -95,7 +95,7 @@ class Dispatch:
             except errors.FleetError as exc:
                 raise type(exc)(f"{exc.message}; nothing was forked") from None
         try:
-            token = paths.operator_token.read_text(encoding="utf-8").strip()
+            token = read_utf8(paths.operator_token).strip()
         except OSError:
             raise errors.Forbidden(
                 f"spawning needs the operator's token on this machine ({paths.operator_token} is not"

@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from fleet import errors
 from fleet.client import Client
 from fleet.models import Blip, Wave
-from fleet.paths import Paths, write_private
+from fleet.paths import Paths, read_utf8, write_private
 from fleet.resident import RESIDENT, goal, state_dir
 from fleet.resident.interrupt import one_line
 from fleet.resident.mind import Mind, MindReader
@@ -177,7 +177,7 @@ class Keeper:
 
     def _origin(self) -> Path | None:
         try:
-            return Path((state_dir(self.paths, self.wave.id) / "origin").read_text(encoding="utf-8").strip())
+            return Path(read_utf8(state_dir(self.paths, self.wave.id) / "origin").strip())
         except OSError:
             return None
 

@@ -8,6 +8,7 @@ the resident: the dispatch (spawn, tmux) is imported only when a fork asks to sp
 from __future__ import annotations
 
 from fleet import seams
+from fleet.paths import read_utf8
 from fleet.resident import RESIDENT, prompt_path
 
 
@@ -16,7 +17,7 @@ def prompt_part(launch: seams.Launch) -> str:
     if launch.participant != RESIDENT:
         return ""
     try:
-        return "\n" + prompt_path(launch.paths, launch.wave.id).read_text(encoding="utf-8")
+        return "\n" + read_utf8(prompt_path(launch.paths, launch.wave.id))
     except OSError:
         return ""
 
