@@ -52,7 +52,7 @@ from fleet.client import Client
 from fleet.layouts import DEFAULT_LAYOUT, Attention, Layout
 from fleet.layouts import load as load_layout
 from fleet.models import NewSession, SessionRecord, Wave, Wavelet
-from fleet.paths import Paths, write_private
+from fleet.paths import Paths, read_utf8, write_private
 from fleet.procs import zombie_status
 from fleet.seams import Launch, Workspace, spawn_checks, workspaces
 from fleet.tmux import PaneInfo, PaneLaunch, Session, Tmux, check_length, session_name
@@ -246,9 +246,15 @@ class Spawner:
         `fleet token mint`, for a remote machine) are not spawn's to revoke and stay live."""
         ids = self.minted_file(wave, participant)
         try:
-            earlier = [line.strip() for line in ids.read_text(encoding="utf-8").splitlines() if line.strip()]
+            earlier = [line.strip() for line in read_utf8(ids).splitlines() if line.strip()]
         except FileNotFoundError:
             earlier = []
+        except OSError as exc:  # which tokens to revoke cannot be told: none is minted beside them
+            raise errors.CorruptState(
+                f"{ids} cannot be read ({exc.strerror or exc}): the tokens spawn minted for"
+                f" {participant}'s earlier panes cannot be told; revoke them (`fleet token list"
+                f" {wave.name}`, `fleet token revoke ID`), remove the file, and spawn again"
+            ) from None
         for token_id in earlier:
             with contextlib.suppress(errors.NotFound):  # revoked or gone already
                 self.client.revoke_token(token_id=token_id)

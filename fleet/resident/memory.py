@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from fleet import errors, seams
 from fleet.models import MemoryAnswer, MemoryOp, Seat
+from fleet.paths import read_utf8
 from fleet.resident import repo
 
 if TYPE_CHECKING:
@@ -58,10 +59,16 @@ def memory_file(seat: Seat, wave: str) -> Path:
 
 
 def read(path: Path) -> str:
+    """MEMORY.md's text ('' before the first write); UsageError naming it when it cannot be read
+    or is not UTF-8 (a hand edit): an ``update`` writes it whole again."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_utf8(path)
     except FileNotFoundError:
         return ""
+    except OSError as exc:
+        raise errors.UsageError(
+            f"{path} cannot be read ({exc.strerror or exc}): `fleet memory update` writes it whole again"
+        ) from None
 
 
 def summary_of(content: str, summary: str | None) -> str:
@@ -78,7 +85,7 @@ def apply(path: Path, op: MemoryOp, content: str) -> str:
     with _pens_lock:
         pen = _pens.setdefault(path, threading.Lock())
     with pen:
-        old = read(path)
+        old = read(path) if op == "add" else ""  # (an update replaces what is there, whatever it is)
         new = (
             content.strip() + "\n"
             if op == "update"

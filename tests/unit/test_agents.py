@@ -245,3 +245,24 @@ def test_a_channel_and_its_hook_keep_their_state_where_the_spawner_reads_it(
         # in the MCP config's JSON ("--state-dir","D"), Codex's TOML ("--state-dir", "D"), a hook's command
         dirs = re.findall(r'--state-dir(?:"\s*,\s*"|\s+)([^"\s]+)', text)
         assert len(dirs) >= told and set(dirs) == {str(start.paths.channels)}, (words, dirs)
+
+
+def test_a_minted_ids_file_that_cannot_be_read_stops_the_launch_and_mints_nothing(tmp_path: Path) -> None:
+    """Spawn revokes the tokens it minted for a participant's earlier panes before it mints the new
+    pane's; a record of them that is not text cannot say which: no token is minted beside them
+    unseen — the launch is refused naming the file and how to revoke them by hand."""
+    from fleet.spawn import Spawner
+
+    minted: list[str] = []
+    client: Any = type(
+        "Client", (), {"base_url": "http://127.0.0.1:1", "mint_token": lambda *a: minted.append("x")}
+    )()
+    start = _start(tmp_path, ["claude"])
+    spawner = Spawner(client, None, start.paths)  # type: ignore[arg-type]
+    ids = spawner.minted_file(start.wave, "bob")
+    ids.parent.mkdir(parents=True)
+    ids.write_bytes(b"01a2\xff\n")
+    with pytest.raises(errors.CorruptState) as e:
+        spawner._fresh_token(start.wave, "bob")
+    assert str(ids) in e.value.message and "fleet token revoke" in e.value.message
+    assert "not UTF-8 text (byte 0xff at offset 4)" in e.value.message and minted == []

@@ -4,6 +4,7 @@ already turns into "cannot read FILE (why)", naming the first bad byte; never a 
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,19 @@ def test_text_or_an_oserror_naming_the_byte(tmp_path: Path, data: bytes) -> None
 def test_a_missing_file_is_the_oserror_it_always_was(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         read_utf8(tmp_path / "nope")
+
+
+def test_a_memory_md_that_is_not_text_is_named_and_an_update_replaces_it(tmp_path: Path) -> None:
+    from fleet import errors
+    from fleet.resident import memory
+
+    path = tmp_path / "MEMORY.md"
+    assert memory.read(path) == ""  # before the first write
+    path.write_bytes(b"notes\n\xff\n")
+    attempts: list[Callable[[], str]] = [lambda: memory.read(path), lambda: memory.apply(path, "add", "more")]
+    for attempt in attempts:
+        with pytest.raises(errors.UsageError) as e:
+            attempt()
+        assert str(path) in e.value.message and "byte 0xff at offset 6" in e.value.message
+        assert "fleet memory update" in e.value.message
+    assert memory.apply(path, "update", "fresh") == "fresh\n" and memory.read(path) == "fresh\n"
