@@ -172,7 +172,7 @@ class Campaign:
     def wave_title(self, n: int) -> str:
         try:
             first = self.wave_dir(n).joinpath("WAVE.md").read_text(encoding="utf-8").splitlines()[0]
-        except (FileNotFoundError, IndexError):
+        except (FileNotFoundError, IndexError, UnicodeDecodeError):  # (a title: shown, never needed)
             return f"wave {n}"
         return re.sub(r"^#+\s*(Wave\s+\d+\s*[:—-]\s*)?", "", first).strip() or f"wave {n}"
 

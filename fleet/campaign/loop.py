@@ -123,7 +123,7 @@ def save_owned(c: Campaign, o: Owned) -> None:
 
 def read_settles(c: Campaign) -> list[dict[str, Any]]:
     try:
-        lines = (c.loop_dir / "settles.log").read_text(encoding="utf-8").splitlines()
+        lines = (c.loop_dir / "settles.log").read_bytes().splitlines()  # a damaged line is skipped
     except FileNotFoundError:
         return []
     out = []
@@ -805,8 +805,10 @@ class Loop:
 
     def _append_crash_notes(self, wave: int, o: Owned, pane_exited: bool, sha: str) -> None:
         notes = self.c.notes(wave)
-        text = notes.read_text(encoding="utf-8") if notes.exists() else ""
-        k = text.count("\n## Attempt ") + text.startswith("## Attempt ") + 1
+        # the notes are the sessions' own writing: counted and added to as bytes, kept as they are
+        # (a file that is not UTF-8 included)
+        data = notes.read_bytes() if notes.exists() else b""
+        k = data.count(b"\n## Attempt ") + data.startswith(b"## Attempt ") + 1
         how = "its pane's process exited" if pane_exited else "its turn ended"
         section = (
             f"## Attempt {k} — crashed\n**Session:** {o.active_session_id} ({o.participant})\n"
@@ -817,9 +819,8 @@ class Loop:
             " transcript if it crashes again.\n\n---\n\n"
         )
         notes.parent.mkdir(parents=True, exist_ok=True)
-        notes.write_text(
-            text + ("\n" if text and not text.endswith("\n") else "") + section, encoding="utf-8"
-        )
+        with notes.open("ab") as f:
+            f.write((b"\n" if data and not data.endswith(b"\n") else b"") + section.encode("utf-8"))
 
     # ------------------------------------------------------------ deciding and spawning
 

@@ -27,6 +27,7 @@ from fleet.campaign import disk
 from fleet.campaign import loop as lp
 from fleet.campaign import state as st
 from fleet.campaign.disk import Campaign
+from fleet.paths import read_utf8
 
 
 def check(root: Path, plan_path: Path, *, executor: str, model: str) -> Campaign:
@@ -186,16 +187,23 @@ def validate(c: Campaign) -> st.State:
             f"{c.rel(waves_dir)}/: waves must be contiguous from wave_0; missing"
             f" {', '.join(f'wave_{n}' for n in gaps)}"
         )
-    for n in found:
-        w = c.wave_dir(n) / "WAVE.md"
-        if not w.exists():
-            problems.append(f"{c.rel(w)}: missing")
-        elif not w.read_text(encoding="utf-8").strip():
-            problems.append(f"{c.rel(w)} line 1: empty")
-    for name in ("OVERVIEW.md", "AGENT_INSTRUCTIONS.md"):
-        f = c.plan / name
-        if not f.exists() or not f.read_text(encoding="utf-8").strip():
-            problems.append(f"{c.rel(f)}: {'missing' if not f.exists() else 'empty'}")
+
+    def unwritten(f: Path, empty: str) -> str | None:
+        """What is wrong with a file the plan needs (None: it has text)."""
+        if not f.exists():
+            return f"{c.rel(f)}: missing"
+        try:
+            text = read_utf8(f)
+        except OSError as exc:
+            return f"{c.rel(f)}: {exc.strerror or exc}"
+        return None if text.strip() else f"{c.rel(f)}{empty}: empty"
+
+    for f, empty in [
+        *((c.wave_dir(n) / "WAVE.md", " line 1") for n in found),
+        *((c.plan / name, "") for name in ("OVERVIEW.md", "AGENT_INSTRUCTIONS.md")),
+    ]:
+        if (problem := unwritten(f, empty)) is not None:
+            problems.append(problem)
     total = len(found)
     if state.total_waves != total:
         problems.append(

@@ -192,7 +192,7 @@ def notes(
     if not path.exists():
         render.note(f"wave {wave} has no NOTES.md yet (written on a failure): {c.rel(path)}")
         return
-    typer.echo(path.read_text(encoding="utf-8"), nl=False)
+    typer.echo(path.read_bytes().decode("utf-8", "replace"), nl=False)  # (the sessions' writing, shown)
 
 
 @app.command("run")

@@ -184,9 +184,10 @@ def test_validation_names_each_problem_with_its_file_and_line(tmp_path: Path) ->
 
     _root, c = prepared(tmp_path)
     c.state_file.write_text(state_text(c.id, ["One", "Two", "Three"], current_wave=1))
-    for n, body in ((0, "# Wave 0: One\n"), (2, "  \n")):
+    for n, body in ((0, "# Wave 0: caf\u00e9\n"), (2, "  \n")):
         c.wave_dir(n).mkdir(parents=True)
-        (c.wave_dir(n) / "WAVE.md").write_text(body)
+        (c.wave_dir(n) / "WAVE.md").write_bytes(body.encode("latin-1"))  # wave_0's: not UTF-8
+    (c.plan / "AGENT_INSTRUCTIONS.md").write_bytes(b"\xff\xfe")
     try:
         planner.validate(c)
     except errors.UsageError as exc:
@@ -198,5 +199,7 @@ def test_validation_names_each_problem_with_its_file_and_line(tmp_path: Path) ->
     assert f"{rel}/plan/waves/: waves must be contiguous from wave_0; missing wave_1" in msg, msg
     assert f"{rel}/plan/waves/wave_2/WAVE.md line 1: empty" in msg, msg
     assert f"{rel}/plan/OVERVIEW.md: missing" in msg, msg
+    assert f"{rel}/plan/waves/wave_0/WAVE.md: not UTF-8 text (byte 0xe9 at offset 13)" in msg, msg
+    assert f"{rel}/plan/AGENT_INSTRUCTIONS.md: not UTF-8 text (byte 0xff at offset 0)" in msg, msg
     assert f"{rel}/STATE.md line 16: total_waves is 3, but there are 2 wave directories" in msg, msg
     assert "nothing was committed" in msg
