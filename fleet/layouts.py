@@ -74,7 +74,7 @@ from pydantic import (
 from fleet import errors
 from fleet.delivery.rules import check_attention
 from fleet.models import PARTICIPANT_RE
-from fleet.paths import Paths
+from fleet.paths import Paths, read_utf8
 
 WorktreeMode = Literal["participant", "wave", "none"]
 
@@ -297,10 +297,6 @@ def load(name: str, paths: Paths) -> Layout:
 def _text(path: Path) -> str:
     """A layout file's text; UsageError naming it when it cannot be read or is not UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise errors.UsageError(
-            f"layout {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
-        ) from None
+        return read_utf8(path)
     except OSError as exc:
         raise errors.UsageError(f"layout {path}: cannot be read ({exc.strerror or exc})") from None
