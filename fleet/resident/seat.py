@@ -51,6 +51,7 @@ from fleet.models import Blip, NewSeat, PresenceReport, Seat, SessionRecord, Wav
 from fleet.paths import Paths, write_private
 from fleet.procs import zombie_status
 from fleet.resident import RESIDENT, WINDOW_TAG, goal, prompt_path, repo, state_dir
+from fleet.resident.memory import read as read_memory
 from fleet.resident.mind import Mind, MindFold
 from fleet.spawn import PaneReport, Spawner, agent_words, require_agent
 from fleet.supervise import AgentField, agent_state, row_text, supervised_by
@@ -280,6 +281,8 @@ def start(
     origin = repo.origin(cwd or Path.cwd())
     folder = repo.wave_dir(origin, wave_ref)
     g = goal.load(folder / "GOAL.md")
+    memory_path = folder / "MEMORY.md"  # read before anything is made: one that cannot be is named first
+    memory = read_memory(memory_path) if memory_path.is_file() else ""
     layout_ref = agent or g.mind or DEFAULT_LAYOUT
     profile = mind_profile(layout_ref, paths)
     try:
@@ -311,8 +314,6 @@ def start(
         client.invite(root.id, RESIDENT)
         root = client.get_wavelet(root.id)
     worktree = repo.worktree(origin, wave.name)
-    memory_path = folder / "MEMORY.md"
-    memory = memory_path.read_text(encoding="utf-8") if memory_path.is_file() else ""
     here = state_dir(paths, wave.id)
     layout_file = here / "layout.toml"
     write_layout(layout_file, profile, worktree)

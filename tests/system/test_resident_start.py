@@ -210,3 +210,19 @@ def test_status_says_the_mind_is_unknown_when_its_layout_was_broken_by_hand(
             assert word in done.stdout, (word, done.stdout)
     st = json.loads(fleet(operator, tmux_server, cwd, "resident", "status", "w", "--json").stdout)
     assert st["kind"] is None and st["turns"] is None and st["failed_turns"] is None, st
+
+
+def test_a_memory_md_that_is_not_text_is_named_before_anything_is_made(
+    operator: Client, tmux_server: libtmux.Server, tmp_path: Path
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    memory = repo / "wave" / "w" / "MEMORY.md"
+    memory.write_bytes(b"- decided: \xff\n")
+    layout = tmp_path / "mind.toml"
+    layout.write_text('[defaults]\nagent = "fleet-standin"\n')
+    done = fleet(operator, tmux_server, repo, "resident", "start", "w", "--agent", str(layout))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done
+    for word in (str(memory), "not UTF-8 text (byte 0xff at offset 11)", "fleet memory update"):
+        assert word in done.stderr, (word, done.stderr)
+    assert [w.name for w in operator.list_waves()] == [] and windows(tmux_server) == []
+    assert not (tmp_path / "repo.w").exists(), "the wave's worktree was made"
