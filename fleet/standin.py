@@ -35,6 +35,7 @@ read. Run it as ``fleet-standin`` in a layout or ``--agent`` (spawn resolves tha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import logging
@@ -385,11 +386,20 @@ class Agent:
 
     def close(self) -> None:
         """End what the agent started: its hooks, and its MCP server (stdin closed, as Claude Code
-        does at exit)."""
-        for proc in list(self.hooks):
-            proc.terminate()
+        does at exit), waiting for it."""
+        self.abandon()
         if self.client is not None:
             self.client.close()
+
+    def abandon(self) -> None:
+        """Tell what the agent started to end, without waiting: its hooks are terminated, its MCP
+        server's stdin closed (it ends on its own)."""
+        for proc in list(self.hooks):
+            with contextlib.suppress(OSError):
+                proc.terminate()
+        if self.client is not None and self.client.proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.client.proc.stdin.close()
 
     def run(self) -> int:
         try:
@@ -488,16 +498,20 @@ def main(argv: list[str] | None = None) -> int:
         argv=sys.argv[1:],
         pid=os.getpid(),
     )
+    agent = Agent(args, record)
 
     def ended(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        agent.abandon()
+        os._exit(128 + signum)
 
-    # its terminal gone (SIGHUP) or told to stop: it ends, with its MCP server and hooks, as Claude
-    # Code does — even started with hang-ups ignored (nohup), so nothing runs on without a terminal
+    # its terminal gone (SIGHUP) or told to stop: it ends, as Claude Code does — even started with
+    # hang-ups ignored (nohup), so nothing runs on without a terminal — and at once, as the default
+    # action did: what it started is told to end, not waited for (tmux 3.3a may hold a respawned
+    # pane's exit status until its next child ends, and this process is one)
     for sig in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, ended)
     try:
-        return Agent(args, record).run()
+        return agent.run()
     except (StandinError, OSError, KeyError, json.JSONDecodeError) as exc:
         record("fatal", f"fleet-standin: {exc}", error=str(exc))
         print(f"fleet-standin: {exc}", file=sys.stderr, flush=True)
