@@ -33,7 +33,6 @@ from fleet.daemon.server import (
     STORE_CLOSE_BOUND,
     Daemon,
     ensure_operator_token,
-    read_endpoint,
 )
 from fleet.daemon.supervisor import SupervisorBook
 from fleet.daemon.wakes import Notifier, member_key, permission_key
@@ -57,5 +56,4 @@ __all__ = [
     "member_key",
     "parse_listen",
     "permission_key",
-    "read_endpoint",
 ]

@@ -59,7 +59,7 @@ from fleet.store.faults import storage_faults
 from fleet.store.lock import StoreLock
 from fleet.store.schema import is_postgres
 from fleet.tls import shown
-from fleet.wire import RecordError, dumps, loads
+from fleet.wire import dumps, loads
 
 if TYPE_CHECKING:
     import ssl
@@ -452,11 +452,3 @@ class _ApiHandler(Handler):
         store = self.server.daemon.store
         if store is not None:
             store.release_reader()
-
-
-def read_endpoint(paths: Paths) -> Endpoint | None:
-    """The endpoint file, or None if absent or unreadable."""
-    try:
-        return loads(Endpoint, Path(paths.endpoint).read_bytes())
-    except (OSError, RecordError):
-        return None
