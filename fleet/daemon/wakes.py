@@ -52,7 +52,7 @@ class Notifier:
         if keys is None:
             return self._seq
         with self._lock:
-            return sum(self._counts.get(k, 0) for k in keys)
+            return self._now(keys)
 
     def seen_since(self, seq: int, keys: Sequence[str]) -> int | None:
         """:meth:`seen` of ``keys``, if no commit at all happened since :attr:`seq` was ``seq``
@@ -60,7 +60,7 @@ class Notifier:
         with self._lock:
             if self._seq != seq:
                 return None
-            return sum(self._counts.get(k, 0) for k in keys)
+            return self._now(keys)
 
     @property
     def parked(self) -> int:
@@ -74,11 +74,11 @@ class Notifier:
         re-armed (tests: a stream that has caught up with every commit it was told of)."""
         with self._lock:
             parked = self._everything.union(*self._waiters.values())
-            return sum(
-                1
-                for w in parked
-                if w.seen == (self._seq if w.keys is None else sum(self._counts.get(k, 0) for k in w.keys))
-            )
+            return sum(w.seen == self._now(w.keys) for w in parked)
+
+    def _now(self, keys: Sequence[str] | None) -> int:
+        """What :meth:`seen` of ``keys`` is now (under the lock)."""
+        return self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -144,8 +144,7 @@ class Notifier:
     def _arm(self, waiter: Parked) -> bool:
         with self._lock:
             keys = waiter.keys
-            now = self._seq if keys is None else sum(self._counts.get(k, 0) for k in keys)
-            if self.closing or now != waiter.seen:
+            if self.closing or self._now(keys) != waiter.seen:
                 return False
             if keys is None:
                 self._everything.add(waiter)
