@@ -106,7 +106,7 @@ def status(wave: WaveArg, socket: SocketOpt = None, as_json: JsonOpt = False) ->
     st = seat.status(c, spawner.tmux, paths, wave)
     steer = None
     if st.session_id and st.state != "none" and st.kind is not None:  # (None: its layout is broken)
-        steer = steer_status(st.session_id, seat.mind_of(paths, c.get_wave(wave).id))
+        steer = steer_status(st.session_id, seat.mind_of(paths, c.get_wave(wave)))
     if as_json:
         from fleet import wire
 

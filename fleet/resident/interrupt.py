@@ -94,7 +94,7 @@ def interrupt(
     pane = resident_pane(tmux, wave.id)
     if seat is None or seat.closed_at is not None or pane is None or pane.dead:
         raise errors.NotFound(f"wave {wave.name!r} has no live resident: `fleet resident status {wave.name}`")
-    mind = mind_of(paths, wave.id)
+    mind = mind_of(paths, wave)
     if reader is None or reader.session_id != seat.session_id:
         reader = mind.reader(seat.session_id)
     turning = reader.read().turning

@@ -234,11 +234,11 @@ class Keeper:
             return events
         if self.reader is None or self.reader.session_id != seat.session_id:
             try:
-                self.mind = mind_of(self.paths, self.wave.id, self.env)
+                self.mind = mind_of(self.paths, self.wave, self.env)
             except errors.CorruptState as exc:  # its turns cannot be read: nothing is due on a guess
                 if self.unknown != exc.message:  # said once, not every round
                     self.unknown = exc.message
-                    events.append(self._say("state", exc.message.replace("WAVE", self.wave.name)))
+                    events.append(self._say("state", exc.message))
                 return events
             self.unknown = ""
             self.reader = self.mind.reader(seat.session_id)

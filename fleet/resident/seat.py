@@ -335,7 +335,7 @@ def start(
         )
     pane = next((p for p in tmux.panes() if p.pane_id == pane_id), None)
     pid = pane.pid if pane and pane.pid else 0
-    mind = mind_of(paths, wave.id)
+    mind = mind_of(paths, wave)
     try:
         client.claim_seat(
             wave.id,
@@ -590,9 +590,9 @@ def status(
         )
     mind: Mind | None
     try:
-        mind = mind_of(paths, wave.id, env)
+        mind = mind_of(paths, wave, env)
     except errors.CorruptState as exc:
-        mind, unknown = None, exc.message.replace("WAVE", wave.name)
+        mind, unknown = None, exc.message
     if mind is not None:
         reader = mind.reader(seat.session_id)
         fold = reader.read()
@@ -639,7 +639,7 @@ def status(
     )  # fmt: skip
 
 
-def mind_of(paths: Paths, wave_id: str, env: Mapping[str, str] | None = None) -> Mind:
+def mind_of(paths: Paths, wave: Wave, env: Mapping[str, str] | None = None) -> Mind:
     """The agent the wave's resident runs (:class:`~fleet.resident.mind.Mind`), from the layout its
     start wrote (the profile every respawn runs); without one (a resident started on another
     machine), Claude Code in this environment.
@@ -647,7 +647,7 @@ def mind_of(paths: Paths, wave_id: str, env: Mapping[str, str] | None = None) ->
     Raises CorruptState for a layout that is there but does not load (edited by hand): what the mind
     is, and so how its turns are read, cannot be told — never guessed."""
     base = dict(env if env is not None else os.environ)
-    file = state_dir(paths, wave_id) / "layout.toml"
+    file = state_dir(paths, wave.id) / "layout.toml"
     if not file.exists():
         return Mind.of("claude", base, paths)
     try:
@@ -655,6 +655,6 @@ def mind_of(paths: Paths, wave_id: str, env: Mapping[str, str] | None = None) ->
     except errors.FleetError as exc:
         raise errors.CorruptState(
             f"the resident's layout {file} does not load ({exc.message}): which agent the mind is"
-            " cannot be told; `fleet resident start WAVE --force` writes it again"
+            f" cannot be told; `fleet resident start {wave.name} --force` writes it again"
         ) from None
     return Mind.of(profile.agent, {**base, **profile.env}, paths)
