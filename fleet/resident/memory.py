@@ -85,12 +85,11 @@ def apply(path: Path, op: MemoryOp, content: str) -> str:
     with _pens_lock:
         pen = _pens.setdefault(path, threading.Lock())
     with pen:
-        old = read(path) if op == "add" else ""  # (an update replaces what is there, whatever it is)
-        new = (
-            content.strip() + "\n"
-            if op == "update"
-            else (old.rstrip() + "\n\n" if old.strip() else "") + content.strip() + "\n"
-        )
+        if op == "update":  # what is there is replaced, whatever it is: not read
+            new = content.strip() + "\n"
+        else:
+            old = read(path)
+            new = (old.rstrip() + "\n\n" if old.strip() else "") + content.strip() + "\n"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".MEMORY.md.{os.getpid()}.{threading.get_ident()}")
         try:
