@@ -14,6 +14,7 @@ from test_spawn import _prompting_agent, argv_received, standin_log
 from fleet.client import Client
 from fleet.daemon import Daemon
 from fleet.paths import Paths
+from fleet.procs import pid_alive
 
 
 def test_fleet_claude_accepts_the_warning_and_hands_over_the_terminal(
@@ -50,15 +51,6 @@ def test_fleet_claude_accepts_the_warning_and_hands_over_the_terminal(
     assert resumed[resumed.index("--resume") + 1] == sid and "--session-id" not in resumed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie (its parent not reaping yet) is gone too
-        return f.read().rpartition(")")[2].split()[0] != "Z"
-
-
 def test_a_terminal_that_goes_away_ends_the_agent_and_its_channel_even_with_hang_ups_ignored(
     daemon: Daemon, operator: Client, fleet_env: Paths
 ) -> None:
@@ -82,4 +74,4 @@ def test_a_terminal_that_goes_away_ends_the_agent_and_its_channel_even_with_hang
     log = standin_log(fleet_env, "operator")
     pids = [e["pid"] for e in log if e["event"] in ("start", "server")]
     assert len(pids) == 2, log
-    retry_until(lambda: not any(_alive(p) for p in pids), 15, 0.05, "the agent and its channel ended")
+    retry_until(lambda: not any(pid_alive(p) for p in pids), 15, 0.05, "the agent and its channel ended")
